@@ -1,0 +1,36 @@
+# Mooncake in Go. The two commands a fresh machine needs:
+#   make run    set up, then run the main job: torchrun jobs on the mooncake-cpu backend
+#   make test   set up, then run every test (Go with -race, then pytest)
+SHELL := /bin/bash
+export PATH := /usr/local/go/bin:$(PATH)
+VENV ?= .venv
+PY := $(VENV)/bin/python
+NPROC ?= 4
+
+.PHONY: setup run test test-go test-py lib vet bench
+
+setup:
+	./scripts/setup.sh
+
+run: setup
+	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) examples/allreduce.py
+	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) examples/alltoall.py
+	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) examples/p2p.py
+
+test: setup vet test-go test-py
+
+vet:
+	go vet ./...
+
+test-go:
+	go test -race -timeout 20m ./...
+
+test-py:
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q tests
+
+# Developer conveniences (no set-up).
+lib:
+	go build -buildmode=c-shared -o python/mooncake/libmooncake.so ./capi && rm -f python/mooncake/libmooncake.h
+
+bench:
+	./bench/engine_bench.sh

@@ -1,0 +1,14 @@
+// Command capi is the Mooncake C ABI: built with `go build -buildmode=c-shared` into
+// libmooncake.so, the one shared library that the torch shim (torchext/) and the Python package
+// (python/mooncake, through ctypes) load. It owns the exported C functions declared in
+// include/mooncake*.h, the handle tables that stand for Go objects on the C side, and the one
+// process-wide engine that the process group and the store share.
+//
+// Conventions: opaque uint64 handles; int status, 0 ok and negative on error; the message of the
+// last error on the calling thread from mooncake_last_error(). No Go pointer is kept by C after a
+// call returns. A process that loaded the library must not call it from a fork()ed child.
+//
+// GOMAXPROCS: when the MOONCAKE_GOMAXPROCS environment variable is set the library uses it;
+// otherwise, if GOMAXPROCS is unset, it uses min(NumCPU, 4), since several ranks usually share a
+// host and each has its own Go runtime.
+package main

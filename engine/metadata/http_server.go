@@ -1,0 +1,126 @@
+package metadata
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strconv"
+	"sync"
+)
+
+// DefaultHTTPPath is where HTTPServer answers when HTTPServerConfig.Path is empty.
+const DefaultHTTPPath = "/metadata"
+
+// HTTPServerConfig configures an HTTPServer. The zero value serves DefaultHTTPPath with
+// values up to MaxValueSize bytes.
+type HTTPServerConfig struct {
+	Path          string // URL path to answer on; "" means DefaultHTTPPath
+	MaxValueBytes int64  // largest PUT body accepted (413 beyond it); <= 0 means MaxValueSize
+}
+
+// HTTPServer is an in-memory HTTP metadata server (GET|PUT|DELETE <path>?key=<key>).
+// It is an http.Handler, safe for concurrent use; mount it on any mux or serve it alone.
+// Requests for other paths get 404.
+type HTTPServer struct {
+	path    string
+	maxBody int64
+
+	mu sync.RWMutex
+	kv map[string][]byte
+}
+
+// NewHTTPServer returns an empty server.
+func NewHTTPServer(cfg HTTPServerConfig) *HTTPServer {
+	if cfg.Path == "" {
+		cfg.Path = DefaultHTTPPath
+	}
+	if cfg.MaxValueBytes <= 0 {
+		cfg.MaxValueBytes = MaxValueSize
+	}
+	return &HTTPServer{path: cfg.Path, maxBody: cfg.MaxValueBytes, kv: make(map[string][]byte)}
+}
+
+// Path is the URL path the server answers on.
+func (s *HTTPServer) Path() string { return s.path }
+
+// Keys returns the stored keys, sorted (for diagnostics and tests).
+func (s *HTTPServer) Keys() []string {
+	s.mu.RLock()
+	keys := make([]string, 0, len(s.kv))
+	for k := range s.kv {
+		keys = append(keys, k)
+	}
+	s.mu.RUnlock()
+	sort.Strings(keys)
+	return keys
+}
+
+func (s *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != s.path {
+		http.Error(w, fmt.Sprintf("not found: the metadata server answers on %s", s.path), http.StatusNotFound)
+		return
+	}
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodPut, http.MethodDelete:
+	default:
+		w.Header().Set("Allow", "GET, HEAD, PUT, DELETE")
+		http.Error(w, "method not allowed: use GET, PUT or DELETE", http.StatusMethodNotAllowed)
+		return
+	}
+	key := r.URL.Query().Get("key")
+	if key == "" {
+		http.Error(w, "missing key parameter: use "+s.path+"?key=<url-encoded key>", http.StatusBadRequest)
+		return
+	}
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+		s.mu.RLock()
+		v, ok := s.kv[key]
+		s.mu.RUnlock()
+		if !ok {
+			http.Error(w, "metadata not found", http.StatusNotFound)
+			return
+		}
+		// Values are never changed in place (PUT stores a fresh slice), so v may be
+		// written without the lock.
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(v)))
+		w.WriteHeader(http.StatusOK)
+		if r.Method == http.MethodGet {
+			_, _ = w.Write(v)
+		}
+	case http.MethodPut:
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+		if err != nil {
+			var tooBig *http.MaxBytesError
+			if errors.As(err, &tooBig) {
+				http.Error(w, fmt.Sprintf("value too large: the limit is %d bytes", s.maxBody), http.StatusRequestEntityTooLarge)
+				return
+			}
+			http.Error(w, "reading request body: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		s.mu.Lock()
+		s.kv[key] = body
+		s.mu.Unlock()
+		writeText(w, "metadata updated")
+	case http.MethodDelete:
+		s.mu.Lock()
+		_, ok := s.kv[key]
+		delete(s.kv, key)
+		s.mu.Unlock()
+		if !ok {
+			http.Error(w, "metadata not found", http.StatusNotFound)
+			return
+		}
+		writeText(w, "metadata deleted")
+	}
+}
+
+func writeText(w http.ResponseWriter, msg string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.WriteString(w, msg+"\n")
+}

@@ -1,0 +1,113 @@
+package metadata
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// redisStore keeps each key as one Redis string (SET/GET/DEL), as Mooncake does.
+type redisStore struct {
+	addr string // for messages
+	cli  *redis.Client
+}
+
+// openRedis parses redis://[user:password@]host:port[/db] (or rediss:// for TLS).
+// MC_REDIS_PASSWORD and MC_REDIS_DB_INDEX are used when the URL has no password or
+// database index; a value in the URL wins.
+func openRedis(conn string) (*redisStore, error) {
+	u, err := url.Parse(conn)
+	if err != nil {
+		return nil, fmt.Errorf("metadata: bad Redis URL %q (want redis://[:password@]host:port[/db]): %w", conn, err)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("metadata: Redis URL %q has no host (want redis://[:password@]host:port[/db])", redactURL(u))
+	}
+	opts, err := redis.ParseURL(conn)
+	if err != nil {
+		return nil, fmt.Errorf("metadata: bad Redis URL %q (want redis://[:password@]host:port[/db]): %w", redactURL(u), err)
+	}
+	if _, hasPw := u.User.Password(); !hasPw {
+		if pw := os.Getenv("MC_REDIS_PASSWORD"); pw != "" {
+			opts.Password = pw
+		}
+	}
+	if strings.Trim(u.Path, "/") == "" && u.Query().Get("db") == "" {
+		if s := strings.TrimSpace(os.Getenv("MC_REDIS_DB_INDEX")); s != "" {
+			db, err := strconv.Atoi(s)
+			if err != nil || db < 0 {
+				return nil, fmt.Errorf("metadata: MC_REDIS_DB_INDEX=%q is not a database index (a number >= 0)", s)
+			}
+			opts.DB = db
+		}
+	}
+	opts.DialTimeout = DefaultTimeout
+	opts.ReadTimeout = DefaultTimeout
+	opts.WriteTimeout = DefaultTimeout
+	// Plain SET/GET/DEL need none of the newer handshakes; skipping them keeps older
+	// servers (and their logs) quiet.
+	opts.DisableIdentity = true
+	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	return &redisStore{addr: opts.Addr, cli: redis.NewClient(opts)}, nil
+}
+
+func redactURL(u *url.URL) string { return u.Redacted() }
+
+func (s *redisStore) Get(ctx context.Context, key string) ([]byte, error) {
+	if key == "" {
+		return nil, fmt.Errorf("metadata: GET with an empty key")
+	}
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	v, err := s.cli.Get(ctx, key).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("metadata: key %q in Redis at %s: %w", key, s.addr, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("metadata: GET key %q from Redis at %s: %w", key, s.addr, err)
+	}
+	return v, nil
+}
+
+func (s *redisStore) Put(ctx context.Context, key string, value []byte) error {
+	if key == "" {
+		return fmt.Errorf("metadata: PUT with an empty key")
+	}
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	if value == nil {
+		value = []byte{}
+	}
+	if err := s.cli.Set(ctx, key, value, 0).Err(); err != nil {
+		return fmt.Errorf("metadata: PUT key %q to Redis at %s: %w", key, s.addr, err)
+	}
+	return nil
+}
+
+func (s *redisStore) Delete(ctx context.Context, key string) error {
+	if key == "" {
+		return fmt.Errorf("metadata: DELETE with an empty key")
+	}
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	if err := s.cli.Del(ctx, key).Err(); err != nil {
+		return fmt.Errorf("metadata: DELETE key %q from Redis at %s: %w", key, s.addr, err)
+	}
+	return nil
+}
+
+func (s *redisStore) Close() error {
+	if err := s.cli.Close(); err != nil {
+		return fmt.Errorf("metadata: closing Redis client for %s: %w", s.addr, err)
+	}
+	return nil
+}
+
+var _ Store = (*redisStore)(nil)

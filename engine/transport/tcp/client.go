@@ -1,0 +1,377 @@
+package tcp
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/mooncake-go/mooncake/engine/transport"
+	"github.com/mooncake-go/mooncake/internal/memview"
+)
+
+// DefaultChunkSize is the largest frame a client sends for one piece of a request.
+const DefaultChunkSize = 8 << 20
+
+// ErrClosed is returned after Client.Close.
+var ErrClosed = errors.New("tcp transport is closed")
+
+// Client is the initiator side: a pool of connections per peer address. It implements
+// transport.Transport.
+type Client struct {
+	// ChunkSize is the largest READ/WRITE frame; 0 means DefaultChunkSize.
+	ChunkSize uint64
+	// SocketBuffer, when > 0, sets SO_RCVBUF/SO_SNDBUF on new connections.
+	SocketBuffer int
+	// DialTimeout bounds connection set-up (default 5 s, never past the ctx deadline).
+	DialTimeout time.Duration
+	// MaxIdle is the number of idle connections kept per peer (default 16).
+	MaxIdle int
+
+	mu     sync.Mutex
+	idle   map[string][]*conn
+	active map[*conn]struct{}
+	closed bool
+}
+
+type conn struct {
+	c    net.Conn
+	br   *bufio.Reader
+	bw   *bufio.Writer
+	addr string
+	seq  uint32
+	hb   [reqHdrLen]byte
+	rb   [respHdrLen]byte
+	used bool // served at least one run before
+}
+
+// NewClient returns an empty client.
+func NewClient() *Client {
+	return &Client{idle: make(map[string][]*conn), active: make(map[*conn]struct{})}
+}
+
+// Name implements transport.Transport.
+func (c *Client) Name() string { return "tcp" }
+
+// Close closes every connection, idle or in use.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	for _, l := range c.idle {
+		for _, cn := range l {
+			cn.c.Close()
+		}
+	}
+	c.idle = map[string][]*conn{}
+	for cn := range c.active {
+		cn.c.Close()
+	}
+	return nil
+}
+
+// Forget closes the idle connections to addr (after the peer failed).
+func (c *Client) Forget(addr string) {
+	c.mu.Lock()
+	l := c.idle[addr]
+	delete(c.idle, addr)
+	c.mu.Unlock()
+	for _, cn := range l {
+		cn.c.Close()
+	}
+}
+
+func (c *Client) get(ctx context.Context, addr string, fresh bool) (*conn, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if l := c.idle[addr]; len(l) > 0 && !fresh {
+		cn := l[len(l)-1]
+		c.idle[addr] = l[:len(l)-1]
+		c.active[cn] = struct{}{}
+		c.mu.Unlock()
+		return cn, nil
+	}
+	c.mu.Unlock()
+	to := c.DialTimeout
+	if to <= 0 {
+		to = 5 * time.Second
+	}
+	d := net.Dialer{Timeout: to}
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("cannot connect to %s: %w", addr, err)
+	}
+	tuneConn(nc, c.SocketBuffer)
+	cn := &conn{c: nc, br: bufio.NewReaderSize(nc, 64<<10), bw: bufio.NewWriterSize(nc, 256<<10), addr: addr}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		nc.Close()
+		return nil, ErrClosed
+	}
+	c.active[cn] = struct{}{}
+	c.mu.Unlock()
+	return cn, nil
+}
+
+func (c *Client) put(cn *conn, ok bool) {
+	c.mu.Lock()
+	delete(c.active, cn)
+	max := c.MaxIdle
+	if max <= 0 {
+		max = 16
+	}
+	if ok && !c.closed && len(c.idle[cn.addr]) < max {
+		cn.used = true
+		cn.c.SetDeadline(time.Time{})
+		c.idle[cn.addr] = append(c.idle[cn.addr], cn)
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	cn.c.Close()
+}
+
+func (c *Client) chunk() uint64 {
+	if c.ChunkSize == 0 {
+		return DefaultChunkSize
+	}
+	return c.ChunkSize
+}
+
+// Execute implements transport.Transport: it pipelines reqs, in order, over one connection.
+func (c *Client) Execute(ctx context.Context, t *transport.Target, reqs []transport.Request, r transport.Reporter) {
+	next := 0 // first request not yet reported
+	for attempt := 0; ; attempt++ {
+		cn, err := c.get(ctx, t.Addr, attempt > 0)
+		if err != nil {
+			err = wrapIOErr(ctx, err)
+			for i := next; i < len(reqs); i++ {
+				r.Done(i, err)
+			}
+			return
+		}
+		if dl, ok := ctx.Deadline(); ok {
+			cn.c.SetDeadline(dl)
+		}
+		done, answered, err := c.run(cn, reqs[next:], next, r)
+		next += done
+		if err == nil {
+			c.put(cn, true)
+			return
+		}
+		c.put(cn, false)
+		// A pooled connection whose peer went away fails before any answer: retry once on
+		// a fresh connection (READ/WRITE are idempotent).
+		if cn.used && !answered && attempt == 0 && ctx.Err() == nil {
+			continue
+		}
+		err = wrapIOErr(ctx, err)
+		for i := next; i < len(reqs); i++ {
+			r.Done(i, err)
+		}
+		return
+	}
+}
+
+func wrapIOErr(ctx context.Context, err error) error {
+	var ne net.Error
+	if ctx.Err() != nil || (errors.As(err, &ne) && ne.Timeout()) || errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("tcp transfer timed out: %w (%v)", context.DeadlineExceeded, err)
+	}
+	return fmt.Errorf("tcp transfer failed: %w", err)
+}
+
+// run sends reqs and reads their answers. It returns how many requests were reported, whether
+// any answer arrived, and the connection-level error that stopped it (nil: all reported).
+func (c *Client) run(cn *conn, reqs []transport.Request, base int, r transport.Reporter) (int, bool, error) {
+	chunk := c.chunk()
+	frames := 0
+	for i := range reqs {
+		n := (reqs[i].Length + chunk - 1) / chunk
+		if n == 0 {
+			n = 1
+		}
+		frames += int(n)
+	}
+	startSeq := cn.seq
+	var werr error
+	var wg sync.WaitGroup
+	if frames == 1 {
+		werr = c.send(cn, reqs, chunk)
+		if werr != nil {
+			return 0, false, werr
+		}
+	} else {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := c.send(cn, reqs, chunk); err != nil {
+				werr = err
+				cn.c.Close() // unblock the reader
+			}
+		}()
+	}
+	done, answered, rerr := c.receive(cn, reqs, base, chunk, startSeq, r)
+	wg.Wait()
+	if rerr == nil && werr != nil {
+		rerr = werr
+	}
+	if rerr != nil && werr != nil && !answered {
+		rerr = werr
+	}
+	return done, answered, rerr
+}
+
+func (c *Client) send(cn *conn, reqs []transport.Request, chunk uint64) error {
+	seq := cn.seq
+	for i := range reqs {
+		q := &reqs[i]
+		if q.Length == 0 {
+			continue
+		}
+		op := OpRead
+		if q.Write {
+			op = OpWrite
+		}
+		for off := uint64(0); off < q.Length; off += chunk {
+			n := min(chunk, q.Length-off)
+			seq++
+			EncodeHeader(cn.hb[:], &Header{Op: op, Seq: seq, Addr: q.Remote + off, Length: n})
+			if _, err := cn.bw.Write(cn.hb[:]); err != nil {
+				return err
+			}
+			if q.Write {
+				if _, err := cn.bw.Write(memview.Bytes(q.Local+uintptr(off), int(n))); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	cn.seq = seq
+	return cn.bw.Flush()
+}
+
+func (c *Client) receive(cn *conn, reqs []transport.Request, base int, chunk uint64, seq uint32, r transport.Reporter) (int, bool, error) {
+	var rh respHeader
+	answered := false
+	for i := range reqs {
+		q := &reqs[i]
+		if q.Length == 0 {
+			r.Done(base+i, nil)
+			continue
+		}
+		var reqErr error
+		for off := uint64(0); off < q.Length; off += chunk {
+			n := min(chunk, q.Length-off)
+			seq++
+			if _, err := io.ReadFull(cn.br, cn.rb[:]); err != nil {
+				return i, answered, err
+			}
+			answered = true
+			if err := decodeResp(cn.rb[:], &rh); err != nil {
+				return i, answered, err
+			}
+			if rh.Seq != seq {
+				return i, answered, fmt.Errorf("%w: answer %d out of order (want %d)", ErrMalformedFrame, rh.Seq, seq)
+			}
+			if rh.Status != StatusOK {
+				if rh.Length > MaxControlFrame {
+					return i, answered, fmt.Errorf("%w: error message too long", ErrMalformedFrame)
+				}
+				msg := make([]byte, rh.Length)
+				if _, err := io.ReadFull(cn.br, msg); err != nil {
+					return i, answered, err
+				}
+				if reqErr == nil {
+					reqErr = &RemoteError{Code: int(rh.Status), Msg: string(msg)}
+				}
+				continue
+			}
+			if !q.Write {
+				if rh.Length != n {
+					return i, answered, fmt.Errorf("%w: READ answer of %d bytes, want %d", ErrMalformedFrame, rh.Length, n)
+				}
+				if _, err := io.ReadFull(cn.br, memview.Bytes(q.Local+uintptr(off), int(n))); err != nil {
+					return i, answered, err
+				}
+			} else if rh.Length != 0 {
+				return i, answered, fmt.Errorf("%w: unexpected WRITE answer payload", ErrMalformedFrame)
+			}
+			if reqErr == nil {
+				r.Progress(base+i, n)
+			}
+		}
+		r.Done(base+i, reqErr)
+	}
+	return len(reqs), answered, nil
+}
+
+// Call sends one control request to addr and returns the answer's payload.
+func (c *Client) Call(ctx context.Context, addr string, op Op, payload []byte) ([]byte, error) {
+	if op == OpRead || op == OpWrite {
+		return nil, fmt.Errorf("tcp: Call is for control ops, not op %d", op)
+	}
+	for attempt := 0; ; attempt++ {
+		cn, err := c.get(ctx, addr, attempt > 0)
+		if err != nil {
+			return nil, wrapIOErr(ctx, err)
+		}
+		dl, ok := ctx.Deadline()
+		if !ok {
+			dl = time.Now().Add(10 * time.Second)
+		}
+		cn.c.SetDeadline(dl)
+		out, answered, err := c.call(cn, op, payload)
+		var re *RemoteError
+		if err == nil || errors.As(err, &re) {
+			c.put(cn, true)
+			return out, err
+		}
+		c.put(cn, false)
+		if cn.used && !answered && attempt == 0 && ctx.Err() == nil {
+			continue
+		}
+		return nil, wrapIOErr(ctx, err)
+	}
+}
+
+func (c *Client) call(cn *conn, op Op, payload []byte) ([]byte, bool, error) {
+	cn.seq++
+	EncodeHeader(cn.hb[:], &Header{Op: op, Seq: cn.seq, Length: uint64(len(payload))})
+	if _, err := cn.bw.Write(cn.hb[:]); err != nil {
+		return nil, false, err
+	}
+	if _, err := cn.bw.Write(payload); err != nil {
+		return nil, false, err
+	}
+	if err := cn.bw.Flush(); err != nil {
+		return nil, false, err
+	}
+	var rh respHeader
+	if _, err := io.ReadFull(cn.br, cn.rb[:]); err != nil {
+		return nil, false, err
+	}
+	if err := decodeResp(cn.rb[:], &rh); err != nil {
+		return nil, true, err
+	}
+	if rh.Seq != cn.seq || rh.Length > MaxControlFrame {
+		return nil, true, fmt.Errorf("%w: bad control answer", ErrMalformedFrame)
+	}
+	out := make([]byte, rh.Length)
+	if _, err := io.ReadFull(cn.br, out); err != nil {
+		return nil, true, err
+	}
+	if rh.Status != StatusOK {
+		return nil, true, &RemoteError{Code: int(rh.Status), Msg: string(out)}
+	}
+	return out, true, nil
+}

@@ -1,0 +1,28 @@
+// Package tcp is the engine's network transport and listener: framed one-sided READ and
+// WRITE of registered memory plus the small control calls of the P2P handshake (descriptor,
+// notify, ping), all on one port.
+//
+// Wire format (little-endian). A request is a 32-byte header
+//
+//	magic u32 "MCTQ" | version u8 | op u8 | flags u16 | seq u32 | reserved u32 | addr u64 | length u64
+//
+// followed, for WRITE and control ops, by length payload bytes. Every request gets one
+// 24-byte response header
+//
+//	magic u32 "MCTR" | status i32 | seq u32 | reserved u32 | length u64
+//
+// followed by length bytes: the data of a READ, the answer of a control op, or an error
+// message when status != 0. Requests on one connection are applied and answered in order;
+// the client pipelines them, and the engine sends the requests of one batch to one target
+// over one connection, which is how submission order is kept even though large requests are
+// cut into chunks (Client.ChunkSize). Different batches and targets use different pooled
+// connections in parallel.
+//
+// The server (Server) checks every range against the Handler (the engine's registered
+// buffers) and answers an error for a range outside them; a malformed frame (bad magic,
+// version, op or an oversized length) closes that connection only. After applying a WRITE of
+// exactly 4 bytes to a 4-aligned address it wakes futex waiters on that word.
+//
+// The codec is written by hand (not gRPC or encoding/gob) because the data path must read
+// straight into the destination memory with no copies or allocations per request.
+package tcp

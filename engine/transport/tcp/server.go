@@ -1,0 +1,215 @@
+package tcp
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"math"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/mooncake-go/mooncake/internal/futex"
+	"github.com/mooncake-go/mooncake/internal/memview"
+)
+
+// Pin keeps a registered buffer alive while the server reads or writes it.
+type Pin interface{ Release() }
+
+// Handler is what the server asks about local memory and control calls.
+type Handler interface {
+	// Acquire returns local memory [addr, addr+length) if it lies inside one registered
+	// buffer, pinned until Release; otherwise an error (a *RemoteError gives the code sent).
+	Acquire(addr, length uint64) ([]byte, Pin, error)
+	// Control answers OpDescriptor, OpNotify and OpPing.
+	Control(op Op, payload []byte) ([]byte, error)
+}
+
+// Server serves frames on a listener.
+type Server struct {
+	ln net.Listener
+	h  Handler
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+
+	// SocketBuffer, when > 0, sets SO_RCVBUF/SO_SNDBUF on accepted connections.
+	SocketBuffer int
+}
+
+// NewServer returns a server for ln; call Serve to start it.
+func NewServer(ln net.Listener, h Handler) *Server {
+	return &Server{ln: ln, h: h, conns: make(map[net.Conn]struct{})}
+}
+
+// Addr is the listening address.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// Serve accepts connections until Close. It returns nil after Close.
+func (s *Server) Serve() error {
+	var backoff time.Duration
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.closed
+			s.mu.Unlock()
+			if closed || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			// Temporary failure (e.g. EMFILE): back off and keep serving.
+			if backoff == 0 {
+				backoff = 5 * time.Millisecond
+			} else if backoff < time.Second {
+				backoff *= 2
+			}
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			c.Close()
+			return nil
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serveConn(c)
+	}
+}
+
+// Close stops the listener, closes every connection and waits for their goroutines.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	err := s.ln.Close()
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return err
+}
+
+func (s *Server) serveConn(c net.Conn) {
+	defer func() {
+		// A handler bug must not take the whole process down with it.
+		recover()
+		c.Close()
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		s.wg.Done()
+	}()
+	tuneConn(c, s.SocketBuffer)
+	br := bufio.NewReaderSize(c, 256<<10)
+	bw := bufio.NewWriterSize(c, 64<<10)
+	var hb [reqHdrLen]byte
+	var rb [respHdrLen]byte
+	var h Header
+	var ctrl []byte
+	respond := func(status int32, seq uint32, payload []byte, n uint64) error {
+		encodeResp(rb[:], &respHeader{Status: status, Seq: seq, Length: n})
+		if _, err := bw.Write(rb[:]); err != nil {
+			return err
+		}
+		if len(payload) > 0 {
+			_, err := bw.Write(payload)
+			return err
+		}
+		return nil
+	}
+	respondErr := func(seq uint32, err error) error {
+		code := int32(StatusInvalidArgument)
+		var re *RemoteError
+		if errors.As(err, &re) {
+			code = int32(re.Code)
+		}
+		msg := err.Error()
+		if len(msg) > 4096 {
+			msg = msg[:4096]
+		}
+		return respond(code, seq, []byte(msg), uint64(len(msg)))
+	}
+	for {
+		if _, err := io.ReadFull(br, hb[:]); err != nil {
+			return
+		}
+		if err := DecodeHeader(hb[:], &h); err != nil {
+			return // malformed: drop this connection only
+		}
+		var err error
+		switch h.Op {
+		case OpWrite:
+			view, pin, aerr := s.h.Acquire(h.Addr, h.Length)
+			if aerr != nil {
+				if _, err = io.CopyN(io.Discard, br, int64(h.Length)); err != nil {
+					return
+				}
+				err = respondErr(h.Seq, aerr)
+				break
+			}
+			_, err = io.ReadFull(br, view)
+			if err == nil && h.Length == 4 && h.Addr%4 == 0 {
+				futex.Wake(memview.Uint32(uintptr(h.Addr)), math.MaxInt32)
+			}
+			pin.Release()
+			if err != nil {
+				return
+			}
+			err = respond(StatusOK, h.Seq, nil, 0)
+		case OpRead:
+			view, pin, aerr := s.h.Acquire(h.Addr, h.Length)
+			if aerr != nil {
+				err = respondErr(h.Seq, aerr)
+				break
+			}
+			err = respond(StatusOK, h.Seq, view, h.Length)
+			pin.Release()
+		default:
+			if cap(ctrl) < int(h.Length) {
+				ctrl = make([]byte, h.Length)
+			}
+			ctrl = ctrl[:h.Length]
+			if _, err = io.ReadFull(br, ctrl); err != nil {
+				return
+			}
+			out, cerr := s.h.Control(h.Op, ctrl)
+			if cerr != nil {
+				err = respondErr(h.Seq, cerr)
+			} else {
+				err = respond(StatusOK, h.Seq, out, uint64(len(out)))
+			}
+		}
+		if err != nil {
+			return
+		}
+		if br.Buffered() == 0 {
+			if err := bw.Flush(); err != nil {
+				return
+			}
+		}
+	}
+}
+
+func tuneConn(c net.Conn, buf int) {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return
+	}
+	tc.SetNoDelay(true)
+	tc.SetKeepAlive(true)
+	tc.SetKeepAlivePeriod(15 * time.Second)
+	if buf > 0 {
+		tc.SetReadBuffer(buf)
+		tc.SetWriteBuffer(buf)
+	}
+}

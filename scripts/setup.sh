@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Sets up a fresh machine for Mooncake in Go: Debian packages the tests use, the Go toolchain
+# check, the project's virtualenv (.venv) with torch, and the package itself built from source.
+# Idempotent: steps already done are skipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export PATH="/usr/local/go/bin:$PATH"
+PY=${PYTHON:-python3}
+VENV=.venv
+
+need_pkgs=()
+for p in etcd-server redis-server prometheus iproute2; do
+  dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
+done
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${need_pkgs[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+fi
+
+if ! command -v go >/dev/null; then
+  echo "setup: Go 1.26 or newer is required (https://go.dev/dl); not found on PATH" >&2
+  exit 1
+fi
+gov=$(go env GOVERSION | sed 's/^go//')
+case "$gov" in
+  1.2[6-9]*|1.[3-9]*|[2-9].*) ;;
+  *) echo "setup: Go $gov is too old; go.mod needs 1.26" >&2; exit 1 ;;
+esac
+go mod download
+
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PY" -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install -q --upgrade pip
+"$VENV/bin/python" -c "import torch, numpy, pytest, setuptools, wheel" 2>/dev/null ||
+  "$VENV/bin/python" -m pip install -q torch numpy pytest setuptools wheel
+
+echo "setup: building and installing mooncake-transfer-engine (Go library, commands, torch shim)"
+"$VENV/bin/python" -m pip install -q --no-build-isolation --no-deps .
+"$VENV/bin/python" -c "import mooncake.engine; print('setup: mooncake', mooncake.__version__, 'installed')"

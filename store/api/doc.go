@@ -1,0 +1,29 @@
+// Package api is the wire contract between Mooncake Store clients and mooncake_master: the
+// error codes (Mooncake's numbers), the descriptors (segments, replicas, replicate configs), the
+// request/response messages of every master RPC, and the gRPC service that carries them.
+//
+// # Why no .proto
+//
+// The service is declared by hand as a grpc.ServiceDesc (service.go) and its messages are plain
+// Go structs encoded with a JSON codec registered under the content-subtype "json"
+// (codec.go). We chose this over protoc-generated code because:
+//
+//   - the build and CI need no protoc, no protoc-gen-go plugins and no generated files to keep
+//     in step with a .proto;
+//   - the messages are small metadata records (keys, sizes, addresses); the data itself never
+//     crosses the master, so the codec is not on the data path and JSON's cost is irrelevant;
+//   - the same structs are the state machine's log entries (store/master), so one encoding serves
+//     RPC, the HA operation log and snapshots, and is readable with curl/jq when debugging.
+//
+// Everything else is real gRPC: HTTP/2 framing, deadlines, status codes, interceptors. A peer
+// that sends protobuf-encoded requests (or garbage) gets a gRPC error, never a crash. Clients must
+// dial with [DialOptions] (which selects the codec); [Dial] does that.
+//
+// # Conventions
+//
+// Every response carries a Code ([ErrorCode], 0 = OK) and a Message for users. Transport
+// failures surface as Go errors (mapped to RPC_FAIL / RPC_TIMEOUT by [CodeOf]). Batch RPCs answer
+// per item, in request order.
+//
+// This package must not import the master or the client; both import it.
+package api

@@ -1,0 +1,196 @@
+package api
+
+// MaxKeyLength is the longest key the store accepts, in bytes.
+const MaxKeyLength = 4096
+
+// ReplicaStatus is the lifecycle state of one replica (upstream numbering).
+type ReplicaStatus int32
+
+const (
+	ReplicaUndefined   ReplicaStatus = 0
+	ReplicaInitialized ReplicaStatus = 1
+	ReplicaProcessing  ReplicaStatus = 2 // allocated by PutStart, being written
+	ReplicaComplete    ReplicaStatus = 3 // readable
+	ReplicaRemoved     ReplicaStatus = 4
+	ReplicaFailed      ReplicaStatus = 5
+)
+
+func (s ReplicaStatus) String() string {
+	switch s {
+	case ReplicaInitialized:
+		return "INITIALIZED"
+	case ReplicaProcessing:
+		return "PROCESSING"
+	case ReplicaComplete:
+		return "COMPLETE"
+	case ReplicaRemoved:
+		return "REMOVED"
+	case ReplicaFailed:
+		return "FAILED"
+	}
+	return "UNDEFINED"
+}
+
+// Segment is a memory range [Base, Base+Size) that a client contributes to the store. Name is the
+// transfer-engine segment that owns the memory (what a peer passes to engine.OpenSegment); ID is
+// unique per mount (one engine may contribute several ranges).
+type Segment struct {
+	ID       string `json:"id"`
+	Name     string `json:"name"`
+	Base     uint64 `json:"base"`
+	Size     uint64 `json:"size"`
+	ClientID string `json:"client_id,omitempty"`
+}
+
+// Replica is where one copy of an object lives: Size bytes at the absolute address Addr inside
+// the engine segment SegmentName (mounted as SegmentID).
+type Replica struct {
+	SegmentID   string        `json:"segment_id"`
+	SegmentName string        `json:"segment_name"`
+	Addr        uint64        `json:"addr"`
+	Size        uint64        `json:"size"`
+	Status      ReplicaStatus `json:"status"`
+}
+
+// ReplicateConfig says how a put is placed. ReplicaNum 0 means 1. PreferredSegments are engine
+// segment names (or mount IDs) tried first, in order.
+type ReplicateConfig struct {
+	ReplicaNum        int      `json:"replica_num"`
+	WithSoftPin       bool     `json:"with_soft_pin,omitempty"`
+	WithHardPin       bool     `json:"with_hard_pin,omitempty"`
+	PreferredSegments []string `json:"preferred_segments,omitempty"`
+}
+
+// Status is embedded in every response.
+type Status struct {
+	Code    ErrorCode `json:"code"`
+	Message string    `json:"message,omitempty"`
+}
+
+// Err converts the status to a Go error (nil when OK).
+func (s Status) Err() error { return s.Code.Err(s.Message) }
+
+// StatusOf builds a Status from an error produced by the master (nil -> OK).
+func StatusOf(err error) Status {
+	if err == nil {
+		return Status{}
+	}
+	return Status{Code: CodeOf(err), Message: err.Error()}
+}
+
+// ---- messages ----
+
+type MountSegmentRequest struct {
+	ClientID string  `json:"client_id"`
+	Segment  Segment `json:"segment"`
+}
+
+type UnmountSegmentRequest struct {
+	ClientID  string `json:"client_id"`
+	SegmentID string `json:"segment_id"`
+}
+
+type PingRequest struct {
+	ClientID string `json:"client_id"`
+}
+
+// PingResponse lists the segments the master currently has mounted for the client; a client
+// re-mounts any of its segments missing there (after its expiry or a master restart).
+type PingResponse struct {
+	Status
+	MountedSegments []string `json:"mounted_segments"`
+	ViewVersion     uint64   `json:"view_version"`
+	ClientTTLMs     int64    `json:"client_ttl_ms"`
+}
+
+type PutStartRequest struct {
+	ClientID string          `json:"client_id"`
+	Key      string          `json:"key"`
+	Size     uint64          `json:"size"`
+	Config   ReplicateConfig `json:"config"`
+}
+
+type PutStartResponse struct {
+	Status
+	Replicas []Replica `json:"replicas,omitempty"`
+}
+
+type KeyRequest struct {
+	ClientID string `json:"client_id"`
+	Key      string `json:"key"`
+}
+
+type GetReplicaListResponse struct {
+	Status
+	Size       uint64    `json:"size"`
+	Replicas   []Replica `json:"replicas,omitempty"`
+	LeaseTTLMs int64     `json:"lease_ttl_ms"`
+}
+
+type ExistKeyResponse struct {
+	Status
+	Exists bool `json:"exists"`
+}
+
+type RemoveRequest struct {
+	ClientID string `json:"client_id"`
+	Key      string `json:"key"`
+	Force    bool   `json:"force,omitempty"`
+}
+
+type RemoveByRegexRequest struct {
+	ClientID string `json:"client_id"`
+	Pattern  string `json:"pattern"`
+	Force    bool   `json:"force,omitempty"`
+}
+
+type CountResponse struct {
+	Status
+	Count int64 `json:"count"`
+}
+
+type RemoveAllRequest struct {
+	ClientID string `json:"client_id"`
+}
+
+type BatchPutStartRequest struct {
+	ClientID string          `json:"client_id"`
+	Keys     []string        `json:"keys"`
+	Sizes    []uint64        `json:"sizes"`
+	Config   ReplicateConfig `json:"config"`
+}
+
+type BatchPutStartResponse struct {
+	Status
+	Results []PutStartResponse `json:"results"`
+}
+
+type BatchKeysRequest struct {
+	ClientID string   `json:"client_id"`
+	Keys     []string `json:"keys"`
+	Force    bool     `json:"force,omitempty"`
+}
+
+type BatchStatusResponse struct {
+	Status
+	Results []Status `json:"results"`
+}
+
+type BatchGetReplicaListResponse struct {
+	Status
+	Results []GetReplicaListResponse `json:"results"`
+}
+
+type BatchExistKeyResponse struct {
+	Status
+	Results []ExistKeyResponse `json:"results"`
+}
+
+type ServiceStatusRequest struct{}
+
+type ServiceStatusResponse struct {
+	Status
+	Role        string `json:"role"`
+	ClusterID   string `json:"cluster_id"`
+	ViewVersion uint64 `json:"view_version"`
+}
