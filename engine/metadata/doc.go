@@ -16,7 +16,10 @@
 //
 // Every operation whose context has no deadline gets DefaultTimeout (3 s), so a store that
 // is down turns into an error, never a hang. Get reports a missing key with an error that
-// wraps ErrNotFound; Delete of a missing key is not an error on any backend.
+// wraps ErrNotFound; Delete of a missing key is not an error on any backend. The etcd
+// client retries, within the deadline, the errors a cluster gives while it elects a new
+// leader (each try capped at 2 s), so a caller with a deadline of a few seconds rides
+// through the loss of one member. All operations are idempotent, which makes that safe.
 //
 // # HTTP metadata protocol
 //

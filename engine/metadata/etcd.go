@@ -2,12 +2,23 @@ package metadata
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
+
+// etcdAttemptTimeout caps one try of an operation. When a cluster loses its leader, a
+// request already forwarded to it only fails after the server's own timeout (7 s by
+// default); trying again after a shorter wait reaches the newly elected leader instead.
+// Every operation here is idempotent (last write wins), so a retry is safe.
+const etcdAttemptTimeout = 2 * time.Second
 
 // etcdStore keeps each key as one etcd v3 key. It works with etcd 3.4 and later servers.
 type etcdStore struct {
@@ -40,15 +51,56 @@ func withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, DefaultTimeout)
 }
 
+// retry runs op until it succeeds, fails for a reason a retry cannot fix, or ctx ends.
+func retry(ctx context.Context, op func(ctx context.Context) error) error {
+	backoff := 50 * time.Millisecond
+	for {
+		actx, cancel := context.WithTimeout(ctx, etcdAttemptTimeout)
+		err := op(actx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !transientEtcdError(err) {
+			return err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+}
+
+// transientEtcdError reports errors seen while a cluster elects a leader or a member is
+// unreachable.
+func transientEtcdError(err error) bool {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, rpctypes.ErrNoLeader),
+		errors.Is(err, rpctypes.ErrLeaderChanged),
+		errors.Is(err, rpctypes.ErrTimeout),
+		errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail),
+		errors.Is(err, rpctypes.ErrTimeoutDueToConnectionLost):
+		return true
+	}
+	c := status.Code(err)
+	return c == codes.Unavailable || c == codes.DeadlineExceeded
+}
+
 func (s *etcdStore) Get(ctx context.Context, key string) ([]byte, error) {
 	if key == "" {
 		return nil, fmt.Errorf("metadata: GET with an empty key")
 	}
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	resp, err := s.cli.Get(ctx, key)
+	var resp *clientv3.GetResponse
+	err := retry(ctx, func(ctx context.Context) (err error) {
+		resp, err = s.cli.Get(ctx, key)
+		return err
+	})
 	if err != nil {
-		return nil, fmt.Errorf("metadata: GET key %q from etcd at %s: %w", key, s.endpoints, err)
+		return nil, s.opError("GET", key, "from", err)
 	}
 	if len(resp.Kvs) == 0 {
 		return nil, fmt.Errorf("metadata: key %q in etcd at %s: %w", key, s.endpoints, ErrNotFound)
@@ -62,8 +114,12 @@ func (s *etcdStore) Put(ctx context.Context, key string, value []byte) error {
 	}
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	if _, err := s.cli.Put(ctx, key, string(value)); err != nil {
-		return fmt.Errorf("metadata: PUT key %q to etcd at %s: %w", key, s.endpoints, err)
+	err := retry(ctx, func(ctx context.Context) error {
+		_, err := s.cli.Put(ctx, key, string(value))
+		return err
+	})
+	if err != nil {
+		return s.opError("PUT", key, "to", err)
 	}
 	return nil
 }
@@ -74,10 +130,23 @@ func (s *etcdStore) Delete(ctx context.Context, key string) error {
 	}
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	if _, err := s.cli.Delete(ctx, key); err != nil {
-		return fmt.Errorf("metadata: DELETE key %q from etcd at %s: %w", key, s.endpoints, err)
+	err := retry(ctx, func(ctx context.Context) error {
+		_, err := s.cli.Delete(ctx, key)
+		return err
+	})
+	if err != nil {
+		return s.opError("DELETE", key, "from", err)
 	}
 	return nil
+}
+
+// opError words a failed operation; a deadline gets a hint, since that is what an etcd
+// that is down or unreachable looks like from here.
+func (s *etcdStore) opError(op, key, prep string, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("metadata: %s key %q %s etcd at %s: no answer before the deadline (is etcd running and reachable there?): %w", op, key, prep, s.endpoints, err)
+	}
+	return fmt.Errorf("metadata: %s key %q %s etcd at %s: %w", op, key, prep, s.endpoints, err)
 }
 
 func (s *etcdStore) Close() error {

@@ -71,7 +71,7 @@ func (s *redisStore) Get(ctx context.Context, key string) ([]byte, error) {
 		return nil, fmt.Errorf("metadata: key %q in Redis at %s: %w", key, s.addr, ErrNotFound)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("metadata: GET key %q from Redis at %s: %w", key, s.addr, err)
+		return nil, s.opError("GET", key, "from", err)
 	}
 	return v, nil
 }
@@ -86,7 +86,7 @@ func (s *redisStore) Put(ctx context.Context, key string, value []byte) error {
 		value = []byte{}
 	}
 	if err := s.cli.Set(ctx, key, value, 0).Err(); err != nil {
-		return fmt.Errorf("metadata: PUT key %q to Redis at %s: %w", key, s.addr, err)
+		return s.opError("PUT", key, "to", err)
 	}
 	return nil
 }
@@ -98,9 +98,17 @@ func (s *redisStore) Delete(ctx context.Context, key string) error {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
 	if err := s.cli.Del(ctx, key).Err(); err != nil {
-		return fmt.Errorf("metadata: DELETE key %q from Redis at %s: %w", key, s.addr, err)
+		return s.opError("DELETE", key, "from", err)
 	}
 	return nil
+}
+
+// opError words a failed operation, with a hint when the server refused the password.
+func (s *redisStore) opError(op, key, prep string, err error) error {
+	if msg := err.Error(); strings.HasPrefix(msg, "NOAUTH") || strings.HasPrefix(msg, "WRONGPASS") {
+		return fmt.Errorf("metadata: %s key %q %s Redis at %s (check the password in the URL or MC_REDIS_PASSWORD): %w", op, key, prep, s.addr, err)
+	}
+	return fmt.Errorf("metadata: %s key %q %s Redis at %s: %w", op, key, prep, s.addr, err)
 }
 
 func (s *redisStore) Close() error {

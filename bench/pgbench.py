@@ -1,0 +1,258 @@
+#!/usr/bin/env python3
+"""nccl-tests-style benchmark of torch.distributed backends, several side by side in one run.
+
+    python bench/pgbench.py --collective all_reduce --backend mooncake-cpu,gloo -b 8 -e 64M -f 4 -g 2
+    torchrun --nproc_per_node=4 bench/pgbench.py --collective all_gather ...
+
+For each size it prints time (us), algbw and busbw (GB/s, 1 GB = 1e9 B) and #wrong per backend,
+and each backend's busbw ratio to gloo measured in the same run. busbw factors follow
+nccl-tests: all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n with the size
+being the whole gathered/scattered buffer; broadcast and sendrecv 1.
+Every backend runs on a group of its own (new_group) over the same processes, size by size,
+so the figures compare like with like. --json writes the rows for tooling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+
+COLLECTIVES = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "sendrecv"]
+DTYPES = {"float32": torch.float32, "float": torch.float32, "float64": torch.float64,
+          "float16": torch.float16, "half": torch.float16, "bfloat16": torch.bfloat16,
+          "int32": torch.int32, "int64": torch.int64, "int8": torch.int8, "uint8": torch.uint8}
+OPS = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "min": dist.ReduceOp.MIN,
+       "max": dist.ReduceOp.MAX, "avg": dist.ReduceOp.AVG}
+
+
+def parse_size(s: str) -> int:
+    s = s.strip().upper()
+    mult = 1
+    for suf, m in (("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30)):
+        if s.endswith(suf):
+            s, mult = s[:-1], m
+    return int(float(s) * mult)
+
+
+def bus_factor(coll: str, n: int) -> float:
+    if coll == "all_reduce":
+        return 2 * (n - 1) / n
+    if coll in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    return 1.0
+
+
+def make_op(coll: str, size: int, dtype: torch.dtype, op, group, rank: int, n: int):
+    """Returns (run, check): run() does one op; check() counts wrong elements after a fresh run."""
+    esize = torch.tensor([], dtype=dtype).element_size()
+    count = max(1, size // esize)
+    if coll in ("all_gather", "reduce_scatter", "all_to_all"):
+        count = max(n, count - count % n)
+    per = count // n
+
+    def fill(t, value):
+        t.fill_(value)
+
+    if coll == "all_reduce":
+        buf = torch.empty(count, dtype=dtype)
+
+        def run():
+            dist.all_reduce(buf, op=op, group=group)
+
+        def check():
+            fill(buf, rank + 1)
+            run()
+            exp = {dist.ReduceOp.SUM: n * (n + 1) // 2, dist.ReduceOp.MAX: n, dist.ReduceOp.MIN: 1,
+                   dist.ReduceOp.AVG: (n + 1) / 2}.get(op)
+            if exp is None:  # PRODUCT
+                exp = 1
+                for i in range(1, n + 1):
+                    exp *= i
+            return int((buf.double() != float(exp)).sum())
+        return run, check, count
+    if coll == "all_gather":
+        inp = torch.empty(per, dtype=dtype)
+        out = torch.empty(per * n, dtype=dtype)
+
+        def run():
+            dist.all_gather_into_tensor(out, inp, group=group)
+
+        def check():
+            fill(inp, rank + 1)
+            run()
+            exp = torch.arange(1, n + 1, dtype=torch.float64).repeat_interleave(per)
+            return int((out.double() != exp).sum())
+        return run, check, count
+    if coll == "reduce_scatter":
+        inp = torch.empty(per * n, dtype=dtype)
+        out = torch.empty(per, dtype=dtype)
+
+        def run():
+            dist.reduce_scatter_tensor(out, inp, op=op, group=group)
+
+        def check():
+            fill(inp, rank + 1)
+            run()
+            return int((out.double() != float(n * (n + 1) // 2)).sum())
+        return run, check, count
+    if coll == "all_to_all":
+        inp = torch.empty(per * n, dtype=dtype)
+        out = torch.empty(per * n, dtype=dtype)
+
+        def run():
+            dist.all_to_all_single(out, inp, group=group)
+
+        def check():
+            for j in range(n):
+                inp[j * per:(j + 1) * per] = (rank * n + j) % 100
+            run()
+            exp = torch.tensor([(i * n + rank) % 100 for i in range(n)],
+                               dtype=torch.float64).repeat_interleave(per)
+            return int((out.double() != exp).sum())
+        return run, check, count
+    if coll == "broadcast":
+        buf = torch.empty(count, dtype=dtype)
+        root = dist.get_global_rank(group, 0) if group is not None else 0
+
+        def run():
+            dist.broadcast(buf, src=root, group=group)
+
+        def check():
+            fill(buf, 7 if rank == 0 else 0)
+            run()
+            return int((buf.double() != 7).sum())
+        return run, check, count
+    if coll == "sendrecv":
+        sbuf = torch.empty(count, dtype=dtype)
+        rbuf = torch.empty(count, dtype=dtype)
+        ranks = dist.get_process_group_ranks(group)
+        nxt, prv = ranks[(rank + 1) % n], ranks[(rank - 1) % n]
+
+        def run():
+            if n == 1:
+                rbuf.copy_(sbuf)
+                return
+            ops = [dist.P2POp(dist.isend, sbuf, nxt, group), dist.P2POp(dist.irecv, rbuf, prv, group)]
+            for w in dist.batch_isend_irecv(ops):
+                w.wait()
+
+        def check():
+            fill(sbuf, rank + 1)
+            run()
+            return int((rbuf.double() != float((rank - 1) % n + 1)).sum())
+        return run, check, count
+    raise ValueError(f"unknown collective {coll}")
+
+
+def bench_rank(args) -> list[dict]:
+    rank, n = dist.get_rank(), dist.get_world_size()
+    backends = [b.strip() for b in args.backend.split(",") if b.strip()]
+    groups = {b: dist.new_group(backend=b) for b in backends}
+    dtype = DTYPES[args.dtype]
+    op = OPS[args.op]
+    sizes = []
+    s = parse_size(args.minbytes)
+    while s <= parse_size(args.maxbytes):
+        sizes.append(s)
+        s *= args.stepfactor
+    timer = dist.new_group(backend="gloo")
+    rows = []
+    if rank == 0:
+        names = "".join(f"| {b:>14}: {'time(us)':>10} {'algbw':>7} {'busbw':>7} {'#wrong':>6} "
+                        for b in backends)
+        ratio = "".join(f"| {b + '/gloo':>16} " for b in backends if b != "gloo" and "gloo" in backends)
+        print(f"# {args.collective} dtype={args.dtype} op={args.op} ranks={n} iters={args.iters} "
+              f"warmup={args.warmup}")
+        print(f"{'size(B)':>12} {'count':>12} {names}{ratio}")
+    for size in sizes:
+        row = {"collective": args.collective, "size": size, "ranks": n, "dtype": args.dtype}
+        for b in backends:
+            run, check, count = make_op(args.collective, size, dtype, op, groups[b], rank, n)
+            row["count"] = count
+            wrong = check() if args.check else 0
+            for _ in range(args.warmup):
+                run()
+            dist.barrier(group=timer)
+            t0 = time.perf_counter()
+            for _ in range(args.iters):
+                run()
+            el = torch.tensor([(time.perf_counter() - t0) / args.iters], dtype=torch.float64)
+            dist.all_reduce(el, op=dist.ReduceOp.MAX, group=timer)
+            w = torch.tensor([wrong], dtype=torch.int64)
+            dist.all_reduce(w, group=timer)
+            nbytes = count * torch.tensor([], dtype=dtype).element_size()
+            algbw = nbytes / el.item() / 1e9
+            row[b] = {"time_us": el.item() * 1e6, "algbw": algbw,
+                      "busbw": algbw * bus_factor(args.collective, n), "wrong": int(w.item())}
+        if "gloo" in backends:
+            for b in backends:
+                if b != "gloo":
+                    row[b + "/gloo"] = row[b]["busbw"] / max(row["gloo"]["busbw"], 1e-12)
+        rows.append(row)
+        if rank == 0:
+            line = f"{row['size']:>12} {row['count']:>12} "
+            for b in backends:
+                r = row[b]
+                line += (f"| {'':>14}  {r['time_us']:>10.1f} {r['algbw']:>7.3f} {r['busbw']:>7.3f} "
+                         f"{r['wrong']:>6} ")
+            for b in backends:
+                if b + "/gloo" in row:
+                    line += f"| {row[b + '/gloo']:>15.2f}x "
+            print(line, flush=True)
+    return rows
+
+
+def worker(local_rank: int, args, world: int, init: str) -> None:
+    import mooncake_pg  # noqa: F401  registers the backends in every spawned process
+
+    dist.init_process_group("gloo", init_method=init, rank=local_rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=args.timeout))
+    rows = bench_rank(args)
+    if local_rank == 0 and args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--collective", default="all_reduce", choices=COLLECTIVES)
+    p.add_argument("--backend", default="mooncake-cpu,gloo")
+    p.add_argument("-b", "--minbytes", default="8")
+    p.add_argument("-e", "--maxbytes", default="64M")
+    p.add_argument("-f", "--stepfactor", type=int, default=4)
+    p.add_argument("-n", "--iters", type=int, default=20)
+    p.add_argument("-w", "--warmup", type=int, default=5)
+    p.add_argument("-d", "--dtype", default="float32", choices=sorted(DTYPES))
+    p.add_argument("-o", "--op", default="sum", choices=sorted(OPS))
+    p.add_argument("-c", "--check", type=int, default=1)
+    p.add_argument("-g", "--ranks", type=int, default=2, help="ranks to spawn on this node")
+    p.add_argument("--timeout", type=int, default=300)
+    p.add_argument("--json", default="")
+    args = p.parse_args()
+    if "RANK" in os.environ:  # under torchrun
+        import mooncake_pg  # noqa: F401
+
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
+        rows = bench_rank(args)
+        if dist.get_rank() == 0 and args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1)
+        dist.destroy_process_group()
+        return
+    with tempfile.TemporaryDirectory() as d:
+        init = "file://" + os.path.join(d, "rdzv")
+        torch.multiprocessing.spawn(worker, args=(args, args.ranks, init), nprocs=args.ranks)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
