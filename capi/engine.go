@@ -241,13 +241,13 @@ func mc_engine_first_buffer(h C.uint64_t, seg C.uint64_t, addr *C.uint64_t) C.in
 	if addr == nil {
 		return setErr(invalid("mc_engine_first_buffer: addr is NULL"))
 	}
-	bufs, err := e.SegmentBuffers(engine.SegmentID(seg))
+	d, err := e.SegmentDescriptor(engine.SegmentID(seg))
 	if err != nil {
 		return setErr(err)
 	}
 	*addr = 0
-	if len(bufs) > 0 {
-		*addr = C.uint64_t(bufs[0].Addr)
+	if len(d.Buffers) > 0 {
+		*addr = C.uint64_t(d.Buffers[0].Addr)
 	}
 	return 0
 }

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"sync"
 	"unsafe"
+
+	"github.com/mooncake-go/mooncake/engine"
 )
 
 func main() {}
@@ -49,6 +51,10 @@ func setErr(err error) C.int {
 	var ce codedError
 	if errors.As(err, &ce) && ce.Code() < 0 {
 		return C.int(ce.Code())
+	}
+	var ee *engine.Error
+	if errors.As(err, &ee) && ee.Code < 0 {
+		return C.int(ee.Code)
 	}
 	return codeInternal
 }

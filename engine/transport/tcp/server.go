@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -100,6 +101,9 @@ func (s *Server) Close() error {
 }
 
 func (s *Server) serveConn(c net.Conn) {
+	// A buffer unmapped behind the engine's back faults as a panic we recover from, rather
+	// than killing the process.
+	debug.SetPanicOnFault(true)
 	defer func() {
 		// A handler bug must not take the whole process down with it.
 		recover()

@@ -1,0 +1,92 @@
+/* Store section of the Mooncake C ABI (see mooncake.h for the conventions).
+ *
+ * A store handle is a client of Mooncake Store (mooncake_master + the segments clients
+ * contribute). Status: 0 ok, negative Mooncake store error codes (OBJECT_NOT_FOUND -704,
+ * INVALID_KEY -400, NO_AVAILABLE_HANDLE -200, OBJECT_HAS_LEASE -706, RPC_FAIL -900, ...), with the
+ * message in mooncake_last_error(). Keys are NUL-terminated UTF-8, 1..4096 bytes. A put of a key
+ * that already exists succeeds without rewriting it (write-once). Buffer addresses are plain
+ * integers (uint64_t) like in the engine section. Every call may block on the network for at
+ * most its RPC timeout (10 s) plus the transfer timeout; none holds a lock of the caller's.
+ */
+#ifndef MOONCAKE_STORE_H
+#define MOONCAKE_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* How a put is placed. NULL config = 1 replica, no pins. preferred_segments: comma-separated
+ * segment names ("host:port"), tried first; NULL or "" for none. */
+typedef struct mc_replicate_config {
+  int32_t replica_num;
+  int32_t with_soft_pin;
+  int32_t with_hard_pin;
+  const char *preferred_segments;
+} mc_replicate_config;
+
+/* Lifecycle. mc_store_create makes an unconnected handle; mc_store_setup connects it:
+ * it uses the process-wide transfer engine (creating it from these arguments when the process has
+ * none yet), checks the master answers, mounts global_segment_size bytes (0: contribute nothing)
+ * and allocates a local_buffer_size staging buffer (0: 16 MiB). mc_store_close unmounts the
+ * segment and releases the handle (replicas elsewhere survive). */
+int mc_store_create(uint64_t *out);
+int mc_store_setup(uint64_t store, const char *local_hostname, const char *metadata_server,
+                   uint64_t global_segment_size, uint64_t local_buffer_size, const char *protocol,
+                   const char *device_name, const char *master_server_address);
+int mc_store_close(uint64_t store);
+/* 0 healthy, 1 not set up (or unknown handle), 2 master unreachable. */
+int mc_store_health_check(uint64_t store);
+/* Copies the segment name ("host:port") into buf; returns its full length (or <0). */
+int mc_store_get_hostname(uint64_t store, char *buf, int32_t buflen);
+
+/* Zero-copy buffers for put_from / get_into. */
+int mc_store_register_buffer(uint64_t store, uint64_t addr, uint64_t len);
+int mc_store_unregister_buffer(uint64_t store, uint64_t addr);
+
+/* Put. */
+int mc_store_put(uint64_t store, const char *key, const void *data, uint64_t len,
+                 const mc_replicate_config *cfg);
+int mc_store_put_parts(uint64_t store, const char *key, const void *const *parts,
+                       const uint64_t *lens, int32_t n, const mc_replicate_config *cfg);
+int mc_store_put_from(uint64_t store, const char *key, uint64_t addr, uint64_t len,
+                      const mc_replicate_config *cfg);
+/* results[i] gets each key's status; the call returns 0 when the batch ran (even if some keys
+ * failed) and <0 when it could not run at all. */
+int mc_store_batch_put(uint64_t store, const char *const *keys, const void *const *datas,
+                       const uint64_t *lens, int32_t n, const mc_replicate_config *cfg,
+                       int32_t *results);
+int mc_store_batch_put_from(uint64_t store, const char *const *keys, const uint64_t *addrs,
+                            const uint64_t *lens, int32_t n, const mc_replicate_config *cfg,
+                            int32_t *results);
+
+/* Get. mc_store_get returns the value in malloc'd memory (*out, *len; free it with
+ * mc_store_free; NULL/0 for an empty result). mc_store_get_into copies into the caller's buffer
+ * and returns the bytes read or <0 (BUFFER_OVERFLOW -10 when it is too small). */
+int mc_store_get(uint64_t store, const char *key, uint8_t **out, uint64_t *len);
+int64_t mc_store_get_into(uint64_t store, const char *key, uint64_t addr, uint64_t len);
+/* Per key: outs[i]/lens[i] (malloc'd, free each with mc_store_free) and results[i] status. */
+int mc_store_batch_get(uint64_t store, const char *const *keys, int32_t n, uint8_t **outs,
+                       uint64_t *lens, int32_t *results);
+/* results[i]: bytes read or <0. */
+int mc_store_batch_get_into(uint64_t store, const char *const *keys, const uint64_t *addrs,
+                            const uint64_t *lens, int32_t n, int64_t *results);
+void mc_store_free(void *p);
+
+/* Queries and removal. */
+int64_t mc_store_get_size(uint64_t store, const char *key);      /* bytes or <0 */
+int mc_store_is_exist(uint64_t store, const char *key);          /* 1, 0 or <0 */
+int mc_store_batch_is_exist(uint64_t store, const char *const *keys, int32_t n, int32_t *results);
+int mc_store_remove(uint64_t store, const char *key, int32_t force);
+int mc_store_batch_remove(uint64_t store, const char *const *keys, int32_t n, int32_t force,
+                          int32_t *results);
+int64_t mc_store_remove_by_regex(uint64_t store, const char *pattern, int32_t force); /* count */
+int64_t mc_store_remove_all(uint64_t store);                                          /* count */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,629 @@
+package main
+
+/*
+#include <stdint.h>
+#include <stdlib.h>
+// Same layout as in include/mooncake_store.h (that header's const prototypes cannot be included
+// here: cgo's generated export declarations drop const and would conflict).
+typedef struct mc_replicate_config {
+  int32_t replica_num;
+  int32_t with_soft_pin;
+  int32_t with_hard_pin;
+  const char *preferred_segments;
+} mc_replicate_config;
+*/
+import "C"
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"github.com/mooncake-go/mooncake/engine"
+	"github.com/mooncake-go/mooncake/internal/memview"
+	"github.com/mooncake-go/mooncake/store/api"
+	"github.com/mooncake-go/mooncake/store/client"
+)
+
+// The store section of the C ABI: thin adapters from mc_store_* to store/client. Every entry
+// validates its arguments, runs the operation and maps errors to Mooncake's store codes.
+
+type storeHandle struct {
+	mu sync.RWMutex
+	c  *client.Client // nil until setup
+}
+
+var stores handles[*storeHandle]
+
+// storeErr carries an api error's Mooncake code to setErr.
+type storeErr struct{ err error }
+
+func (e storeErr) Error() string { return e.err.Error() }
+func (e storeErr) Unwrap() error { return e.err }
+func (e storeErr) Code() int {
+	if c := api.CodeOf(e.err); c != api.OK {
+		return int(c)
+	}
+	return int(api.INTERNAL_ERROR)
+}
+
+func serr(err error) C.int {
+	if err == nil {
+		return 0
+	}
+	return setErr(storeErr{err})
+}
+
+func storeClient(h C.uint64_t) (*client.Client, error) {
+	s, ok := stores.get(uint64(h))
+	if !ok {
+		return nil, api.Errorf(api.INVALID_PARAMS, "unknown store handle %d", uint64(h))
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.c == nil {
+		return nil, api.Errorf(api.INVALID_PARAMS, "the store is not set up: call setup() first")
+	}
+	return s.c, nil
+}
+
+// storeEngine returns the process-wide engine, creating it from the setup arguments when the
+// process has none yet (processEngine would create it from the environment instead).
+func storeEngine(cfg client.Config) (*engine.Engine, error) {
+	procMu.Lock()
+	defer procMu.Unlock()
+	if procEngine != nil {
+		return procEngine, nil
+	}
+	ecfg := client.EngineConfig(cfg)
+	if ecfg.LocalServerName == "" {
+		ecfg.LocalServerName = "127.0.0.1"
+	}
+	e, err := engine.New(context.Background(), ecfg)
+	if err != nil {
+		return nil, fmt.Errorf("starting the process-wide transfer engine: %w", err)
+	}
+	procEngine = e
+	return e, nil
+}
+
+func replicateConfig(p *C.mc_replicate_config) (api.ReplicateConfig, error) {
+	cfg := api.ReplicateConfig{ReplicaNum: 1}
+	if p == nil {
+		return cfg, nil
+	}
+	cfg.ReplicaNum = int(p.replica_num)
+	if cfg.ReplicaNum <= 0 {
+		return cfg, api.Errorf(api.INVALID_PARAMS, "replica_num must be >= 1, got %d", cfg.ReplicaNum)
+	}
+	cfg.WithSoftPin = p.with_soft_pin != 0
+	cfg.WithHardPin = p.with_hard_pin != 0
+	for _, s := range strings.Split(goString(p.preferred_segments), ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			cfg.PreferredSegments = append(cfg.PreferredSegments, s)
+		}
+	}
+	return cfg, nil
+}
+
+func cKey(k *C.char) (string, error) {
+	if k == nil {
+		return "", api.Errorf(api.INVALID_KEY, "key is NULL")
+	}
+	return C.GoString(k), nil
+}
+
+func cKeys(keys **C.char, n C.int32_t) ([]string, error) {
+	if n < 0 || (n > 0 && keys == nil) {
+		return nil, api.Errorf(api.INVALID_PARAMS, "bad key array (n=%d)", int(n))
+	}
+	out := make([]string, int(n))
+	for i, k := range unsafe.Slice(keys, int(n)) {
+		if k == nil {
+			return nil, api.Errorf(api.INVALID_KEY, "key %d is NULL", i)
+		}
+		out[i] = C.GoString(k)
+	}
+	return out, nil
+}
+
+func codes(errs []error, out *C.int32_t) {
+	if out == nil {
+		return
+	}
+	res := unsafe.Slice(out, len(errs))
+	for i, e := range errs {
+		res[i] = C.int32_t(int32(api.CodeOf(e)))
+	}
+	if first := firstErr(errs); first != nil {
+		serr(first) // keep the message of the first failure for the caller
+	}
+}
+
+func firstErr(errs []error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+//export mc_store_create
+func mc_store_create(out *C.uint64_t) C.int {
+	if out == nil {
+		return serr(api.Errorf(api.INVALID_PARAMS, "out is NULL"))
+	}
+	*out = C.uint64_t(stores.put(&storeHandle{}))
+	return 0
+}
+
+//export mc_store_setup
+func mc_store_setup(h C.uint64_t, local, meta *C.char, segSize, bufSize C.uint64_t, proto, dev, masterAddr *C.char) C.int {
+	s, ok := stores.get(uint64(h))
+	if !ok {
+		return serr(api.Errorf(api.INVALID_PARAMS, "unknown store handle %d", uint64(h)))
+	}
+	cfg := client.Config{
+		LocalHostname: goString(local), MetadataServer: goString(meta), GlobalSegmentSize: uint64(segSize),
+		LocalBufferSize: uint64(bufSize), Protocol: goString(proto), DeviceName: goString(dev),
+		MasterServerAddress: goString(masterAddr),
+	}
+	if cfg.MasterServerAddress == "" {
+		return serr(api.Errorf(api.INVALID_PARAMS, "master_server_address is empty (want host:port of mooncake_master)"))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.c != nil {
+		return serr(api.Errorf(api.INVALID_PARAMS, "the store is already set up; close it first"))
+	}
+	eng, err := storeEngine(cfg)
+	if err != nil {
+		return serr(api.Errorf(api.INVALID_PARAMS, "%v", err))
+	}
+	c, err := client.NewWithEngine(context.Background(), eng, cfg)
+	if err != nil {
+		return serr(err)
+	}
+	s.c = c
+	return 0
+}
+
+//export mc_store_close
+func mc_store_close(h C.uint64_t) C.int {
+	s, ok := stores.take(uint64(h))
+	if !ok {
+		return serr(api.Errorf(api.INVALID_PARAMS, "unknown store handle %d", uint64(h)))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.c == nil {
+		return 0
+	}
+	err := s.c.Close()
+	s.c = nil
+	return serr(err)
+}
+
+//export mc_store_health_check
+func mc_store_health_check(h C.uint64_t) C.int {
+	c, err := storeClient(h)
+	if err != nil {
+		serr(err)
+		return 1
+	}
+	if err := c.HealthCheck(context.Background()); err != nil {
+		serr(err)
+		return 2
+	}
+	return 0
+}
+
+//export mc_store_get_hostname
+func mc_store_get_hostname(h C.uint64_t, buf *C.char, buflen C.int32_t) C.int {
+	c, err := storeClient(h)
+	if err != nil {
+		return serr(err)
+	}
+	return copyOut(c.Hostname(), buf, C.int(buflen))
+}
+
+//export mc_store_register_buffer
+func mc_store_register_buffer(h C.uint64_t, addr, n C.uint64_t) C.int {
+	c, err := storeClient(h)
+	if err != nil {
+		return serr(err)
+	}
+	return serr(c.RegisterBuffer(uintptr(addr), uint64(n)))
+}
+
+//export mc_store_unregister_buffer
+func mc_store_unregister_buffer(h C.uint64_t, addr C.uint64_t) C.int {
+	c, err := storeClient(h)
+	if err != nil {
+		return serr(err)
+	}
+	return serr(c.UnregisterBuffer(uintptr(addr)))
+}
+
+func cBytes(p unsafe.Pointer, n C.uint64_t) []byte {
+	return memview.Bytes(uintptr(p), int(n))
+}
+
+//export mc_store_put
+func mc_store_put(h C.uint64_t, key *C.char, data unsafe.Pointer, n C.uint64_t, cfgp *C.mc_replicate_config) C.int {
+	c, err := storeClient(h)
+	if err != nil {
+		return serr(err)
+	}
+	k, err := cKey(key)
+	if err != nil {
+		return serr(err)
+	}
+	cfg, err := replicateConfig(cfgp)
+	if err != nil {
+		return serr(err)
+	}
+	if data == nil && n > 0 {
+		return serr(api.Errorf(api.INVALID_PARAMS, "data is NULL"))
+	}
+	return serr(c.Put(context.Background(), k, cBytes(data, n), cfg))
+}
+
+//export mc_store_put_parts
+func mc_store_put_parts(h C.uint64_t, key *C.char, parts *unsafe.Pointer, lens *C.uint64_t, n C.int32_t, cfgp *C.mc_replicate_config) C.int {
+	c, err := storeClient(h)
+	if err != nil {
+		return serr(err)
+	}
+	k, err := cKey(key)
+	if err != nil {
+		return serr(err)
+	}
+	cfg, err := replicateConfig(cfgp)
+	if err != nil {
+		return serr(err)
+	}
+	if n < 0 || (n > 0 && (parts == nil || lens == nil)) {
+		return serr(api.Errorf(api.INVALID_PARAMS, "bad parts array (n=%d)", int(n)))
+	}
+	ps := unsafe.Slice(parts, int(n))
+	ls := unsafe.Slice(lens, int(n))
+	bs := make([][]byte, int(n))
+	for i := range bs {
+		bs[i] = cBytes(ps[i], ls[i])
+	}
+	return serr(c.PutParts(context.Background(), k, bs, cfg))
+}
+
+//export mc_store_put_from
+func mc_store_put_from(h C.uint64_t, key *C.char, addr, n C.uint64_t, cfgp *C.mc_replicate_config) C.int {
+	c, err := storeClient(h)
+	if err != nil {
+		return serr(err)
+	}
+	k, err := cKey(key)
+	if err != nil {
+		return serr(err)
+	}
+	cfg, err := replicateConfig(cfgp)
+	if err != nil {
+		return serr(err)
+	}
+	return serr(c.PutFrom(context.Background(), k, uintptr(addr), uint64(n), cfg))
+}
+
+//export mc_store_batch_put
+func mc_store_batch_put(h C.uint64_t, keys **C.char, datas *unsafe.Pointer, lens *C.uint64_t, n C.int32_t, cfgp *C.mc_replicate_config, results *C.int32_t) C.int {
+	c, err := storeClient(h)
+	if err != nil {
+		return serr(err)
+	}
+	ks, err := cKeys(keys, n)
+	if err != nil {
+		return serr(err)
+	}
+	cfg, err := replicateConfig(cfgp)
+	if err != nil {
+		return serr(err)
+	}
+	if n > 0 && (datas == nil || lens == nil || results == nil) {
+		return serr(api.Errorf(api.INVALID_PARAMS, "NULL data, length or result array"))
+	}
+	ds := unsafe.Slice(datas, int(n))
+	ls := unsafe.Slice(lens, int(n))
+	vals := make([][]byte, int(n))
+	for i := range vals {
+		vals[i] = cBytes(ds[i], ls[i])
+	}
+	codes(c.BatchPut(context.Background(), ks, vals, cfg), results)
+	return 0
+}
+
+//export mc_store_batch_put_from
+func mc_store_batch_put_from(h C.uint64_t, keys **C.char, addrs, lens *C.uint64_t, n C.int32_t, cfgp *C.mc_replicate_config, results *C.int32_t) C.int {
+	c, err := storeClient(h)
+	if err != nil {
+		return serr(err)
+	}
+	ks, err := cKeys(keys, n)
+	if err != nil {
+		return serr(err)
+	}
+	cfg, err := replicateConfig(cfgp)
+	if err != nil {
+		return serr(err)
+	}
+	if n > 0 && (addrs == nil || lens == nil || results == nil) {
+		return serr(api.Errorf(api.INVALID_PARAMS, "NULL address, length or result array"))
+	}
+	as := make([]uintptr, int(n))
+	sz := make([]uint64, int(n))
+	for i, a := range unsafe.Slice(addrs, int(n)) {
+		as[i] = uintptr(a)
+	}
+	for i, l := range unsafe.Slice(lens, int(n)) {
+		sz[i] = uint64(l)
+	}
+	codes(c.BatchPutFrom(context.Background(), ks, as, sz, cfg), results)
+	return 0
+}
+
+func cAlloc(n uint64) ([]byte, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	p := C.malloc(C.size_t(n))
+	if p == nil {
+		return nil, api.Errorf(api.INTERNAL_ERROR, "out of memory allocating %d bytes", n)
+	}
+	return memview.Bytes(uintptr(p), int(n)), nil
+}
+
+func cFree(b []byte) {
+	if len(b) > 0 {
+		C.free(unsafe.Pointer(unsafe.SliceData(b)))
+	}
+}
+
+//export mc_store_get
+func mc_store_get(h C.uint64_t, key *C.char, out **C.uint8_t, n *C.uint64_t) C.int {
+	if out == nil || n == nil {
+		return serr(api.Errorf(api.INVALID_PARAMS, "out or len is NULL"))
+	}
+	*out, *n = nil, 0
+	c, err := storeClient(h)
+	if err != nil {
+		return serr(err)
+	}
+	k, err := cKey(key)
+	if err != nil {
+		return serr(err)
+	}
+	b, err := c.GetAlloc(context.Background(), k, cAlloc)
+	if err != nil {
+		cFree(b)
+		return serr(err)
+	}
+	if len(b) > 0 {
+		*out = (*C.uint8_t)(unsafe.Pointer(unsafe.SliceData(b)))
+		*n = C.uint64_t(len(b))
+	}
+	return 0
+}
+
+//export mc_store_get_into
+func mc_store_get_into(h C.uint64_t, key *C.char, addr, n C.uint64_t) C.int64_t {
+	c, err := storeClient(h)
+	if err != nil {
+		return C.int64_t(serr(err))
+	}
+	k, err := cKey(key)
+	if err != nil {
+		return C.int64_t(serr(err))
+	}
+	got, err := c.GetInto(context.Background(), k, uintptr(addr), uint64(n))
+	if err != nil {
+		return C.int64_t(serr(err))
+	}
+	return C.int64_t(got)
+}
+
+//export mc_store_batch_get
+func mc_store_batch_get(h C.uint64_t, keys **C.char, n C.int32_t, outs **C.uint8_t, lens *C.uint64_t, results *C.int32_t) C.int {
+	c, err := storeClient(h)
+	if err != nil {
+		return serr(err)
+	}
+	ks, err := cKeys(keys, n)
+	if err != nil {
+		return serr(err)
+	}
+	if n > 0 && (outs == nil || lens == nil || results == nil) {
+		return serr(api.Errorf(api.INVALID_PARAMS, "NULL output array"))
+	}
+	vals, errs := c.BatchGetAlloc(context.Background(), ks, cAlloc)
+	os := unsafe.Slice(outs, int(n))
+	ls := unsafe.Slice(lens, int(n))
+	for i := range vals {
+		os[i], ls[i] = nil, 0
+		if errs[i] != nil {
+			cFree(vals[i])
+			continue
+		}
+		if len(vals[i]) > 0 {
+			os[i] = (*C.uint8_t)(unsafe.Pointer(unsafe.SliceData(vals[i])))
+			ls[i] = C.uint64_t(len(vals[i]))
+		}
+	}
+	codes(errs, results)
+	return 0
+}
+
+//export mc_store_batch_get_into
+func mc_store_batch_get_into(h C.uint64_t, keys **C.char, addrs, lens *C.uint64_t, n C.int32_t, results *C.int64_t) C.int {
+	c, err := storeClient(h)
+	if err != nil {
+		return serr(err)
+	}
+	ks, err := cKeys(keys, n)
+	if err != nil {
+		return serr(err)
+	}
+	if n > 0 && (addrs == nil || lens == nil || results == nil) {
+		return serr(api.Errorf(api.INVALID_PARAMS, "NULL address, length or result array"))
+	}
+	as := make([]uintptr, int(n))
+	sz := make([]uint64, int(n))
+	for i, a := range unsafe.Slice(addrs, int(n)) {
+		as[i] = uintptr(a)
+	}
+	for i, l := range unsafe.Slice(lens, int(n)) {
+		sz[i] = uint64(l)
+	}
+	got, errs := c.BatchGetInto(context.Background(), ks, as, sz)
+	res := unsafe.Slice(results, int(n))
+	for i := range res {
+		if errs[i] != nil {
+			res[i] = C.int64_t(api.CodeOf(errs[i]))
+		} else {
+			res[i] = C.int64_t(got[i])
+		}
+	}
+	if first := firstErr(errs); first != nil {
+		serr(first)
+	}
+	return 0
+}
+
+//export mc_store_free
+func mc_store_free(p unsafe.Pointer) { C.free(p) }
+
+//export mc_store_get_size
+func mc_store_get_size(h C.uint64_t, key *C.char) C.int64_t {
+	c, err := storeClient(h)
+	if err != nil {
+		return C.int64_t(serr(err))
+	}
+	k, err := cKey(key)
+	if err != nil {
+		return C.int64_t(serr(err))
+	}
+	n, err := c.Size(context.Background(), k)
+	if err != nil {
+		return C.int64_t(serr(err))
+	}
+	return C.int64_t(n)
+}
+
+//export mc_store_is_exist
+func mc_store_is_exist(h C.uint64_t, key *C.char) C.int {
+	c, err := storeClient(h)
+	if err != nil {
+		return serr(err)
+	}
+	k, err := cKey(key)
+	if err != nil {
+		return serr(err)
+	}
+	ok, err := c.Exists(context.Background(), k)
+	if err != nil {
+		return serr(err)
+	}
+	if ok {
+		return 1
+	}
+	return 0
+}
+
+//export mc_store_batch_is_exist
+func mc_store_batch_is_exist(h C.uint64_t, keys **C.char, n C.int32_t, results *C.int32_t) C.int {
+	c, err := storeClient(h)
+	if err != nil {
+		return serr(err)
+	}
+	ks, err := cKeys(keys, n)
+	if err != nil {
+		return serr(err)
+	}
+	if n > 0 && results == nil {
+		return serr(api.Errorf(api.INVALID_PARAMS, "results is NULL"))
+	}
+	ok, errs := c.BatchExists(context.Background(), ks)
+	res := unsafe.Slice(results, int(n))
+	for i := range res {
+		switch {
+		case errs[i] != nil:
+			res[i] = C.int32_t(int32(api.CodeOf(errs[i])))
+		case ok[i]:
+			res[i] = 1
+		default:
+			res[i] = 0
+		}
+	}
+	if first := firstErr(errs); first != nil {
+		serr(first)
+	}
+	return 0
+}
+
+//export mc_store_remove
+func mc_store_remove(h C.uint64_t, key *C.char, force C.int32_t) C.int {
+	c, err := storeClient(h)
+	if err != nil {
+		return serr(err)
+	}
+	k, err := cKey(key)
+	if err != nil {
+		return serr(err)
+	}
+	return serr(c.Remove(context.Background(), k, force != 0))
+}
+
+//export mc_store_batch_remove
+func mc_store_batch_remove(h C.uint64_t, keys **C.char, n C.int32_t, force C.int32_t, results *C.int32_t) C.int {
+	c, err := storeClient(h)
+	if err != nil {
+		return serr(err)
+	}
+	ks, err := cKeys(keys, n)
+	if err != nil {
+		return serr(err)
+	}
+	if n > 0 && results == nil {
+		return serr(api.Errorf(api.INVALID_PARAMS, "results is NULL"))
+	}
+	codes(c.BatchRemove(context.Background(), ks, force != 0), results)
+	return 0
+}
+
+//export mc_store_remove_by_regex
+func mc_store_remove_by_regex(h C.uint64_t, pattern *C.char, force C.int32_t) C.int64_t {
+	c, err := storeClient(h)
+	if err != nil {
+		return C.int64_t(serr(err))
+	}
+	if pattern == nil {
+		return C.int64_t(serr(api.Errorf(api.INVALID_PARAMS, "pattern is NULL")))
+	}
+	n, err := c.RemoveByRegex(context.Background(), C.GoString(pattern), force != 0)
+	if err != nil {
+		return C.int64_t(serr(err))
+	}
+	return C.int64_t(n)
+}
+
+//export mc_store_remove_all
+func mc_store_remove_all(h C.uint64_t) C.int64_t {
+	c, err := storeClient(h)
+	if err != nil {
+		return C.int64_t(serr(err))
+	}
+	n, err := c.RemoveAll(context.Background())
+	if err != nil {
+		return C.int64_t(serr(err))
+	}
+	return C.int64_t(n)
+}

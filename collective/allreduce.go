@@ -1,0 +1,154 @@
+package collective
+
+import (
+	"context"
+
+	"github.com/mooncake-go/mooncake/collective/reduce"
+)
+
+// AllReduce reduces buf (whole elements of dt) with op across the group; every rank ends
+// with the result in buf.
+func (g *Group) AllReduce(ctx context.Context, buf []byte, dt reduce.DType, op reduce.Op) error {
+	es, err := checkReduce("all_reduce", len(buf), dt, op)
+	if err != nil {
+		return err
+	}
+	o, err := g.begin(ctx, header{kind: kindAllReduce, dtype: dt, op: op, count: int64(len(buf) / es)})
+	if err != nil {
+		return err
+	}
+	if o.n == 1 {
+		return nil
+	}
+	if len(buf) <= g.opts.SmallBytes || len(buf)/es < o.n {
+		err = o.allReduceRecursive(buf, dt, op)
+		if err == nil && op == reduce.Avg {
+			err = reduce.Divide(buf, dt, o.n)
+		}
+	} else {
+		err = o.ring(buf, dt, op, true) // divides AVG segments itself
+	}
+	return o.finish(err)
+}
+
+// allReduceRecursive is recursive doubling; with a member count that is not a power of two
+// the first 2*rem members pair up first (the even one hands its data to the odd one and gets
+// the result back at the end).
+func (o *opState) allReduceRecursive(buf []byte, dt reduce.DType, op reduce.Op) error {
+	p := 1
+	for p*2 <= o.n {
+		p *= 2
+	}
+	rem := o.n - p
+	tmp := o.g.pool.get(len(buf))
+	defer o.g.pool.put(tmp)
+	idx := o.idx
+	newIdx := -1
+	if idx < 2*rem {
+		if idx%2 == 0 {
+			if err := o.send(o.members[idx+1], stepData, buf); err != nil {
+				return err
+			}
+		} else {
+			if err := o.recvFull(o.members[idx-1], stepData, tmp); err != nil {
+				return err
+			}
+			if err := reduce.Reduce(buf, tmp, dt, op); err != nil {
+				return err
+			}
+			newIdx = idx / 2
+		}
+	} else {
+		newIdx = idx - rem
+	}
+	if newIdx >= 0 {
+		for mask := 1; mask < p; mask <<= 1 {
+			pn := newIdx ^ mask
+			var pi int
+			if pn < rem {
+				pi = pn*2 + 1
+			} else {
+				pi = pn + rem
+			}
+			peer := o.members[pi]
+			if err := o.send(peer, stepData, buf); err != nil {
+				return err
+			}
+			if err := o.recvFull(peer, stepData, tmp); err != nil {
+				return err
+			}
+			if err := reduce.Reduce(buf, tmp, dt, op); err != nil {
+				return err
+			}
+		}
+	}
+	if idx < 2*rem {
+		if idx%2 == 1 {
+			return o.send(o.members[idx-1], stepResult, buf)
+		}
+		return o.recvFull(o.members[idx+1], stepResult, buf)
+	}
+	return nil
+}
+
+// ring runs the chunked ring reduce-scatter over data (in place) and, with allGather, the ring
+// all-gather after it. Member i ends the reduce-scatter holding the full reduction of segment
+// (i+1) mod n; with AVG that segment is divided right away. The send of each chunk is queued as
+// soon as the chunk is ready, so reductions overlap the transfers.
+func (o *opState) ring(data []byte, dt reduce.DType, op reduce.Op, allGather bool) error {
+	n, idx := o.n, o.idx
+	es := elemSize(dt)
+	segs := segments(len(data)/es, n, es)
+	cb := o.chunkBytes(es)
+	chunks := make([][]span, n)
+	total := 0
+	for i, s := range segs {
+		chunks[i] = chunkSpans(s.off, s.n, cb)
+		total += len(chunks[i])
+	}
+	right, left := o.rankAt(idx+1), o.rankAt(idx-1)
+	steps := n - 1
+	if allGather {
+		steps = 2 * (n - 1)
+	}
+	s := o.startSender(total * 2)
+	mod := func(i int) int { return ((i % n) + n) % n }
+	for _, c := range chunks[idx] {
+		s.push(right, stepData, data[c.off:c.off+c.n], nil)
+	}
+	var err error
+	tmp := o.g.pool.get(min(cb, len(data)))
+	defer o.g.pool.put(tmp)
+loop:
+	for step := 0; step < steps; step++ {
+		var seg int
+		rs := step < n-1
+		if rs {
+			seg = mod(idx - step - 1)
+		} else {
+			seg = mod(idx - (step - (n - 1)))
+		}
+		for _, c := range chunks[seg] {
+			dst := data[c.off : c.off+c.n]
+			if rs {
+				if err = o.recvFullCtx(s.ctx, left, stepData, tmp[:c.n]); err != nil {
+					break loop
+				}
+				if err = reduce.Reduce(dst, tmp[:c.n], dt, op); err != nil {
+					break loop
+				}
+				if step == n-2 && op == reduce.Avg {
+					if err = reduce.Divide(dst, dt, n); err != nil {
+						break loop
+					}
+				}
+			} else if err = o.recvFullCtx(s.ctx, left, stepData, dst); err != nil {
+				break loop
+			}
+			if step < steps-1 {
+				s.push(right, stepData, dst, nil)
+			}
+		}
+	}
+	return s.wait(err)
+}

@@ -1,0 +1,552 @@
+package collective
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/bits"
+	"sync"
+	"time"
+
+	"github.com/mooncake-go/mooncake/collective/reduce"
+)
+
+// Options tunes the algorithms. Zero values take the defaults.
+type Options struct {
+	// SmallBytes: messages up to this size use the latency-optimal algorithms. Default 64 KiB.
+	SmallBytes int
+	// ChunkBytes: pipelining unit of the ring and chain algorithms. Default 512 KiB.
+	ChunkBytes int
+}
+
+func (o Options) withDefaults() Options {
+	if o.SmallBytes <= 0 {
+		o.SmallBytes = 64 << 10
+	}
+	if o.ChunkBytes <= 0 {
+		o.ChunkBytes = 512 << 10
+	}
+	return o
+}
+
+// Group is a set of ranks that run collectives together. It runs one op at a time: callers
+// issue ops in the same order on every rank (the worker queue does).
+type Group struct {
+	conn    Conn
+	rank    int
+	size    int
+	maxSize int
+	opts    Options
+
+	mu     sync.Mutex
+	active []bool
+	epoch  int64
+	seq    uint64
+
+	pool bufPool
+}
+
+// NewGroup returns rank's view of a group of size ranks (maxSize slots, 0 -> size) over conn.
+// Ranks 0..size-1 start active; the epoch starts at 0.
+func NewGroup(conn Conn, rank, size, maxSize int, opts Options) (*Group, error) {
+	if maxSize <= 0 {
+		maxSize = size
+	}
+	switch {
+	case conn == nil:
+		return nil, errors.New("collective: nil Conn")
+	case size < 1:
+		return nil, fmt.Errorf("collective: group size %d, want at least 1", size)
+	case maxSize < size:
+		return nil, fmt.Errorf("collective: max group size %d is below the group size %d", maxSize, size)
+	case rank < 0 || rank >= maxSize:
+		return nil, fmt.Errorf("collective: rank %d outside the group's %d slots", rank, maxSize)
+	}
+	g := &Group{conn: conn, rank: rank, size: size, maxSize: maxSize, opts: opts.withDefaults()}
+	g.active = make([]bool, maxSize)
+	for i := 0; i < size; i++ {
+		g.active[i] = true
+	}
+	return g, nil
+}
+
+// Rank is the local rank.
+func (g *Group) Rank() int { return g.rank }
+
+// Size is the initial group size.
+func (g *Group) Size() int { return g.size }
+
+// MaxSize is the slot count.
+func (g *Group) MaxSize() int { return g.maxSize }
+
+// Conn is the transport.
+func (g *Group) Conn() Conn { return g.conn }
+
+// Epoch is the membership epoch.
+func (g *Group) Epoch() int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.epoch
+}
+
+// ActiveRanks returns the active mask (length MaxSize).
+func (g *Group) ActiveRanks() []bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]bool(nil), g.active...)
+}
+
+// Members returns the active ranks in order.
+func (g *Group) Members() []int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var m []int
+	for r, a := range g.active {
+		if a {
+			m = append(m, r)
+		}
+	}
+	return m
+}
+
+// op kinds, in the header.
+type opKind uint8
+
+const (
+	kindBarrier opKind = iota + 1
+	kindBroadcast
+	kindAllReduce
+	kindReduce
+	kindAllGather
+	kindGather
+	kindScatter
+	kindReduceScatter
+	kindAllToAll
+)
+
+var kindNames = map[opKind]string{
+	kindBarrier: "barrier", kindBroadcast: "broadcast", kindAllReduce: "all_reduce",
+	kindReduce: "reduce", kindAllGather: "all_gather", kindGather: "gather",
+	kindScatter: "scatter", kindReduceScatter: "reduce_scatter", kindAllToAll: "all_to_all",
+}
+
+func (k opKind) String() string {
+	if s, ok := kindNames[k]; ok {
+		return s
+	}
+	return fmt.Sprintf("op%d", uint8(k))
+}
+
+func (k opKind) hasDType() bool {
+	return k == kindAllReduce || k == kindReduce || k == kindReduceScatter
+}
+
+func (k opKind) hasRoot() bool {
+	return k == kindBroadcast || k == kindReduce || k == kindGather || k == kindScatter
+}
+
+func dtypeName(d reduce.DType) string { return d.String() }
+
+func opName(o reduce.Op) string { return o.String() }
+
+// header is what every rank announces at the start of an op.
+type header struct {
+	kind  opKind
+	dtype reduce.DType
+	op    reduce.Op
+	root  int32
+	seq   uint64
+	count int64
+	extra []int64
+}
+
+const headerBase = 32
+
+func (h *header) encode(b []byte) []byte {
+	b = b[:0]
+	b = append(b, byte(h.kind), byte(h.dtype), byte(h.op), 0)
+	b = binary.LittleEndian.AppendUint32(b, uint32(h.root))
+	b = binary.LittleEndian.AppendUint64(b, h.seq)
+	b = binary.LittleEndian.AppendUint64(b, uint64(h.count))
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(h.extra)))
+	b = binary.LittleEndian.AppendUint32(b, 0)
+	for _, x := range h.extra {
+		b = binary.LittleEndian.AppendUint64(b, uint64(x))
+	}
+	return b
+}
+
+func decodeHeader(b []byte) (header, error) {
+	if len(b) < headerBase {
+		return header{}, fmt.Errorf("short op header (%d bytes)", len(b))
+	}
+	h := header{
+		kind: opKind(b[0]), dtype: reduce.DType(b[1]), op: reduce.Op(b[2]),
+		root:  int32(binary.LittleEndian.Uint32(b[4:])),
+		seq:   binary.LittleEndian.Uint64(b[8:]),
+		count: int64(binary.LittleEndian.Uint64(b[16:])),
+	}
+	ne := int(binary.LittleEndian.Uint32(b[24:]))
+	if len(b) != headerBase+8*ne {
+		return header{}, fmt.Errorf("malformed op header (%d bytes, %d extras)", len(b), ne)
+	}
+	for i := 0; i < ne; i++ {
+		h.extra = append(h.extra, int64(binary.LittleEndian.Uint64(b[headerBase+8*i:])))
+	}
+	return h, nil
+}
+
+// steps within an op
+const (
+	stepHeader uint16 = 0
+	stepData   uint16 = 1
+	stepResult uint16 = 2
+)
+
+// opState is one running op.
+type opState struct {
+	g       *Group
+	ctx     context.Context
+	name    string
+	seq     uint64
+	members []int
+	idx     int // local index in members
+	n       int
+	timeout string
+}
+
+// begin starts an op: takes the next sequence number and checks h against every member's.
+func (g *Group) begin(ctx context.Context, h header) (*opState, error) {
+	members := g.Members()
+	g.mu.Lock()
+	seq := g.seq
+	g.seq++
+	g.mu.Unlock()
+	o := &opState{g: g, ctx: ctx, name: h.kind.String(), seq: seq, members: members, idx: -1, n: len(members)}
+	for i, m := range members {
+		if m == g.rank {
+			o.idx = i
+		}
+	}
+	if o.idx < 0 {
+		return nil, fmt.Errorf("%s: rank %d is not an active member of the group", o.name, g.rank)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		d := time.Until(dl)
+		if d >= time.Second {
+			d = d.Round(time.Second)
+		} else {
+			d = d.Round(time.Millisecond)
+		}
+		o.timeout = d.String()
+	} else {
+		o.timeout = "the op timeout"
+	}
+	if o.n == 1 {
+		return o, nil
+	}
+	h.seq = seq
+	mine := h.encode(nil)
+	for _, m := range members {
+		if m != g.rank {
+			if err := o.send(m, stepHeader, mine); err != nil {
+				return nil, o.finish(err)
+			}
+		}
+	}
+	hs := make([]header, o.n)
+	hs[o.idx] = h
+	buf := make([]byte, headerBase+8*(2*g.maxSize+len(h.extra))+64)
+	for i, m := range members {
+		if m == g.rank {
+			continue
+		}
+		k, err := o.recv(m, stepHeader, buf)
+		if err != nil {
+			return nil, o.finish(err)
+		}
+		if hs[i], err = decodeHeader(buf[:k]); err != nil {
+			return nil, o.finish(&PeerError{Op: o.name, Rank: g.rank, Peer: m, Err: err})
+		}
+	}
+	if err := o.validate(hs); err != nil {
+		return nil, o.finish(err)
+	}
+	return o, nil
+}
+
+// validate compares every member's header with the lowest member's, the same way on every
+// rank, so all ranks report the same mismatch.
+func (o *opState) validate(hs []header) error {
+	ref, r0 := hs[0], o.members[0]
+	for i := 1; i < len(hs); i++ {
+		h, r := hs[i], o.members[i]
+		name := ref.kind.String()
+		switch {
+		case h.kind != ref.kind:
+			return &MismatchError{fmt.Sprintf("collective mismatch at op #%d: rank %d called %s, rank %d called %s",
+				ref.seq, r, h.kind, r0, ref.kind)}
+		case ref.kind.hasDType() && h.dtype != ref.dtype:
+			return &MismatchError{fmt.Sprintf("%s: rank %d has dtype %s, rank %d has %s",
+				name, r, dtypeName(h.dtype), r0, dtypeName(ref.dtype))}
+		case ref.kind.hasDType() && h.op != ref.op:
+			return &MismatchError{fmt.Sprintf("%s: rank %d uses reduce op %s, rank %d uses %s",
+				name, r, opName(h.op), r0, opName(ref.op))}
+		case ref.kind.hasRoot() && h.root != ref.root:
+			return &MismatchError{fmt.Sprintf("%s: rank %d names root %d, rank %d names root %d",
+				name, r, h.root, r0, ref.root)}
+		case h.count != ref.count && ref.kind.hasDType():
+			return &MismatchError{fmt.Sprintf("%s: rank %d has %d %s elements, rank %d has %d",
+				name, r, h.count, dtypeName(ref.dtype), r0, ref.count)}
+		case h.count != ref.count:
+			return &MismatchError{fmt.Sprintf("%s: rank %d has %d bytes, rank %d has %d",
+				name, r, h.count, r0, ref.count)}
+		case len(h.extra) != len(ref.extra):
+			return &MismatchError{fmt.Sprintf("%s: rank %d and rank %d disagree on the group size (%d vs %d split sizes)",
+				name, r, r0, len(h.extra), len(ref.extra))}
+		}
+	}
+	if ref.kind == kindAllToAll {
+		// extra = in_bytes[0..size) ++ out_bytes[0..size), indexed by rank.
+		for i, hi := range hs {
+			half := len(hi.extra) / 2
+			for j, hj := range hs {
+				ri, rj := o.members[i], o.members[j]
+				if ri >= half || rj >= half {
+					continue
+				}
+				if hi.extra[rj] != hj.extra[half+ri] {
+					return &MismatchError{fmt.Sprintf("all_to_all: rank %d sends %d bytes to rank %d, which expects %d bytes from it",
+						ri, hi.extra[rj], rj, hj.extra[half+ri])}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// finish ends the op: on failure it aborts the op's tag space on every member, so no peer
+// waits for this rank any longer.
+func (o *opState) finish(err error) error {
+	if err == nil {
+		return nil
+	}
+	var me *MismatchError
+	if o.n > 1 && !errors.As(err, &me) { // a mismatch is seen by every rank on its own
+		ab := &AbortError{Peer: o.g.rank, Reason: err.Error()}
+		var fr interface{ FailedRanks() []int }
+		if errors.As(err, &fr) {
+			ab.Failed = fr.FailedRanks()
+		}
+		o.g.conn.Abort(SpaceOf(o.tag(0)), o.members, ab)
+	}
+	return err
+}
+
+func (o *opState) tag(step uint16) uint64 { return Tag(o.seq, step) }
+
+func (o *opState) wrap(ctx context.Context, peer int, err error) error {
+	if err == nil {
+		return nil
+	}
+	var pe *PeerError
+	if errors.As(err, &pe) {
+		return err
+	}
+	if errors.Is(err, context.DeadlineExceeded) && o.ctx.Err() != nil {
+		return &PeerError{Op: o.name, Rank: o.g.rank, Peer: peer, Timeout: o.timeout, Err: err}
+	}
+	if errors.Is(err, context.Canceled) && o.ctx.Err() != nil {
+		return fmt.Errorf("%s on rank %d: canceled: %w", o.name, o.g.rank, err)
+	}
+	return &PeerError{Op: o.name, Rank: o.g.rank, Peer: peer, Err: err}
+}
+
+func (o *opState) sendCtx(ctx context.Context, peer int, step uint16, data []byte) error {
+	return o.wrap(ctx, peer, o.g.conn.Send(ctx, peer, o.tag(step), data))
+}
+
+func (o *opState) recvCtx(ctx context.Context, peer int, step uint16, buf []byte) (int, error) {
+	n, err := o.g.conn.Recv(ctx, peer, o.tag(step), buf)
+	return n, o.wrap(ctx, peer, err)
+}
+
+func (o *opState) send(peer int, step uint16, data []byte) error {
+	return o.sendCtx(o.ctx, peer, step, data)
+}
+
+func (o *opState) recv(peer int, step uint16, buf []byte) (int, error) {
+	return o.recvCtx(o.ctx, peer, step, buf)
+}
+
+// recvFull receives exactly len(buf) bytes.
+func (o *opState) recvFullCtx(ctx context.Context, peer int, step uint16, buf []byte) error {
+	n, err := o.recvCtx(ctx, peer, step, buf)
+	if err == nil && n != len(buf) {
+		err = &PeerError{Op: o.name, Rank: o.g.rank, Peer: peer,
+			Err: fmt.Errorf("got %d bytes, expected %d", n, len(buf))}
+	}
+	return err
+}
+
+func (o *opState) recvFull(peer int, step uint16, buf []byte) error {
+	return o.recvFullCtx(o.ctx, peer, step, buf)
+}
+
+// rel maps a member index relative to root index ri to a rank.
+func (o *opState) rankAt(i int) int { return o.members[((i%o.n)+o.n)%o.n] }
+
+func (o *opState) indexOf(rank int) int {
+	for i, m := range o.members {
+		if m == rank {
+			return i
+		}
+	}
+	return -1
+}
+
+// sender streams messages on its own goroutine, so the caller's loop can receive and reduce
+// while earlier chunks are on the wire.
+type sender struct {
+	o      *opState
+	ctx    context.Context
+	cancel context.CancelFunc
+	ch     chan sendItem
+	done   chan struct{}
+	err    error
+}
+
+type sendItem struct {
+	peer int
+	step uint16
+	data []byte
+	put  []byte // returned to the pool once sent
+}
+
+// startSender starts a sender for up to capacity queued items; ctx (derived from the op's)
+// is canceled when a send fails, so the caller's receives stop too.
+func (o *opState) startSender(capacity int) *sender {
+	ctx, cancel := context.WithCancel(o.ctx)
+	s := &sender{o: o, ctx: ctx, cancel: cancel, ch: make(chan sendItem, capacity), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		for it := range s.ch {
+			if s.err == nil {
+				if err := o.sendCtx(ctx, it.peer, it.step, it.data); err != nil {
+					s.err = err
+					cancel()
+				}
+			}
+			if it.put != nil {
+				o.g.pool.put(it.put)
+			}
+		}
+	}()
+	return s
+}
+
+func (s *sender) push(peer int, step uint16, data, put []byte) {
+	s.ch <- sendItem{peer, step, data, put}
+}
+
+// wait finishes the sender; on a caller error it stops sending first. It returns the first
+// error (the caller's, else the sender's).
+func (s *sender) wait(callerErr error) error {
+	if callerErr != nil {
+		s.cancel()
+	}
+	close(s.ch)
+	<-s.done
+	s.cancel()
+	if callerErr != nil {
+		// A receive that failed because the sender canceled it reports the send error instead.
+		if s.err != nil && errors.Is(callerErr, context.Canceled) {
+			return s.err
+		}
+		return callerErr
+	}
+	return s.err
+}
+
+// span is a byte range.
+type span struct{ off, n int }
+
+// chunkSpans splits [off, off+n) into pieces of at most chunk bytes.
+func chunkSpans(off, n, chunk int) []span {
+	var s []span
+	for n > 0 {
+		k := min(n, chunk)
+		s = append(s, span{off, k})
+		off += k
+		n -= k
+	}
+	return s
+}
+
+// segments splits count elements of esize bytes into parts nearly equal parts.
+func segments(count, parts, esize int) []span {
+	s := make([]span, parts)
+	base, rem := count/parts, count%parts
+	off := 0
+	for i := range s {
+		k := base
+		if i < rem {
+			k++
+		}
+		s[i] = span{off * esize, k * esize}
+		off += k
+	}
+	return s
+}
+
+func (o *opState) chunkBytes(esize int) int {
+	c := o.g.opts.ChunkBytes / esize * esize
+	if c < esize {
+		c = esize
+	}
+	return c
+}
+
+// bufPool recycles scratch buffers by power-of-two size class.
+type bufPool struct{ classes [48]sync.Pool }
+
+func (p *bufPool) get(n int) []byte {
+	if n == 0 {
+		return nil
+	}
+	c := bits.Len(uint(n - 1))
+	if v := p.classes[c].Get(); v != nil {
+		return (*(v.(*[]byte)))[:n]
+	}
+	return make([]byte, n, 1<<c)
+}
+
+func (p *bufPool) put(b []byte) {
+	if cap(b) == 0 || cap(b)&(cap(b)-1) != 0 {
+		return
+	}
+	b = b[:cap(b)]
+	c := bits.Len(uint(cap(b) - 1))
+	p.classes[c].Put(&b)
+}
+
+func elemSize(dt reduce.DType) int {
+	n, _ := reduce.ElemSize(dt)
+	return n
+}
+
+// checkReduce validates a reduction's local arguments.
+func checkReduce(name string, nbytes int, dt reduce.DType, op reduce.Op) (int, error) {
+	es, err := reduce.ElemSize(dt)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", name, err)
+	}
+	if err := reduce.Check(dt, op); err != nil {
+		return 0, fmt.Errorf("%s: %w", name, err)
+	}
+	if nbytes%es != 0 {
+		return 0, fmt.Errorf("%s: buffer of %d bytes is not a whole number of %s elements", name, nbytes, dtypeName(dt))
+	}
+	return es, nil
+}

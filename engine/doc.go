@@ -1,0 +1,48 @@
+// Package engine is the transfer engine: one-sided READ and WRITE of registered memory
+// between processes and hosts, by segment name, in batches (Mooncake's TransferEngine).
+//
+// It owns:
+//
+//   - the local segment: one per Engine, named by Config.LocalServerName (host:rpc_port
+//     with P2PHANDSHAKE), holding the buffers registered with RegisterLocalMemory or made by
+//     AllocateShared. Zero-length registrations fail with ErrInvalidArgument (-1), overlaps
+//     with ErrAddressOverlapped (-7), unknown addresses with ErrAddressNotRegistered (-3).
+//     The descriptor (transport.SegmentDescriptor, Mooncake's JSON) is republished to the
+//     metadata store, when there is one, on every change; P2P peers ask the listener.
+//   - remote segments: OpenSegment resolves a name (the peer's listener address with
+//     P2PHANDSHAKE; otherwise mooncake/[cluster/]rpc_meta/<name> and
+//     mooncake/[cluster/]ram/<name> in the store, see keys.go) and caches the descriptor,
+//     refetching it when a request falls outside it or after a failure.
+//   - batches: AllocateBatchID, SubmitTransfer (all-or-nothing validation: local range inside
+//     a local buffer, target range inside a target buffer), GetTransferStatus,
+//     GetBatchStatus, WaitBatch (blocks on a channel, never spins), FreeBatchID (busy while
+//     tasks run), TransferSync, and notifications (SubmitTransferWithNotify, SendNotify,
+//     GetNotifies, ProbePeer).
+//   - transport selection, per request, from the target's descriptor: the local segment is
+//     a memcpy; a target on the same host (HostID: boot id + network namespace) whose range
+//     lies in a shared buffer goes through engine/transport/shm (a memcpy into a mapping of
+//     the peer's memfd); everything else (plain registered memory, another host, or
+//     MC_FORCE_TCP=1) goes through engine/transport/tcp. Protocols this build cannot drive
+//     (rdma, nvlink, cxl, efa, ...) fail with ErrNotSupported.
+//
+// Ordering and signal words. The requests of one batch to one target run in one "lane": a
+// goroutine that applies them in submission order (across SubmitTransfer calls, too), and
+// stops applying (marks FAILED) the rest once one fails. A WRITE of exactly 4 bytes to a
+// 4-aligned address wakes futex waiters on that word after the bytes land (shm: the
+// initiator wakes through its mapping; tcp: the server wakes after applying the write). So
+// a batch [data..., signal] makes the signal visible only after the data. Different lanes
+// run in parallel.
+//
+// Timeouts. Every run of requests has a deadline of Config.TransferTimeout (default
+// MC_TRANSFER_TIMEOUT seconds or 30 s) plus 1 ns per byte; a dead or silent peer gives
+// FAILED or TIMEOUT, never a hang. Close stops the listener and waits for its goroutines.
+//
+// Environment: MC_FORCE_TCP, MC_TCP_BIND_ADDRESS, MC_HANDSHAKE_PORT, MC_MIN_RPC_PORT,
+// MC_MAX_RPC_PORT, MC_TRANSFER_TIMEOUT, MC_SLICE_SIZE (tcp chunk size, at least 8 MiB),
+// MC_TCP_SOCKET_BUFFER (SO_SNDBUF/SO_RCVBUF, default: kernel autotuning),
+// MC_METADATA_SERVER (when Config.MetadataServer is empty), MC_METADATA_CLUSTER_ID,
+// MC_CUSTOM_TOPO_JSON.
+//
+// The engine never touches metadata store implementations (engine/metadata) beyond the Store
+// interface and Open, and never imports the packages built on it (p2p, collective, store).
+package engine

@@ -1,0 +1,391 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mooncake-go/mooncake/engine/metadata"
+	"github.com/mooncake-go/mooncake/engine/topology"
+	"github.com/mooncake-go/mooncake/engine/transport/shm"
+	"github.com/mooncake-go/mooncake/engine/transport/tcp"
+	"github.com/mooncake-go/mooncake/internal/memview"
+)
+
+// SegmentID names an open segment; 0 is the local segment.
+type SegmentID uint64
+
+// LocalSegment is the SegmentID of the engine's own segment.
+const LocalSegment SegmentID = 0
+
+// Notify is a small message delivered to a peer's notification FIFO.
+type Notify struct {
+	Name string `json:"name"`
+	Msg  string `json:"msg"`
+}
+
+// Engine is one process's transfer engine: one named segment, its listener, open remote
+// segments and batches. All methods are safe for concurrent use.
+type Engine struct {
+	name     string
+	ip       string
+	port     int
+	hostID   string
+	pid      int
+	timeout  time.Duration
+	forceTCP bool
+	store    metadata.Store
+
+	server *tcp.Server
+	tcp    *tcp.Client
+	shm    *shm.Transport
+	local  localTransport
+	srvErr chan error
+
+	segMu    sync.RWMutex
+	bufs     []*localBuf // sorted by addr
+	pubMu    sync.Mutex
+	descJSON atomic.Pointer[[]byte]
+
+	remMu    sync.RWMutex
+	remotes  map[SegmentID]*remoteSeg
+	byName   map[string]SegmentID
+	nextSeg  SegmentID
+	batchMu  sync.Mutex
+	batches  map[BatchID]*batch
+	nextBat  BatchID
+	notifyMu sync.Mutex
+	notifies []Notify
+
+	kindBytes [3]atomic.Uint64 // bytes attempted per transport kind (local, shm, tcp)
+
+	closed atomic.Bool
+	lifeMu sync.RWMutex   // Close holds it while flipping closed; submit holds it (read) while starting lanes
+	wg     sync.WaitGroup // lanes and notify senders
+}
+
+// New starts an engine: it binds the RPC/data listener, chooses the segment name, connects
+// to the metadata store (unless P2PHANDSHAKE) and publishes the (empty) descriptor.
+func New(ctx context.Context, cfg Config) (*Engine, error) {
+	proto := strings.ToLower(strings.TrimSpace(cfg.Protocol))
+	switch {
+	case proto == "" || proto == "tcp" || proto == "shm":
+	case unsupportedProtocols[proto]:
+		return nil, fmt.Errorf("protocol %q: %w (this build moves data over tcp and shared memory)", cfg.Protocol, ErrNotSupported)
+	default:
+		return nil, fmt.Errorf("unknown protocol %q: %w", cfg.Protocol, ErrNotSupported)
+	}
+	meta := strings.TrimSpace(cfg.MetadataServer)
+	if meta == "" {
+		meta = strings.TrimSpace(os.Getenv("MC_METADATA_SERVER"))
+	}
+	if meta == "" {
+		meta = P2PHandshake
+	}
+	p2p := strings.EqualFold(meta, P2PHandshake)
+
+	e := &Engine{
+		hostID:   HostID(),
+		pid:      os.Getpid(),
+		timeout:  cfg.TransferTimeout,
+		forceTCP: envBool("MC_FORCE_TCP"),
+		remotes:  make(map[SegmentID]*remoteSeg),
+		byName:   make(map[string]SegmentID),
+		nextSeg:  1,
+		batches:  make(map[BatchID]*batch),
+		nextBat:  1,
+		shm:      shm.New(),
+		tcp:      tcp.NewClient(),
+	}
+	if e.timeout <= 0 {
+		e.timeout = defaultTimeout()
+	}
+	chunk := uint64(envInt("MC_SLICE_SIZE", 0))
+	if chunk < tcp.DefaultChunkSize {
+		chunk = tcp.DefaultChunkSize
+	}
+	if chunk > tcp.MaxDataFrame {
+		chunk = tcp.MaxDataFrame
+	}
+	e.tcp.ChunkSize = chunk
+	sockBuf := envInt("MC_TCP_SOCKET_BUFFER", 0)
+	e.tcp.SocketBuffer = sockBuf
+	e.local.e = e
+
+	// Name and port.
+	host, port, err := splitName(cfg.LocalServerName)
+	if err != nil {
+		return nil, err
+	}
+	if port == 0 {
+		port = envInt("MC_HANDSHAKE_PORT", 0)
+	}
+	ip := host
+	if ip == "" {
+		if b := os.Getenv("MC_TCP_BIND_ADDRESS"); b != "" && b != "0.0.0.0" && b != "::" {
+			ip = b
+		} else {
+			ip = localIP()
+		}
+	}
+	ln, err := listen(port)
+	if err != nil {
+		return nil, err
+	}
+	e.port = ln.Addr().(*net.TCPAddr).Port
+	if host != "" && net.ParseIP(host) == nil {
+		// A name that does not resolve is a segment name, not an address to advertise.
+		if _, err := net.LookupHost(host); err != nil {
+			ip = localIP()
+		}
+	}
+	e.ip = ip
+	if p2p {
+		e.name = net.JoinHostPort(ip, strconv.Itoa(e.port))
+	} else {
+		e.name = cfg.LocalServerName
+		if e.name == "" {
+			h, err := os.Hostname()
+			if err != nil || h == "" {
+				h = ip
+			}
+			e.name = h
+		}
+		st, err := openMetadata(meta)
+		if err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("connecting to metadata server %q: %w: %w", meta, ErrMetadata, err)
+		}
+		e.store = st
+	}
+	empty := e.descriptorLocked().Encode()
+	e.descJSON.Store(&empty)
+
+	e.server = tcp.NewServer(ln, (*serverHandler)(e))
+	e.server.SocketBuffer = sockBuf
+	e.srvErr = make(chan error, 1)
+	go func() { e.srvErr <- e.server.Serve() }()
+
+	if e.store != nil {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		rm, _ := json.Marshal(RPCMeta{IPOrHostName: ip, RPCPort: e.port})
+		if err := e.store.Put(pctx, RPCMetaKey(e.name), rm); err != nil {
+			e.Close()
+			return nil, fmt.Errorf("publishing the endpoint of %q: %w: %w", e.name, ErrMetadata, err)
+		}
+		if err := e.publish(); err != nil {
+			e.Close()
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+// openMetadata is metadata.Open; tests replace it with a fake store.
+var openMetadata = metadata.Open
+
+func splitName(name string) (string, int, error) {
+	name = strings.TrimSpace(name)
+	if name == "" {
+		return "", 0, nil
+	}
+	if h, p, err := net.SplitHostPort(name); err == nil {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 || n > 65535 {
+			return "", 0, errf(ErrInvalidArgument, "local server name %q has an invalid port", name)
+		}
+		return h, n, nil
+	}
+	return strings.Trim(name, "[]"), 0, nil
+}
+
+func listen(port int) (net.Listener, error) {
+	bind := os.Getenv("MC_TCP_BIND_ADDRESS")
+	if bind == "" {
+		bind = "0.0.0.0"
+	}
+	if port > 0 {
+		ln, err := net.Listen("tcp", net.JoinHostPort(bind, strconv.Itoa(port)))
+		if err != nil {
+			return nil, fmt.Errorf("binding the RPC port %s:%d: %w: %w", bind, port, ErrSocket, err)
+		}
+		return ln, nil
+	}
+	lo, hi := envInt("MC_MIN_RPC_PORT", 15000), envInt("MC_MAX_RPC_PORT", 17000)
+	if lo <= 0 || hi <= lo || hi > 65536 {
+		lo, hi = 15000, 17000
+	}
+	var lastErr error
+	for i := 0; i < 64; i++ {
+		p := lo + rand.IntN(hi-lo)
+		ln, err := net.Listen("tcp", net.JoinHostPort(bind, strconv.Itoa(p)))
+		if err == nil {
+			return ln, nil
+		}
+		lastErr = err
+	}
+	for p := lo; p < hi; p++ {
+		ln, err := net.Listen("tcp", net.JoinHostPort(bind, strconv.Itoa(p)))
+		if err == nil {
+			return ln, nil
+		}
+		lastErr = err
+	}
+	return nil, fmt.Errorf("no free RPC port in [%d, %d) on %s: %w: %w", lo, hi, bind, ErrSocket, lastErr)
+}
+
+// SegmentName is this engine's segment name (host:port with P2PHANDSHAKE).
+func (e *Engine) SegmentName() string { return e.name }
+
+// RPCPort is the port of the engine's listener (RPC and tcp data).
+func (e *Engine) RPCPort() int { return e.port }
+
+// HostID is the host identity this engine advertises.
+func (e *Engine) HostID() string { return e.hostID }
+
+// Close stops the listener, waits for in-flight transfers to end (they are bounded by the
+// transfer timeout; connections are closed to hurry them), removes the engine's keys from the
+// metadata store and frees shared buffers.
+func (e *Engine) Close() error {
+	e.lifeMu.Lock()
+	if e.closed.Swap(true) {
+		e.lifeMu.Unlock()
+		return nil
+	}
+	e.lifeMu.Unlock()
+	var firstErr error
+	if e.server != nil {
+		e.server.Close()
+		<-e.srvErr
+	}
+	e.tcp.Close()
+	e.wg.Wait()
+	e.shm.Close()
+	if e.store != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		e.store.Delete(ctx, SegmentKey(e.name))
+		e.store.Delete(ctx, RPCMetaKey(e.name))
+		cancel()
+		if err := e.store.Close(); err != nil {
+			firstErr = err
+		}
+	}
+	e.segMu.Lock()
+	bufs := e.bufs
+	e.bufs = nil
+	e.segMu.Unlock()
+	for _, b := range bufs {
+		if b.region != nil {
+			e.waitUnpinned(b)
+			b.region.Free()
+		}
+	}
+	return firstErr
+}
+
+// serverHandler answers the listener's questions.
+type serverHandler Engine
+
+func (h *serverHandler) Acquire(addr, length uint64) ([]byte, tcp.Pin, error) {
+	e := (*Engine)(h)
+	b, err := e.acquire(addr, length)
+	if err != nil {
+		return nil, nil, &tcp.RemoteError{Code: CodeAddressNotRegistered, Msg: err.Error()}
+	}
+	return memview.Bytes(uintptr(addr), int(length)), b, nil
+}
+
+func (h *serverHandler) Control(op tcp.Op, payload []byte) ([]byte, error) {
+	e := (*Engine)(h)
+	switch op {
+	case tcp.OpDescriptor:
+		return *e.descJSON.Load(), nil
+	case tcp.OpPing:
+		return nil, nil
+	case tcp.OpNotify:
+		var n Notify
+		if err := json.Unmarshal(payload, &n); err != nil {
+			return nil, &tcp.RemoteError{Code: CodeMalformedJSON, Msg: "bad notification: " + err.Error()}
+		}
+		e.deliver(n)
+		return nil, nil
+	}
+	return nil, &tcp.RemoteError{Code: CodeNotImplemented, Msg: "unknown control op"}
+}
+
+func (e *Engine) deliver(n Notify) {
+	e.notifyMu.Lock()
+	e.notifies = append(e.notifies, n)
+	e.notifyMu.Unlock()
+}
+
+// GetNotifies drains the notifications received so far, oldest first.
+func (e *Engine) GetNotifies() []Notify {
+	e.notifyMu.Lock()
+	defer e.notifyMu.Unlock()
+	out := e.notifies
+	e.notifies = nil
+	return out
+}
+
+// SendNotify delivers n to the segment's owner.
+func (e *Engine) SendNotify(target SegmentID, n Notify) error {
+	if target == LocalSegment {
+		e.deliver(n)
+		return nil
+	}
+	r, err := e.remote(target)
+	if err != nil {
+		return err
+	}
+	payload, _ := json.Marshal(n)
+	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
+	defer cancel()
+	if _, err := e.tcp.Call(ctx, r.addr, tcp.OpNotify, payload); err != nil {
+		return fmt.Errorf("sending a notification to %q: %w: %w", r.name, ErrSocket, err)
+	}
+	return nil
+}
+
+// ProbePeer checks that the engine named name answers.
+func (e *Engine) ProbePeer(name string) error {
+	if name == e.name {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), min(e.timeout, 5*time.Second))
+	defer cancel()
+	addr, err := e.resolve(ctx, name)
+	if err != nil {
+		return err
+	}
+	if _, err := e.tcp.Call(ctx, addr, tcp.OpPing, nil); err != nil {
+		return fmt.Errorf("peer %q (%s) does not answer: %w: %w", name, addr, ErrSocket, err)
+	}
+	return nil
+}
+
+// TransportBytes reports how many bytes this engine has moved through each transport
+// ("local", "shm", "tcp"), counting attempted runs.
+func (e *Engine) TransportBytes() map[string]uint64 {
+	return map[string]uint64{
+		"local": e.kindBytes[kindLocal].Load(),
+		"shm":   e.kindBytes[kindShm].Load(),
+		"tcp":   e.kindBytes[kindTCP].Load(),
+	}
+}
+
+// GetLocalTopology returns the priority-matrix JSON of this host.
+func (e *Engine) GetLocalTopology() string { return topology.GetLocalTopology() }
+
+// isNotSupported reports whether err came from an unsupported protocol.
+func isNotSupported(err error) bool { return errors.Is(err, ErrNotSupported) }

@@ -1,0 +1,12 @@
+// Package topology describes the host for transport selection: NUMA nodes from sysfs
+// (/sys/devices/system/node), RDMA NICs from /sys/class/infiniband with their NUMA
+// affinity, and NVIDIA GPUs through NVML (go-nvml, which dlopens libnvidia-ml only when
+// asked; a host without it, or a build without cgo, simply has no GPUs).
+//
+// GetLocalTopology returns Mooncake's priority matrix JSON: for every location ("cpu:N",
+// "cuda:N") a pair [preferred NICs, available NICs]; with no NICs every entry is [[],[]].
+// MC_CUSTOM_TOPO_JSON, when set, is returned instead (validated as JSON).
+//
+// The package only reads the system; it never fails: missing sysfs entries give a
+// single "cpu:0" node.
+package topology

@@ -1,0 +1,215 @@
+package tcp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mooncake-go/mooncake/engine/transport"
+	"github.com/mooncake-go/mooncake/internal/memview"
+)
+
+type memHandler struct{ mem []byte }
+
+type nopPin struct{}
+
+func (nopPin) Release() {}
+
+func (h *memHandler) Acquire(addr, n uint64) ([]byte, Pin, error) {
+	base := uint64(memview.Addr(h.mem))
+	if addr < base || addr+n > base+uint64(len(h.mem)) || addr+n < addr {
+		return nil, nil, &RemoteError{Code: StatusAddressNotRegistered, Msg: "outside"}
+	}
+	return memview.Bytes(uintptr(addr), int(n)), nopPin{}, nil
+}
+
+func (h *memHandler) Control(op Op, p []byte) ([]byte, error) {
+	if op == OpNotify {
+		return append([]byte("echo:"), p...), nil
+	}
+	return nil, nil
+}
+
+type rec struct {
+	mu    sync.Mutex
+	errs  []error
+	done  []bool
+	bytes []uint64
+}
+
+func newRec(n int) *rec {
+	return &rec{errs: make([]error, n), done: make([]bool, n), bytes: make([]uint64, n)}
+}
+func (r *rec) Progress(i int, n uint64) {
+	r.mu.Lock()
+	r.bytes[i] += n
+	r.mu.Unlock()
+}
+func (r *rec) Done(i int, err error) {
+	r.mu.Lock()
+	if r.done[i] {
+		panic("Done twice")
+	}
+	r.done[i], r.errs[i] = true, err
+	r.mu.Unlock()
+}
+
+func mmap(t *testing.T, n int) []byte {
+	b, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Munmap(b) })
+	return b
+}
+
+func TestClientServer(t *testing.T) {
+	remote := mmap(t, 8<<20)
+	local := mmap(t, 8<<20)
+	for i := range local {
+		local[i] = byte(i * 31)
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	srv := NewServer(ln, &memHandler{remote})
+	go srv.Serve()
+	defer srv.Close()
+	c := NewClient()
+	c.ChunkSize = 1 << 20 // exercise chunking
+	defer c.Close()
+	tg := &transport.Target{Addr: ln.Addr().String()}
+	base := uint64(memview.Addr(remote))
+	la := memview.Addr(local)
+	reqs := []transport.Request{
+		{Write: true, Local: la, Remote: base, Length: 3<<20 + 5},
+		{Write: true, Local: la, Remote: base + 8<<20 - 4, Length: 8}, // outside
+		{Write: false, Local: la + 4<<20, Remote: base, Length: 3<<20 + 5},
+		{Write: true, Local: la, Remote: base + 7<<20, Length: 1},
+	}
+	for round := 0; round < 3; round++ { // reuses pooled connections
+		r := newRec(len(reqs))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		c.Execute(ctx, tg, reqs, r)
+		cancel()
+		var re *RemoteError
+		if r.errs[0] != nil || r.errs[2] != nil || r.errs[3] != nil || !errors.As(r.errs[1], &re) {
+			t.Fatalf("errs %v", r.errs)
+		}
+		if r.bytes[0] != 3<<20+5 || r.bytes[1] != 0 {
+			t.Fatalf("progress %v", r.bytes)
+		}
+		if !bytes.Equal(remote[:3<<20+5], local[:3<<20+5]) || !bytes.Equal(local[4<<20:4<<20+3<<20+5], local[:3<<20+5]) {
+			t.Fatal("data mismatch")
+		}
+	}
+	out, err := c.Call(context.Background(), tg.Addr, OpNotify, []byte("hi"))
+	if err != nil || string(out) != "echo:hi" {
+		t.Fatalf("call %q %v", out, err)
+	}
+	// Dead address: every request fails, none hangs.
+	ln2, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := ln2.Addr().String()
+	ln2.Close()
+	r := newRec(2)
+	c.Execute(context.Background(), &transport.Target{Addr: dead}, reqs[:2], r)
+	if r.errs[0] == nil || r.errs[1] == nil {
+		t.Fatal("dead peer succeeded")
+	}
+	// Server restarted behind a pooled connection: the retry on a fresh one succeeds.
+	srv.Close()
+	ln3, err := net.Listen("tcp", tg.Addr)
+	if err != nil {
+		t.Skip("port reuse:", err)
+	}
+	srv3 := NewServer(ln3, &memHandler{remote})
+	go srv3.Serve()
+	defer srv3.Close()
+	r = newRec(1)
+	c.Execute(context.Background(), tg, reqs[:1], r)
+	if r.errs[0] != nil {
+		t.Fatalf("after restart: %v", r.errs[0])
+	}
+}
+
+func TestHeaderRoundTrip(t *testing.T) {
+	var b [reqHdrLen]byte
+	h := Header{Op: OpWrite, Flags: 3, Seq: 9, Addr: 1 << 40, Length: 12345}
+	EncodeHeader(b[:], &h)
+	var g Header
+	if err := DecodeHeader(b[:], &g); err != nil || g != h {
+		t.Fatalf("%+v %v", g, err)
+	}
+	b[4] = 2
+	if DecodeHeader(b[:], &g) == nil {
+		t.Fatal("bad version accepted")
+	}
+}
+
+func FuzzDecodeHeader(f *testing.F) {
+	var b [reqHdrLen]byte
+	EncodeHeader(b[:], &Header{Op: OpRead, Seq: 1, Addr: 4096, Length: 100})
+	f.Add(b[:])
+	EncodeHeader(b[:], &Header{Op: OpNotify, Length: 10})
+	f.Add(b[:])
+	f.Add([]byte("garbage"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var h Header
+		if err := DecodeHeader(data, &h); err != nil {
+			return
+		}
+		switch h.Op {
+		case OpRead, OpWrite:
+			if h.Length > MaxDataFrame || h.Addr+h.Length < h.Addr {
+				t.Fatal("accepted a bad data frame")
+			}
+		case OpDescriptor, OpNotify, OpPing:
+			if h.Length > MaxControlFrame {
+				t.Fatal("accepted a big control frame")
+			}
+		default:
+			t.Fatal("accepted an unknown op")
+		}
+		var out [reqHdrLen]byte
+		EncodeHeader(out[:], &h)
+		var h2 Header
+		if DecodeHeader(out[:], &h2) != nil || h2 != h {
+			t.Fatal("round trip")
+		}
+	})
+}
+
+// FuzzServer feeds arbitrary bytes to a live server connection: it must never crash and
+// must keep serving other connections.
+func FuzzServer(f *testing.F) {
+	var b [reqHdrLen]byte
+	EncodeHeader(b[:], &Header{Op: OpPing, Seq: 1})
+	f.Add(b[:])
+	EncodeHeader(b[:], &Header{Op: OpWrite, Seq: 1, Addr: 1, Length: 3})
+	f.Add(append(b[:], 1, 2, 3))
+	remote := make([]byte, 0) // no memory: every data op is refused
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	srv := NewServer(ln, &memHandler{remote})
+	go srv.Serve()
+	defer srv.Close()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write(data)
+		c.(*net.TCPConn).CloseWrite()
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		buf := make([]byte, 4096)
+		for {
+			if _, err := c.Read(buf); err != nil {
+				break
+			}
+		}
+		c.Close()
+	})
+}

@@ -1,0 +1,45 @@
+// Package p2p is tagged, ordered point-to-point messaging between the ranks of a group over
+// transfer-engine WRITEs, with credit-based flow control. An *Endpoint implements
+// collective.Conn, and adds posted receives (PostRecv) for torch's irecv/recv_anysource.
+//
+// # Memory layout
+//
+// Each rank allocates one engine shared buffer (Fabric.AllocateShared: memfd on one host,
+// reachable over tcp from others) and publishes Info {segment name, address, layout} through
+// the rendezvous store. With P slots (max group size), K ring slots of S payload bytes:
+//
+//	ctrl[p]    64 B per peer  head (u32, written by p: slots p filled in ring[p])
+//	                          tail (u32, written by p: slots of MY ring at p that p consumed)
+//	doorbell   64 B           u32 that every sender writes after a message (wakes the receiver)
+//	scratch[p] 64 B per peer  local sources of the head/tail/doorbell values written to p
+//	stage[p]   64+S per peer  local staging of the slot being sent to p
+//	ring[p]    K x (64+S)     slots that p writes its messages to me into
+//
+// A slot is a 64-byte header {tag, msg id, chunk length, message length, offset} and up to S
+// payload bytes. Every rank uses the same layout, so a peer's addresses follow from its base.
+//
+// # Protocol
+//
+// Sender (one message at a time per peer): wait for a credit (sent - tail[p] < K), stage the
+// header and chunk, then one engine batch to the peer: [slot, head word, doorbell word]. The
+// engine applies a batch's requests to one target in order and wakes futex waiters on 4-byte
+// writes, so the head and doorbell become visible after the slot. Messages longer than S stream
+// through consecutive slots.
+//
+// Receiver: one progress goroutine per endpoint watches the doorbell (spins briefly, then
+// futex-waits: ranks may outnumber cores), drains every peer's filled slots in order, and
+// returns credits through a per-peer goroutine with a 4-byte write of the consumed count into
+// the sender's tail word. It never waits for the application: a message that matches a posted
+// receive (first posted, by peer or any source, and tag) is copied straight into its buffer;
+// otherwise it is copied out into the unexpected queue, where a later receive finds it. So a
+// Send never depends on a matching receive, and collectives can send before they receive.
+//
+// Collective aborts (collective.AbortTag) are handled here: the op's pending and later receives
+// fail, and its queued messages are dropped.
+//
+// Failures: a failed or timed-out engine transfer to a peer fails the send with an error
+// naming the peer and marks the link broken (later sends to it fail at once). A dead peer that
+// sends nothing shows up as the receiver's timeout (the caller's context).
+//
+// This package does not own the engine, the rendezvous store or the op queue.
+package p2p

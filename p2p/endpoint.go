@@ -1,0 +1,754 @@
+package p2p
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mooncake-go/mooncake/collective"
+	"github.com/mooncake-go/mooncake/internal/futex"
+	"github.com/mooncake-go/mooncake/internal/memview"
+)
+
+// Options sizes an endpoint. Zero values take the defaults.
+type Options struct {
+	Slots     int // ring slots per peer (credits); default 4
+	SlotBytes int // payload bytes per slot, rounded up to 64; default 256 KiB
+}
+
+func (o Options) withDefaults() Options {
+	if o.Slots <= 0 {
+		o.Slots = 4
+	}
+	if o.SlotBytes <= 0 {
+		o.SlotBytes = 256 << 10
+	}
+	o.SlotBytes = (o.SlotBytes + 63) &^ 63
+	return o
+}
+
+// Info is what a rank publishes so that peers can reach it.
+type Info struct {
+	Rank      int    `json:"rank"`
+	Segment   string `json:"segment"`
+	Addr      uint64 `json:"addr"`
+	MaxPeers  int    `json:"max_peers"`
+	Slots     int    `json:"slots"`
+	SlotBytes int    `json:"slot_bytes"`
+}
+
+const (
+	line    = 64
+	slotHdr = 64
+)
+
+// ErrClosed is returned by operations on a closed endpoint.
+var ErrClosed = errors.New("p2p: endpoint closed")
+
+// layout computes offsets within a region; identical on every rank.
+type layout struct {
+	P, K, S int
+}
+
+func (l layout) ctrl(p int) int    { return p * line }
+func (l layout) bell() int         { return l.P * line }
+func (l layout) scratch(p int) int { return (l.P+1)*line + p*line }
+func (l layout) slotSize() int     { return slotHdr + l.S }
+func (l layout) stage(p int) int   { return (2*l.P+1)*line + p*l.slotSize() }
+func (l layout) ring(p, k int) int { return (2*l.P+1)*line + l.P*l.slotSize() + (p*l.K+k)*l.slotSize() }
+func (l layout) size() int         { return l.ring(l.P, 0) }
+
+// Endpoint is one rank's end of the messaging layer.
+type Endpoint struct {
+	f     Fabric
+	rank  int
+	lay   layout
+	base  uintptr
+	mem   []byte
+	peers []*peer
+	bell  *uint32
+	bellN atomic.Uint32
+
+	mu         sync.Mutex
+	posted     []*Request
+	unexpected []*inbound
+	inflight   map[*Request]*inbound
+	aborted    map[uint64]*collective.AbortError
+	abortOrder []uint64
+
+	closed    chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+	life      sync.RWMutex // Send holds it shared; Close takes it before freeing the region
+}
+
+type peer struct {
+	rank      int
+	connected atomic.Bool
+	seg       uint64
+	remote    uint64 // peer's region base
+	sendSem   chan struct{}
+	sent      uint32 // slots sent (under sendSem)
+	msgID     uint32
+	broken    error
+	headWord  *uint32 // local, written by the peer
+	tailWord  *uint32 // local, written by the peer (credits)
+	scratch   uintptr
+	stage     []byte
+	stageAddr uintptr
+
+	// receive side, owned by the progress goroutine (self: by the self-sender)
+	consumed atomic.Uint32
+	cur      *inbound
+	creditCh chan struct{}
+}
+
+// inbound is a message being received.
+type inbound struct {
+	peer     int
+	tag      uint64
+	msgID    uint32
+	total    int
+	got      int
+	req      *Request // matched posted receive
+	data     []byte   // unexpected: copied out here
+	done     bool
+	claimer  *Request    // a receive that took this unexpected message before it completed
+	discard  atomic.Bool // dropped (aborted op, too long for its receive)
+	arrivals uint64
+}
+
+// New allocates rank's region for a group of up to maxPeers ranks and starts its progress
+// goroutine. Connect the peers before exchanging messages with them.
+func New(f Fabric, rank, maxPeers int, opts Options) (*Endpoint, error) {
+	if maxPeers < 1 || rank < 0 || rank >= maxPeers {
+		return nil, fmt.Errorf("p2p: rank %d outside a group of %d", rank, maxPeers)
+	}
+	opts = opts.withDefaults()
+	lay := layout{P: maxPeers, K: opts.Slots, S: opts.SlotBytes}
+	base, err := f.AllocateShared(uint64(lay.size()))
+	if err != nil {
+		return nil, fmt.Errorf("p2p: allocating %d bytes of shared memory for rank %d: %w", lay.size(), rank, err)
+	}
+	e := &Endpoint{f: f, rank: rank, lay: lay, base: base, mem: memview.Bytes(base, lay.size()),
+		inflight: map[*Request]*inbound{}, aborted: map[uint64]*collective.AbortError{},
+		closed: make(chan struct{})}
+	e.bell = memview.Uint32(base + uintptr(lay.bell()))
+	for p := 0; p < maxPeers; p++ {
+		pp := &peer{rank: p, sendSem: make(chan struct{}, 1), creditCh: make(chan struct{}, 1)}
+		pp.headWord = memview.Uint32(base + uintptr(lay.ctrl(p)))
+		pp.tailWord = memview.Uint32(base + uintptr(lay.ctrl(p)+4))
+		pp.scratch = base + uintptr(lay.scratch(p))
+		pp.stageAddr = base + uintptr(lay.stage(p))
+		pp.stage = e.mem[lay.stage(p) : lay.stage(p)+lay.slotSize()]
+		e.peers = append(e.peers, pp)
+	}
+	e.peers[rank].connected.Store(true)
+	e.wg.Add(1)
+	go e.progress()
+	return e, nil
+}
+
+// Info describes this endpoint for its peers.
+func (e *Endpoint) Info() Info {
+	return Info{Rank: e.rank, Segment: e.f.SegmentName(), Addr: uint64(e.base), MaxPeers: e.lay.P,
+		Slots: e.lay.K, SlotBytes: e.lay.S}
+}
+
+// Rank is the local rank.
+func (e *Endpoint) Rank() int { return e.rank }
+
+// Connect opens the segment of the peer described by info.
+func (e *Endpoint) Connect(info Info) error {
+	if info.Rank < 0 || info.Rank >= e.lay.P {
+		return fmt.Errorf("p2p: peer rank %d outside a group of %d", info.Rank, e.lay.P)
+	}
+	if info.MaxPeers != e.lay.P || info.Slots != e.lay.K || info.SlotBytes != e.lay.S {
+		return fmt.Errorf("p2p: rank %d uses a layout of %d peers x %d slots x %d bytes, rank %d uses %d x %d x %d (set the same options on every rank)",
+			info.Rank, info.MaxPeers, info.Slots, info.SlotBytes, e.rank, e.lay.P, e.lay.K, e.lay.S)
+	}
+	if info.Rank == e.rank {
+		return nil
+	}
+	p := e.peers[info.Rank]
+	select {
+	case p.sendSem <- struct{}{}:
+	case <-e.closed:
+		return ErrClosed
+	}
+	defer func() { <-p.sendSem }()
+	if p.connected.Load() {
+		if p.remote == info.Addr {
+			return nil
+		}
+		return fmt.Errorf("p2p: rank %d is already connected", info.Rank)
+	}
+	seg, err := e.f.OpenSegment(info.Segment)
+	if err != nil {
+		return fmt.Errorf("p2p: rank %d cannot open the segment %q of rank %d: %w", e.rank, info.Segment, info.Rank, err)
+	}
+	p.seg, p.remote = seg, info.Addr
+	p.connected.Store(true)
+	e.wg.Add(1)
+	go e.creditor(p)
+	return nil
+}
+
+// Close stops the endpoint: pending receives fail, the region is freed.
+func (e *Endpoint) Close() error {
+	var err error
+	e.closeOnce.Do(func() {
+		close(e.closed)
+		futex.Wake(e.bell, 1)
+		e.wg.Wait()
+		e.life.Lock() // in-flight sends (they stop waiting for credits on close) are done
+		defer e.life.Unlock()
+		e.mu.Lock()
+		reqs := append([]*Request(nil), e.posted...)
+		for r := range e.inflight {
+			reqs = append(reqs, r)
+		}
+		for _, in := range e.unexpected {
+			if in.claimer != nil {
+				reqs = append(reqs, in.claimer)
+			}
+		}
+		e.posted, e.inflight = nil, map[*Request]*inbound{}
+		e.mu.Unlock()
+		for _, r := range reqs {
+			r.cancel(ErrClosed)
+		}
+		err = e.f.FreeShared(e.base)
+	})
+	return err
+}
+
+func (e *Endpoint) isClosed() bool {
+	select {
+	case <-e.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitWord waits until cond() holds; word is the 32-bit word whose change makes it true.
+// It spins a little, then futex-waits in short slices, watching ctx and Close.
+func (e *Endpoint) waitWord(ctx context.Context, word *uint32, cond func() bool) error {
+	for i := 0; i < 64; i++ {
+		if cond() {
+			return nil
+		}
+		if i > 16 {
+			runtime.Gosched()
+		}
+	}
+	for {
+		v := atomic.LoadUint32(word)
+		if cond() {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if e.isClosed() {
+			return ErrClosed
+		}
+		d := 10 * time.Millisecond
+		if dl, ok := ctx.Deadline(); ok {
+			if left := time.Until(dl); left < d {
+				d = max(left, time.Microsecond)
+			}
+		}
+		futex.Wait(word, v, d)
+	}
+}
+
+// Send sends data to peer with tag: it returns once the message is in the peer's ring (not
+// once it was received).
+func (e *Endpoint) Send(ctx context.Context, peer int, tag uint64, data []byte) error {
+	if peer < 0 || peer >= e.lay.P {
+		return fmt.Errorf("p2p: rank %d does not exist (group of %d)", peer, e.lay.P)
+	}
+	p := e.peers[peer]
+	if !p.connected.Load() {
+		return fmt.Errorf("p2p: rank %d is not connected to rank %d", peer, e.rank)
+	}
+	e.life.RLock()
+	defer e.life.RUnlock()
+	if e.isClosed() {
+		return ErrClosed
+	}
+	select {
+	case p.sendSem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-e.closed:
+		return ErrClosed
+	}
+	defer func() { <-p.sendSem }()
+	if p.broken != nil {
+		return p.broken
+	}
+	p.msgID++
+	if peer == e.rank {
+		e.sendSelf(p, tag, data)
+		return nil
+	}
+	K, S := uint32(e.lay.K), e.lay.S
+	for off, first := 0, true; first || off < len(data); first = false {
+		n := min(S, len(data)-off)
+		if err := e.waitWord(ctx, p.tailWord, func() bool { return p.sent-atomic.LoadUint32(p.tailWord) < K }); err != nil {
+			if errors.Is(err, ErrClosed) {
+				return err
+			}
+			return fmt.Errorf("waiting for rank %d to take earlier messages: %w", peer, err)
+		}
+		k := int(p.sent % K)
+		putHeader(p.stage, tag, p.msgID, n, len(data), off)
+		copy(p.stage[slotHdr:], data[off:off+n])
+		p.sent++
+		sc := memview.Bytes(p.scratch, line)
+		binary.LittleEndian.PutUint32(sc[0:], p.sent)
+		binary.LittleEndian.PutUint32(sc[8:], uint32(e.rank)<<24|e.bellN.Add(1)&0xFFFFFF)
+		ws := [3]Write{
+			{Src: p.stageAddr, Dst: p.remote + uint64(e.lay.ring(e.rank, k)), Len: uint64(slotHdr + n)},
+			{Src: p.scratch, Dst: p.remote + uint64(e.lay.ctrl(e.rank)), Len: 4},
+			{Src: p.scratch + 8, Dst: p.remote + uint64(e.lay.bell()), Len: 4},
+		}
+		// Once submitted, a write runs to its end (bounded by the engine's transfer timeout):
+		// the staging slot must not be reused while the engine may still read it.
+		if err := e.f.Write(context.Background(), p.seg, ws[:]); err != nil {
+			p.broken = fmt.Errorf("transfer to rank %d failed: %w", peer, err)
+			return p.broken
+		}
+		off += n
+	}
+	return nil
+}
+
+func putHeader(b []byte, tag uint64, id uint32, n, total, off int) {
+	binary.LittleEndian.PutUint64(b[0:], tag)
+	binary.LittleEndian.PutUint32(b[8:], id)
+	binary.LittleEndian.PutUint32(b[12:], uint32(n))
+	binary.LittleEndian.PutUint64(b[16:], uint64(total))
+	binary.LittleEndian.PutUint64(b[24:], uint64(off))
+}
+
+type chunkHdr struct {
+	tag   uint64
+	id    uint32
+	n     int
+	total int
+	off   int
+}
+
+func getHeader(b []byte) chunkHdr {
+	return chunkHdr{
+		tag: binary.LittleEndian.Uint64(b[0:]), id: binary.LittleEndian.Uint32(b[8:]),
+		n:     int(binary.LittleEndian.Uint32(b[12:])),
+		total: int(binary.LittleEndian.Uint64(b[16:])), off: int(binary.LittleEndian.Uint64(b[24:])),
+	}
+}
+
+func (e *Endpoint) sendSelf(p *peer, tag uint64, data []byte) {
+	e.handleChunk(p, chunkHdr{tag: tag, id: p.msgID, n: len(data), total: len(data)}, data)
+}
+
+// progress drains every peer's ring into posted receives or the unexpected queue.
+func (e *Endpoint) progress() {
+	defer e.wg.Done()
+	K := uint32(e.lay.K)
+	idle := 0
+	for {
+		bell := atomic.LoadUint32(e.bell)
+		did := false
+		for _, p := range e.peers {
+			if p.rank == e.rank {
+				continue
+			}
+			h := atomic.LoadUint32(p.headWord)
+			c := p.consumed.Load()
+			if c == h {
+				continue
+			}
+			for ; c != h; c++ {
+				off := e.lay.ring(p.rank, int(c%K))
+				slot := e.mem[off : off+e.lay.slotSize()]
+				hd := getHeader(slot)
+				if hd.n < 0 || hd.n > e.lay.S {
+					hd.n = 0 // corrupt; drop
+				}
+				e.handleChunk(p, hd, slot[slotHdr:slotHdr+hd.n])
+			}
+			p.consumed.Store(c)
+			select {
+			case p.creditCh <- struct{}{}:
+			default:
+			}
+			did = true
+		}
+		if did {
+			idle = 0
+			continue
+		}
+		if e.isClosed() {
+			return
+		}
+		idle++
+		if idle < 64 {
+			if idle > 16 {
+				runtime.Gosched()
+			}
+			continue
+		}
+		futex.Wait(e.bell, bell, 50*time.Millisecond)
+	}
+}
+
+// creditor returns credits to p: it writes the consumed count into p's tail word for us.
+func (e *Endpoint) creditor(p *peer) {
+	defer e.wg.Done()
+	var last uint32
+	for {
+		c := p.consumed.Load()
+		if c != last {
+			sc := memview.Bytes(p.scratch, line)
+			binary.LittleEndian.PutUint32(sc[4:], c)
+			w := [1]Write{{Src: p.scratch + 4, Dst: p.remote + uint64(e.lay.ctrl(e.rank)+4), Len: 4}}
+			if err := e.f.Write(context.Background(), p.seg, w[:]); err != nil {
+				// The peer is gone or unreachable; its sends to us will time out.
+				select {
+				case <-e.closed:
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+				continue
+			}
+			last = c
+			continue
+		}
+		select {
+		case <-p.creditCh:
+		case <-e.closed:
+			return
+		}
+	}
+}
+
+// handleChunk delivers one chunk from p.
+func (e *Endpoint) handleChunk(p *peer, hd chunkHdr, payload []byte) {
+	if hd.off == 0 {
+		if in := p.cur; in != nil {
+			p.cur = nil
+			e.cutOff(in)
+		}
+		if collective.IsAbortTag(hd.tag) {
+			ab := collective.DecodeAbort(payload)
+			ab.Peer = p.rank
+			e.abortLocal(collective.SpaceOf(hd.tag), ab)
+			return
+		}
+		in := &inbound{peer: p.rank, tag: hd.tag, msgID: hd.id, total: hd.total}
+		e.mu.Lock()
+		if _, ok := e.aborted[collective.SpaceOf(hd.tag)]; ok {
+			in.discard.Store(true)
+		} else if r := e.matchPosted(p.rank, hd.tag); r != nil {
+			if hd.total > len(r.buf) {
+				in.discard.Store(true)
+				e.mu.Unlock()
+				r.finish(0, p.rank, tooLong(p.rank, hd.tag, hd.total, len(r.buf)))
+				e.mu.Lock()
+			} else {
+				in.req = r
+				e.inflight[r] = in
+			}
+		} else {
+			in.data = make([]byte, hd.total)
+			e.unexpected = append(e.unexpected, in)
+		}
+		e.mu.Unlock()
+		p.cur = in
+	} else if in := p.cur; in == nil || in.msgID != hd.id || in.got != hd.off {
+		return // the rest of a message whose start we never saw; drop
+	}
+	in := p.cur
+	if !in.discard.Load() {
+		if in.req != nil {
+			in.req.copyIn(hd.off, payload)
+		} else {
+			copy(in.data[hd.off:], payload)
+		}
+	}
+	in.got += len(payload)
+	if in.got < in.total {
+		return
+	}
+	p.cur = nil
+	if in.discard.Load() {
+		return
+	}
+	if in.req != nil {
+		e.mu.Lock()
+		delete(e.inflight, in.req)
+		e.mu.Unlock()
+		in.req.finish(in.total, in.peer, nil)
+		return
+	}
+	e.mu.Lock()
+	in.done = true
+	c := in.claimer
+	if c != nil {
+		delete(e.inflight, c)
+	}
+	e.mu.Unlock()
+	if c != nil {
+		c.fillFrom(in)
+	}
+}
+
+// cutOff ends a message whose sender started a new one before finishing it (its send was
+// canceled half way).
+func (e *Endpoint) cutOff(in *inbound) {
+	err := fmt.Errorf("message from rank %d was cut off after %d of %d bytes (the sender gave up)", in.peer, in.got, in.total)
+	e.mu.Lock()
+	var r *Request
+	if in.req != nil {
+		r = in.req
+		delete(e.inflight, r)
+	} else {
+		r = in.claimer
+		if r != nil {
+			delete(e.inflight, r)
+		}
+		for i, u := range e.unexpected {
+			if u == in {
+				e.unexpected = append(e.unexpected[:i], e.unexpected[i+1:]...)
+				break
+			}
+		}
+	}
+	e.mu.Unlock()
+	if r != nil {
+		r.finish(0, in.peer, err)
+	}
+}
+
+func tooLong(peer int, tag uint64, n, have int) error {
+	return fmt.Errorf("message from rank %d (tag %#x) has %d bytes, the receive buffer holds %d", peer, tag, n, have)
+}
+
+// matchPosted removes and returns the first posted receive for (peer, tag). e.mu held.
+func (e *Endpoint) matchPosted(peer int, tag uint64) *Request {
+	for i, r := range e.posted {
+		if r.tag == tag && (r.peer == collective.AnySource || r.peer == peer) {
+			e.posted = append(e.posted[:i], e.posted[i+1:]...)
+			return r
+		}
+	}
+	return nil
+}
+
+// Request is a posted receive.
+type Request struct {
+	e    *Endpoint
+	peer int
+	tag  uint64
+	buf  []byte
+
+	mu       sync.Mutex // guards writes into buf against cancel
+	canceled bool
+
+	once sync.Once
+	done chan struct{}
+	n    int
+	src  int
+	err  error
+}
+
+// Done is closed when the receive finished.
+func (r *Request) Done() <-chan struct{} { return r.done }
+
+// Result is the outcome of a finished receive: bytes received, source rank, error.
+func (r *Request) Result() (n, src int, err error) {
+	<-r.done
+	return r.n, r.src, r.err
+}
+
+func (r *Request) finish(n, src int, err error) {
+	r.once.Do(func() {
+		r.n, r.src, r.err = n, src, err
+		close(r.done)
+	})
+}
+
+func (r *Request) copyIn(off int, b []byte) {
+	r.mu.Lock()
+	if !r.canceled {
+		copy(r.buf[off:], b)
+	}
+	r.mu.Unlock()
+}
+
+func (r *Request) fillFrom(in *inbound) {
+	if len(in.data) > len(r.buf) {
+		r.finish(0, in.peer, tooLong(in.peer, in.tag, len(in.data), len(r.buf)))
+		return
+	}
+	r.mu.Lock()
+	ok := !r.canceled
+	if ok {
+		copy(r.buf, in.data)
+	}
+	r.mu.Unlock()
+	if ok {
+		r.finish(len(in.data), in.peer, nil)
+	}
+}
+
+// cancel withdraws the receive: after it returns nothing more is written into its buffer.
+func (r *Request) cancel(err error) {
+	e := r.e
+	e.mu.Lock()
+	for i, p := range e.posted {
+		if p == r {
+			e.posted = append(e.posted[:i], e.posted[i+1:]...)
+			break
+		}
+	}
+	delete(e.inflight, r)
+	e.mu.Unlock()
+	r.mu.Lock()
+	r.canceled = true
+	r.mu.Unlock()
+	r.finish(0, -1, err)
+}
+
+// Wait waits for the receive; when ctx ends first the receive is withdrawn.
+func (r *Request) Wait(ctx context.Context) (n, src int, err error) {
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		r.cancel(ctx.Err())
+	}
+	return r.n, r.src, r.err
+}
+
+// Cancel withdraws the receive with err (if it has not finished).
+func (r *Request) Cancel(err error) { r.cancel(err) }
+
+// PostRecv posts a receive of the first message from peer (collective.AnySource: any) with
+// tag into buf and returns at once; receives are matched in the order they were posted.
+func (e *Endpoint) PostRecv(peer int, tag uint64, buf []byte) *Request {
+	r := &Request{e: e, peer: peer, tag: tag, buf: buf, src: -1, done: make(chan struct{})}
+	if peer != collective.AnySource && (peer < 0 || peer >= e.lay.P) {
+		r.finish(0, -1, fmt.Errorf("p2p: rank %d does not exist (group of %d)", peer, e.lay.P))
+		return r
+	}
+	if e.isClosed() {
+		r.finish(0, -1, ErrClosed)
+		return r
+	}
+	e.mu.Lock()
+	if ab, ok := e.aborted[collective.SpaceOf(tag)]; ok && tag>>63 != 0 {
+		e.mu.Unlock()
+		r.finish(0, -1, ab)
+		return r
+	}
+	for i, in := range e.unexpected {
+		if in.tag == tag && (peer == collective.AnySource || peer == in.peer) {
+			e.unexpected = append(e.unexpected[:i], e.unexpected[i+1:]...)
+			if in.done {
+				e.mu.Unlock()
+				r.fillFrom(in)
+				return r
+			}
+			in.claimer = r
+			e.inflight[r] = in
+			e.mu.Unlock()
+			return r
+		}
+	}
+	e.posted = append(e.posted, r)
+	e.mu.Unlock()
+	return r
+}
+
+// Recv implements collective.Conn.
+func (e *Endpoint) Recv(ctx context.Context, peer int, tag uint64, buf []byte) (int, error) {
+	n, _, err := e.PostRecv(peer, tag, buf).Wait(ctx)
+	return n, err
+}
+
+// Abort implements collective.Conn.
+func (e *Endpoint) Abort(space uint64, peers []int, ab *collective.AbortError) {
+	if !e.abortLocal(space, ab) {
+		return
+	}
+	msg := collective.EncodeAbort(ab)
+	if max := e.lay.S; len(msg) > max {
+		msg = msg[:max]
+	}
+	for _, p := range peers {
+		if p == e.rank || p < 0 || p >= e.lay.P || !e.peers[p].connected.Load() {
+			continue
+		}
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			e.Send(ctx, p, collective.AbortTag(space), msg)
+		}()
+	}
+}
+
+// abortLocal marks space aborted; false if it already was.
+func (e *Endpoint) abortLocal(space uint64, ab *collective.AbortError) bool {
+	e.mu.Lock()
+	if _, ok := e.aborted[space]; ok {
+		e.mu.Unlock()
+		return false
+	}
+	e.aborted[space] = ab
+	e.abortOrder = append(e.abortOrder, space)
+	if len(e.abortOrder) > 4096 {
+		delete(e.aborted, e.abortOrder[0])
+		e.abortOrder = e.abortOrder[1:]
+	}
+	var fail []*Request
+	keep := e.posted[:0]
+	for _, r := range e.posted {
+		if collective.SpaceOf(r.tag) == space {
+			fail = append(fail, r)
+		} else {
+			keep = append(keep, r)
+		}
+	}
+	e.posted = keep
+	for r, in := range e.inflight {
+		if collective.SpaceOf(r.tag) == space {
+			in.discard.Store(true)
+			fail = append(fail, r)
+		}
+	}
+	u := e.unexpected[:0]
+	for _, in := range e.unexpected {
+		if collective.SpaceOf(in.tag) == space {
+			in.discard.Store(true)
+		} else {
+			u = append(u, in)
+		}
+	}
+	e.unexpected = u
+	e.mu.Unlock()
+	for _, r := range fail {
+		r.cancel(ab)
+	}
+	return true
+}
+
+var _ collective.Conn = (*Endpoint)(nil)

@@ -1,0 +1,341 @@
+package p2p
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mooncake-go/mooncake/collective"
+	"github.com/mooncake-go/mooncake/collective/reduce"
+)
+
+func mkEndpoints(t testing.TB, n int, opts Options) ([]*Endpoint, *memHub) {
+	t.Helper()
+	hub := newHub()
+	eps := make([]*Endpoint, n)
+	for r := range eps {
+		ep, err := New(hub.fabric(fmt.Sprintf("rank%d", r)), r, n, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		eps[r] = ep
+	}
+	for _, a := range eps {
+		for _, b := range eps {
+			if err := a.Connect(b.Info()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Cleanup(func() {
+		for _, ep := range eps {
+			ep.Close()
+		}
+	})
+	return eps, hub
+}
+
+func data(n, salt int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*13 + salt)
+	}
+	return b
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+var small = Options{Slots: 2, SlotBytes: 64}
+
+func TestSendRecvSizes(t *testing.T) {
+	eps, _ := mkEndpoints(t, 2, small)
+	ctx := ctxT(t, 10*time.Second)
+	sizes := []int{0, 1, 63, 64, 65, 640, 1000, 5000}
+	done := make(chan error, 1)
+	go func() {
+		for i, n := range sizes {
+			if err := eps[0].Send(ctx, 1, collective.UserTag(7), data(n, i)); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	for i, n := range sizes {
+		buf := make([]byte, n+10)
+		k, err := eps[1].Recv(ctx, 0, collective.UserTag(7), buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k != n || !bytes.Equal(buf[:k], data(n, i)) {
+			t.Fatalf("message %d: got %d bytes", i, k)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTagMatchingAndStash(t *testing.T) {
+	eps, _ := mkEndpoints(t, 2, small)
+	ctx := ctxT(t, 10*time.Second)
+	// Large messages for tags 1, 2, 3 arrive before anyone receives (stash, flow control must
+	// not block the sender), then are received in reverse tag order.
+	for tag := 1; tag <= 3; tag++ {
+		if err := eps[0].Send(ctx, 1, collective.UserTag(int32(tag)), data(300*tag, tag)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for tag := 3; tag >= 1; tag-- {
+		buf := make([]byte, 300*tag)
+		n, err := eps[1].Recv(ctx, 0, collective.UserTag(int32(tag)), buf)
+		if err != nil || n != len(buf) || !bytes.Equal(buf, data(300*tag, tag)) {
+			t.Fatalf("tag %d: n=%d err=%v", tag, n, err)
+		}
+	}
+}
+
+func TestPostedBeforeArrival(t *testing.T) {
+	eps, _ := mkEndpoints(t, 2, small)
+	ctx := ctxT(t, 10*time.Second)
+	bufA, bufB := make([]byte, 777), make([]byte, 777)
+	ra := eps[1].PostRecv(0, collective.UserTag(1), bufA)
+	rb := eps[1].PostRecv(0, collective.UserTag(1), bufB)
+	eps[0].Send(ctx, 1, collective.UserTag(1), data(777, 1))
+	eps[0].Send(ctx, 1, collective.UserTag(1), data(500, 2))
+	if n, src, err := ra.Wait(ctx); err != nil || n != 777 || src != 0 || !bytes.Equal(bufA, data(777, 1)) {
+		t.Fatalf("first: %d %d %v", n, src, err)
+	}
+	if n, _, err := rb.Wait(ctx); err != nil || n != 500 || !bytes.Equal(bufB[:500], data(500, 2)) {
+		t.Fatalf("second: %d %v", n, err)
+	}
+}
+
+func TestAnySourceAndSelf(t *testing.T) {
+	eps, _ := mkEndpoints(t, 3, small)
+	ctx := ctxT(t, 10*time.Second)
+	eps[2].Send(ctx, 0, collective.UserTag(5), data(100, 2))
+	eps[0].Send(ctx, 0, collective.UserTag(6), data(10, 0))
+	eps[1].Send(ctx, 0, collective.UserTag(5), data(100, 1))
+	seen := map[int]bool{}
+	for i := 0; i < 2; i++ {
+		buf := make([]byte, 100)
+		n, src, err := eps[0].PostRecv(collective.AnySource, collective.UserTag(5), buf).Wait(ctx)
+		if err != nil || n != 100 || !bytes.Equal(buf, data(100, src)) {
+			t.Fatalf("any-source: n=%d src=%d err=%v", n, src, err)
+		}
+		seen[src] = true
+	}
+	if !seen[1] || !seen[2] {
+		t.Fatalf("sources %v", seen)
+	}
+	buf := make([]byte, 10)
+	if n, src, err := eps[0].PostRecv(0, collective.UserTag(6), buf).Wait(ctx); err != nil || n != 10 || src != 0 {
+		t.Fatalf("self: %d %d %v", n, src, err)
+	}
+}
+
+func TestTooLongAndTimeout(t *testing.T) {
+	eps, _ := mkEndpoints(t, 2, small)
+	ctx := ctxT(t, 10*time.Second)
+	eps[0].Send(ctx, 1, collective.UserTag(1), data(200, 0))
+	_, err := eps[1].Recv(ctx, 0, collective.UserTag(1), make([]byte, 100))
+	if err == nil || !strings.Contains(err.Error(), "has 200 bytes, the receive buffer holds 100") {
+		t.Fatalf("got %v", err)
+	}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := eps[1].Recv(short, 0, collective.UserTag(2), make([]byte, 8)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v", err)
+	}
+	// The endpoint still works, and the withdrawn receive took nothing.
+	eps[0].Send(ctx, 1, collective.UserTag(2), data(8, 3))
+	buf := make([]byte, 8)
+	if n, err := eps[1].Recv(ctx, 0, collective.UserTag(2), buf); err != nil || n != 8 || !bytes.Equal(buf, data(8, 3)) {
+		t.Fatalf("after timeout: %d %v", n, err)
+	}
+}
+
+func TestDeadPeer(t *testing.T) {
+	eps, hub := mkEndpoints(t, 2, small)
+	ctx := ctxT(t, 10*time.Second)
+	hub.kill("rank1")
+	err := eps[0].Send(ctx, 1, collective.UserTag(1), data(10, 0))
+	if err == nil || !strings.Contains(err.Error(), "transfer to rank 1 failed") {
+		t.Fatalf("got %v", err)
+	}
+	// Flow control toward a peer that stopped reading: the send times out.
+	eps2, hub2 := mkEndpoints(t, 2, small)
+	hub2.mu.Lock()
+	hub2.mute["rank1"] = true
+	hub2.mu.Unlock()
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	err = eps2[0].Send(short, 1, collective.UserTag(1), data(1000, 0))
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "waiting for rank 1") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestConcurrentPairs(t *testing.T) {
+	const n = 4
+	eps, _ := mkEndpoints(t, n, small)
+	ctx := ctxT(t, 20*time.Second)
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*n*n)
+	for a := 0; a < n; a++ {
+		for b := 0; b < n; b++ {
+			if a == b {
+				continue
+			}
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 20; i++ {
+					if err := eps[a].Send(ctx, b, collective.UserTag(int32(i%3)), data(100*i+a, a*b+i)); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+			go func() {
+				defer wg.Done()
+				// per tag, messages arrive in order
+				for i := 0; i < 20; i++ {
+					buf := make([]byte, 100*i+a)
+					k, err := eps[b].Recv(ctx, a, collective.UserTag(int32(i%3)), buf)
+					if err != nil || k != len(buf) || !bytes.Equal(buf, data(100*i+a, a*b+i)) {
+						errs <- fmt.Errorf("%d->%d #%d: %d %v", a, b, i, k, err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// The collective algorithms over real p2p endpoints (in-process fabric).
+func TestCollectivesOverP2P(t *testing.T) {
+	for n := 1; n <= 5; n++ {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			eps, _ := mkEndpoints(t, n, Options{Slots: 3, SlotBytes: 128})
+			var wg sync.WaitGroup
+			errs := make([]error, n)
+			const count = 1001
+			for r := 0; r < n; r++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					g, err := collective.NewGroup(eps[r], r, n, 0, collective.Options{SmallBytes: 64, ChunkBytes: 200})
+					if err != nil {
+						errs[r] = err
+						return
+					}
+					ctx := ctxT(t, 20*time.Second)
+					for it := 0; it < 3; it++ {
+						buf := make([]byte, 4*count)
+						for i := 0; i < count; i++ {
+							buf[4*i] = byte(r + i)
+						}
+						if err := g.AllReduce(ctx, buf, reduce.Int32, reduce.Sum); err != nil {
+							errs[r] = err
+							return
+						}
+						for i := 0; i < count; i++ {
+							want := 0
+							for q := 0; q < n; q++ {
+								want += int(byte(q + i))
+							}
+							if got := int(buf[4*i]) | int(buf[4*i+1])<<8; got != want {
+								errs[r] = fmt.Errorf("element %d: %d want %d", i, got, want)
+								return
+							}
+						}
+						outs := make([][]byte, n)
+						for q := range outs {
+							outs[q] = make([]byte, 333)
+						}
+						if err := g.AllGather(ctx, data(333, r), outs); err != nil {
+							errs[r] = err
+							return
+						}
+						for q := range outs {
+							if !bytes.Equal(outs[q], data(333, q)) {
+								errs[r] = fmt.Errorf("all_gather block %d", q)
+								return
+							}
+						}
+						if err := g.Barrier(ctx); err != nil {
+							errs[r] = err
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			for r, err := range errs {
+				if err != nil {
+					t.Fatalf("rank %d: %v", r, err)
+				}
+			}
+		})
+	}
+}
+
+func TestCollectiveMismatchAndAbortOverP2P(t *testing.T) {
+	const n = 3
+	eps, _ := mkEndpoints(t, n, small)
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for r := 0; r < n; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g, _ := collective.NewGroup(eps[r], r, n, 0, collective.Options{})
+			ctx := ctxT(t, 10*time.Second)
+			cnt := 10
+			if r == 1 {
+				cnt = 20
+			}
+			errs[r] = g.AllReduce(ctx, make([]byte, 4*cnt), reduce.Float32, reduce.Sum)
+			if errs[r] == nil {
+				return
+			}
+			// rank 2 skips the next op: rank 0 times out, its abort ends rank 1's wait.
+			switch r {
+			case 2:
+				return
+			case 0:
+				c, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+				defer cancel()
+				ctx = c
+			}
+			errs[r] = g.AllReduce(ctx, make([]byte, 40), reduce.Float32, reduce.Sum)
+		}()
+	}
+	wg.Wait()
+	if errs[2] == nil || !strings.Contains(errs[2].Error(), "all_reduce: rank 1 has 20 float32 elements, rank 0 has 10") {
+		t.Fatalf("rank 2: %v", errs[2])
+	}
+	var ae *collective.AbortError
+	if !errors.As(errs[1], &ae) || ae.Peer != 0 || len(ae.Failed) != 1 || ae.Failed[0] != 2 {
+		t.Fatalf("rank 1: %v", errs[1])
+	}
+	if !strings.Contains(errs[0].Error(), "peer rank 2 did not answer within") {
+		t.Fatalf("rank 0: %v", errs[0])
+	}
+}

@@ -1,0 +1,106 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// ErrRunning is returned by Work.Wait when its timeout passed before the op finished.
+var ErrRunning = errors.New("worker: op still running")
+
+// Work is the handle of one submitted op.
+type Work struct {
+	op     string
+	once   sync.Once
+	done   chan struct{}
+	err    error
+	source int
+	failed []int
+}
+
+// NewWork returns an unfinished handle for op (a name used in messages).
+func NewWork(op string) *Work { return &Work{op: op, source: -1, done: make(chan struct{})} }
+
+// Op is the op's name.
+func (w *Work) Op() string { return w.op }
+
+// Finish completes the work with err (nil: success). Only the first call counts.
+func (w *Work) Finish(err error) { w.FinishFrom(-1, err) }
+
+// FinishFrom completes a receive from source rank src.
+func (w *Work) FinishFrom(src int, err error) {
+	w.once.Do(func() {
+		w.err, w.source = err, src
+		var fr interface{ FailedRanks() []int }
+		if err != nil && errors.As(err, &fr) {
+			w.failed = fr.FailedRanks()
+		}
+		close(w.done)
+	})
+}
+
+// Done is closed when the op finished.
+func (w *Work) Done() <-chan struct{} { return w.done }
+
+// Completed reports whether the op finished.
+func (w *Work) Completed() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Err is the op's error (nil while running or on success).
+func (w *Work) Err() error {
+	if !w.Completed() {
+		return nil
+	}
+	return w.err
+}
+
+// Source is the source rank of a finished receive (-1 otherwise).
+func (w *Work) Source() int {
+	if !w.Completed() {
+		return -1
+	}
+	return w.source
+}
+
+// FailedRanks is the per-op failed-ranks hint (nil when none).
+func (w *Work) FailedRanks() []int {
+	if !w.Completed() {
+		return nil
+	}
+	return w.failed
+}
+
+// Wait blocks until the op finished (its error) or d passed (ErrRunning); d < 0 waits for ever.
+func (w *Work) Wait(d time.Duration) error {
+	if d < 0 {
+		<-w.done
+		return w.err
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-w.done:
+		return w.err
+	case <-t.C:
+		return fmt.Errorf("%w: %s did not finish within %s", ErrRunning, w.op, d)
+	}
+}
+
+// WaitContext blocks until the op finished or ctx ended.
+func (w *Work) WaitContext(ctx context.Context) error {
+	select {
+	case <-w.done:
+		return w.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

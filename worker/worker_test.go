@@ -1,0 +1,88 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+type hintErr struct{}
+
+func (hintErr) Error() string      { return "peer 3 died" }
+func (hintErr) FailedRanks() []int { return []int{3} }
+
+func TestOrderAndResults(t *testing.T) {
+	q := NewQueue("rank 0", time.Second)
+	defer q.Close()
+	var mu sync.Mutex
+	var order []int
+	var ws []*Work
+	for i := 0; i < 50; i++ {
+		ws = append(ws, q.Submit("op", func(ctx context.Context) error {
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			if i == 7 {
+				return hintErr{}
+			}
+			return nil
+		}))
+	}
+	for i, w := range ws {
+		err := w.Wait(-1)
+		if (i == 7) != (err != nil) {
+			t.Fatalf("op %d: %v", i, err)
+		}
+	}
+	for i, v := range order {
+		if v != i {
+			t.Fatalf("order %v", order)
+		}
+	}
+	if fr := ws[7].FailedRanks(); len(fr) != 1 || fr[0] != 3 {
+		t.Fatalf("hint %v", fr)
+	}
+}
+
+func TestTimeouts(t *testing.T) {
+	q := NewQueue("rank 1", 50*time.Millisecond)
+	w := q.Submit("all_reduce", func(ctx context.Context) error {
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	err := w.Wait(5 * time.Second)
+	if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "all_reduce timed out after 50ms") {
+		t.Fatalf("got %v", err)
+	}
+	// Wait's own timeout.
+	block := make(chan struct{})
+	w2 := q.Submit("barrier", func(ctx context.Context) error { <-block; return nil })
+	if err := w2.Wait(10 * time.Millisecond); !errors.Is(err, ErrRunning) {
+		t.Fatalf("got %v", err)
+	}
+	// Watchdog: the op ignores its context; the waiter is released anyway.
+	start := time.Now()
+	if err := w2.Wait(-1); !errors.Is(err, ErrTimeout) || time.Since(start) > 4*time.Second {
+		t.Fatalf("got %v after %v", err, time.Since(start))
+	}
+	close(block)
+	q.Close()
+	if w := q.Submit("x", func(context.Context) error { return nil }); !errors.Is(w.Wait(-1), ErrClosed) {
+		t.Fatal("submit after close")
+	}
+}
+
+func TestPanicBecomesError(t *testing.T) {
+	q := NewQueue("r", 0)
+	defer q.Close()
+	w := q.Submit("bad", func(context.Context) error { panic("boom") })
+	if err := w.Wait(-1); err == nil || !strings.Contains(err.Error(), "boom") {
+		t.Fatal(err)
+	}
+	if err := q.Submit("ok", func(context.Context) error { return nil }).Wait(-1); err != nil {
+		t.Fatal(err)
+	}
+}
