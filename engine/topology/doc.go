@@ -1,6 +1,6 @@
 // Package topology describes the host for transport selection: NUMA nodes from sysfs
 // (/sys/devices/system/node), RDMA NICs from /sys/class/infiniband with their NUMA
-// affinity, and NVIDIA GPUs through NVML (go-nvml, which dlopens libnvidia-ml only when
+// affinity, and NVIDIA GPUs through NVML (dlopened with purego only when
 // asked; a host without it, or a build without cgo, simply has no GPUs).
 //
 // GetLocalTopology returns Mooncake's priority matrix JSON: for every location ("cpu:N",

@@ -1,37 +1,84 @@
-//go:build cgo && linux
-
 package topology
 
 import (
 	"path/filepath"
 	"strings"
+	"sync"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/ebitengine/purego"
 )
 
-// gpus lists NVIDIA GPUs through NVML. nvml.Init dlopens libnvidia-ml.so.1 and fails
-// cleanly where it is absent; a panic from a broken library is contained too.
+// NVML is loaded at run time with purego (dlopen), never linked: a library built with
+// go-nvml's cgo bindings carries undefined nvml* symbols, which makes dlopen of
+// libmooncake.so fail on every host without the NVIDIA driver. Here a host without
+// libnvidia-ml simply reports no GPUs.
+
+const nvmlSuccess = 0
+
+var (
+	nvmlOnce sync.Once
+	nvmlLib  uintptr
+)
+
+func loadNVML() uintptr {
+	nvmlOnce.Do(func() {
+		for _, name := range []string{"libnvidia-ml.so.1", "libnvidia-ml.so"} {
+			if h, err := purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_LOCAL); err == nil {
+				nvmlLib = h
+				return
+			}
+		}
+	})
+	return nvmlLib
+}
+
+// gpus lists NVIDIA GPUs through NVML with their PCI bus id and NUMA node; nil where NVML is
+// absent or broken (a panic from a broken library is contained too).
 func gpus() (out []GPU) {
 	defer func() {
 		if recover() != nil {
 			out = nil
 		}
 	}()
-	if ret := nvml.Init(); ret != nvml.SUCCESS {
+	lib := loadNVML()
+	if lib == 0 {
 		return nil
 	}
-	defer nvml.Shutdown()
-	n, ret := nvml.DeviceGetCount()
-	if ret != nvml.SUCCESS {
+	var (
+		initFn     func() int32
+		shutdownFn func() int32
+		countFn    func(*uint32) int32
+		handleFn   func(uint32, *uintptr) int32
+		pciFn      func(uintptr, *[128]byte) int32
+	)
+	purego.RegisterLibFunc(&initFn, lib, "nvmlInit_v2")
+	purego.RegisterLibFunc(&shutdownFn, lib, "nvmlShutdown")
+	purego.RegisterLibFunc(&countFn, lib, "nvmlDeviceGetCount_v2")
+	purego.RegisterLibFunc(&handleFn, lib, "nvmlDeviceGetHandleByIndex_v2")
+	purego.RegisterLibFunc(&pciFn, lib, "nvmlDeviceGetPciInfo_v3")
+	if initFn() != nvmlSuccess {
 		return nil
 	}
-	for i := 0; i < n; i++ {
-		g := GPU{Index: i, NUMA: -1}
-		if d, ret := nvml.DeviceGetHandleByIndex(i); ret == nvml.SUCCESS {
-			if pci, ret := d.GetPciInfo(); ret == nvml.SUCCESS {
-				id := strings.ToLower(strings.TrimRight(string(int8sToBytes(pci.BusIdLegacy[:])), "\x00"))
+	defer shutdownFn()
+	var n uint32
+	if countFn(&n) != nvmlSuccess {
+		return nil
+	}
+	for i := uint32(0); i < n; i++ {
+		g := GPU{Index: int(i), NUMA: -1}
+		var h uintptr
+		if handleFn(i, &h) == nvmlSuccess {
+			// nvmlPciInfo_t: char busIdLegacy[16]; 5 x unsigned int; char busId[32].
+			var pci [128]byte
+			if pciFn(h, &pci) == nvmlSuccess {
+				id := cString(pci[36:68])
 				if id == "" {
-					id = strings.ToLower(strings.TrimRight(string(int8sToBytes(pci.BusId[:])), "\x00"))
+					id = cString(pci[:16])
+				}
+				id = strings.ToLower(id)
+				// sysfs names PCI devices with a 4-digit domain; NVML uses 8.
+				if len(id) == 16 && strings.HasPrefix(id, "0000") {
+					id = id[4:]
 				}
 				g.PCI = id
 				g.NUMA = readInt(filepath.Join(sysRoot, "bus/pci/devices", id, "numa_node"), -1)
@@ -42,13 +89,9 @@ func gpus() (out []GPU) {
 	return out
 }
 
-func int8sToBytes[T ~int8 | ~uint8](s []T) []byte {
-	b := make([]byte, 0, len(s))
-	for _, c := range s {
-		if c == 0 {
-			break
-		}
-		b = append(b, byte(c))
+func cString(b []byte) string {
+	if i := strings.IndexByte(string(b), 0); i >= 0 {
+		return string(b[:i])
 	}
-	return b
+	return string(b)
 }

@@ -1,0 +1,237 @@
+"""torch.distributed backends over Mooncake's process group.
+
+Importing this module (or the top-level ``mooncake_pg``) registers two c10d backends:
+
+* ``"mooncake-cpu"`` for CPU tensors, and
+* ``"mooncake"`` for CUDA tensors (staged through pinned host memory),
+
+so ``dist.init_process_group(backend="mooncake-cpu")`` (or
+``backend="cpu:mooncake-cpu,cuda:mooncake"``) works under torchrun. Every spawned child process
+must import this module before creating a group. Registration is idempotent.
+
+Group options: pass ``pg_options=MooncakeBackendOptions(max_group_size, is_extension,
+auto_deactivate_on_failure, auto_sync_on_failure)`` to ``init_process_group``/``new_group``.
+Without it the defaults come from ``MOONCAKE_PG_AUTO_DEACTIVATE_ON_FAILURE`` and
+``MOONCAKE_PG_AUTO_SYNC_ON_FAILURE`` (``0``/``false``/``no``/``off`` disable; default on).
+
+Elastic queries take the group objects torch returns (``dist.group.WORLD``, ``new_group(...)``,
+``None`` for the default group): :func:`get_active_ranks`, :func:`get_current_epoch`, and, for the
+``Work`` of an ``async_op=True`` call, :func:`get_failed_ranks_hint` and :func:`get_local_success`.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from typing import Any, List, Optional
+
+import torch
+import torch.distributed as dist
+
+try:
+    from mooncake import _pg_ext  # type: ignore[attr-defined]
+except ImportError as e:  # pragma: no cover - depends on the installation
+    raise ImportError(
+        "mooncake: the torch shim (mooncake._pg_ext) could not be loaded: "
+        f"{e}. It must be built against the installed torch ({torch.__version__}); "
+        "reinstall with `pip install --no-build-isolation .` (or run torchext/build_inplace.sh)."
+    ) from e
+
+if _pg_ext.TORCH_VERSION != torch.__version__:  # pragma: no cover
+    raise ImportError(
+        f"mooncake._pg_ext was built against torch {_pg_ext.TORCH_VERSION}, but torch "
+        f"{torch.__version__} is installed; reinstall mooncake with "
+        "`pip install --no-build-isolation .` so the shim is rebuilt against this torch."
+    )
+
+__all__ = [
+    "MooncakeBackendOptions",
+    "ProposalStatus",
+    "SyncAfterFailureStatus",
+    "get_active_ranks",
+    "get_current_epoch",
+    "get_max_group_size",
+    "get_failed_ranks_hint",
+    "get_local_success",
+    "get_backend",
+    "BACKEND_CPU",
+    "BACKEND_CUDA",
+]
+
+BACKEND_CPU = "mooncake-cpu"
+BACKEND_CUDA = "mooncake"
+
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _env_flag(name: str, default: bool) -> bool:
+    v = os.environ.get(name)
+    if v is None:
+        return default
+    return v.strip().lower() not in _FALSE
+
+
+class ProposalStatus(enum.IntEnum):
+    """Outcome of a membership proposal (activate/recover/deactivate ranks)."""
+
+    Rejected = 0
+    Applied = 1
+    AppliedWithDroppedRanks = 2
+
+
+class SyncAfterFailureStatus(enum.IntEnum):
+    """Outcome of ``sync_after_failure``."""
+
+    Reconciled = 0
+    NoPending = 1
+    Rejected = 2
+
+
+class MooncakeBackendOptions:
+    """Options of a Mooncake group, passed as ``pg_options=``.
+
+    ``max_group_size``: number of rank slots (<= 0: the group size); ranks may later join up to
+    it. ``is_extension``: this process joins an existing group beyond its initial size.
+    ``auto_deactivate_on_failure``: a rank that fails during an op is marked inactive.
+    ``auto_sync_on_failure``: the survivors then agree on a new epoch before the op completes
+    (requires auto_deactivate_on_failure).
+    """
+
+    def __init__(
+        self,
+        max_group_size: int = 0,
+        is_extension: bool = False,
+        auto_deactivate_on_failure: Optional[bool] = None,
+        auto_sync_on_failure: Optional[bool] = None,
+    ) -> None:
+        if isinstance(max_group_size, bool) or not isinstance(max_group_size, int):
+            raise TypeError(
+                f"MooncakeBackendOptions: max_group_size must be an int, got {max_group_size!r}"
+            )
+        if auto_deactivate_on_failure is None:
+            auto_deactivate_on_failure = _env_flag("MOONCAKE_PG_AUTO_DEACTIVATE_ON_FAILURE", True)
+        if auto_sync_on_failure is None:
+            auto_sync_on_failure = _env_flag(
+                "MOONCAKE_PG_AUTO_SYNC_ON_FAILURE", bool(auto_deactivate_on_failure)
+            )
+        if auto_sync_on_failure and not auto_deactivate_on_failure:
+            raise ValueError(
+                "MooncakeBackendOptions: auto_sync_on_failure requires auto_deactivate_on_failure"
+            )
+        self.max_group_size = int(max_group_size)
+        self.is_extension = bool(is_extension)
+        self.auto_deactivate_on_failure = bool(auto_deactivate_on_failure)
+        self.auto_sync_on_failure = bool(auto_sync_on_failure)
+
+    def __repr__(self) -> str:
+        return (
+            f"MooncakeBackendOptions(max_group_size={self.max_group_size}, "
+            f"is_extension={self.is_extension}, "
+            f"auto_deactivate_on_failure={self.auto_deactivate_on_failure}, "
+            f"auto_sync_on_failure={self.auto_sync_on_failure})"
+        )
+
+
+def _make_creator(cuda: bool):
+    device = "cuda" if cuda else "cpu"
+
+    def create(dist_backend_opts: Any, pg_options: Any):
+        if pg_options is None:
+            opts = MooncakeBackendOptions()
+        elif isinstance(pg_options, MooncakeBackendOptions):
+            opts = pg_options
+        else:
+            raise TypeError(
+                f"backend '{BACKEND_CUDA if cuda else BACKEND_CPU}': pg_options must be a "
+                f"mooncake.pg.MooncakeBackendOptions, got {type(pg_options).__name__}"
+            )
+        size = int(dist_backend_opts.group_size)
+        rank = int(dist_backend_opts.group_rank)
+        if opts.max_group_size > 0 and opts.max_group_size < size:
+            raise ValueError(
+                f"MooncakeBackendOptions: max_group_size ({opts.max_group_size}) must be at "
+                f"least the group size ({size})"
+            )
+        timeout = dist_backend_opts.timeout
+        timeout_ms = int(timeout.total_seconds() * 1000) if timeout is not None else 0
+        group_name = f"{dist_backend_opts.group_id}/{device}"
+        return _pg_ext.create_backend(
+            dist_backend_opts.store,
+            rank,
+            size,
+            timeout_ms,
+            group_name,
+            opts.max_group_size,
+            opts.is_extension,
+            opts.auto_deactivate_on_failure,
+            opts.auto_sync_on_failure,
+            cuda,
+        )
+
+    create.__name__ = f"create_mooncake_{device}_backend"
+    return create
+
+
+def _register() -> None:
+    plugins = getattr(dist.Backend, "_plugins", {})
+    for name, cuda in ((BACKEND_CPU, False), (BACKEND_CUDA, True)):
+        if name.upper() in plugins:
+            continue
+        dist.Backend.register_backend(
+            name, _make_creator(cuda), extended_api=True, devices=["cuda" if cuda else "cpu"]
+        )
+
+
+_register()
+
+
+def get_backend(pg: Any = None):
+    """The Mooncake backend object behind a torch process group (or None: the default group)."""
+    if pg is None:
+        pg = dist.group.WORLD
+        if pg is None:
+            raise RuntimeError("mooncake: the default process group is not initialized")
+    if isinstance(pg, torch._C._distributed_c10d.Backend):
+        if _pg_ext.is_mooncake_backend(pg):
+            return pg
+        raise ValueError(f"mooncake: {type(pg).__name__} is not a mooncake backend")
+    if pg is dist.GroupMember.NON_GROUP_MEMBER:
+        raise ValueError("mooncake: this rank is not a member of the given group")
+    errors = []
+    for dev in ("cpu", "cuda"):
+        try:
+            b = pg._get_backend(torch.device(dev))
+        except Exception as e:  # no backend for this device
+            errors.append(f"{dev}: {e}")
+            continue
+        if _pg_ext.is_mooncake_backend(b):
+            return b
+        errors.append(f"{dev}: backend {b.name() if hasattr(b, 'name') else type(b).__name__}")
+    raise ValueError(
+        "mooncake: the group has no mooncake backend (" + "; ".join(errors) + ")"
+    )
+
+
+def get_active_ranks(pg: Any = None) -> torch.Tensor:
+    """int32 tensor of length max_group_size: 1 where the rank slot is active."""
+    return _pg_ext.get_active_ranks(get_backend(pg))
+
+
+def get_current_epoch(pg: Any = None) -> int:
+    """The group's membership epoch (bumped by every agreed membership change)."""
+    return int(_pg_ext.get_current_epoch(get_backend(pg)))
+
+
+def get_max_group_size(pg: Any = None) -> int:
+    """Number of rank slots of the group."""
+    return int(_pg_ext.get_max_group_size(get_backend(pg)))
+
+
+def get_failed_ranks_hint(work: Any) -> List[int]:
+    """Ranks that failed during the op of a completed ``Work`` (empty when none did)."""
+    return list(_pg_ext.get_failed_ranks_hint(work))
+
+
+def get_local_success(work: Any) -> bool:
+    """Whether the op of a completed ``Work`` succeeded on this rank with every peer."""
+    return bool(_pg_ext.get_local_success(work))

@@ -1,0 +1,82 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// ErrNotFound is wrapped by Backend.Get when the object does not exist.
+var ErrNotFound = errors.New("snapshot object not found")
+
+// Backend stores named objects. Names are slash-separated relative paths ("a/b/c"); no
+// element may be empty, "." or "..".
+//
+// Implementations are safe for concurrent use.
+type Backend interface {
+	// Put stores data under name, replacing any object there. It is atomic: a reader sees
+	// either the previous object (or none) or all of data, never a part. When Put returns
+	// nil the object is durable.
+	Put(ctx context.Context, name string, data []byte) error
+	// Get returns the object's bytes; a missing object gives an error wrapping ErrNotFound.
+	Get(ctx context.Context, name string) ([]byte, error)
+	// List returns the names of all objects whose name begins with prefix, sorted.
+	List(ctx context.Context, prefix string) ([]string, error)
+	// Delete removes the object; deleting a missing object is not an error.
+	Delete(ctx context.Context, name string) error
+	// String describes where the objects live, for messages ("local directory /x",
+	// "s3 bucket b at host:port").
+	String() string
+}
+
+// Backend kinds accepted by OpenBackend.
+const (
+	KindLocal = "local"
+	KindS3    = "s3"
+)
+
+// OpenBackend opens the backend named by kind ("local" or "s3"). localRoot is the
+// directory for "local"; when empty, MOONCAKE_SNAPSHOT_LOCAL_PATH is used. "s3" reads its
+// settings from the environment (see S3ConfigFromEnv).
+func OpenBackend(ctx context.Context, kind, localRoot string) (Backend, error) {
+	switch strings.ToLower(strings.TrimSpace(kind)) {
+	case KindLocal, "":
+		root := localRoot
+		if root == "" {
+			root = os.Getenv("MOONCAKE_SNAPSHOT_LOCAL_PATH")
+		}
+		if root == "" {
+			return nil, fmt.Errorf("snapshot: the local snapshot backend needs a directory: pass one or set MOONCAKE_SNAPSHOT_LOCAL_PATH")
+		}
+		return NewLocal(root)
+	case KindS3:
+		cfg, err := S3ConfigFromEnv()
+		if err != nil {
+			return nil, err
+		}
+		return NewS3(ctx, cfg)
+	default:
+		return nil, fmt.Errorf("snapshot: unknown snapshot backend %q (want %q or %q)", kind, KindLocal, KindS3)
+	}
+}
+
+// checkName validates an object name.
+func checkName(name string) error {
+	if name == "" {
+		return fmt.Errorf("snapshot: empty object name")
+	}
+	if strings.HasPrefix(name, "/") || strings.HasSuffix(name, "/") {
+		return fmt.Errorf("snapshot: object name %q must be a relative path without a trailing slash", name)
+	}
+	for _, el := range strings.Split(name, "/") {
+		if el == "" || el == "." || el == ".." {
+			return fmt.Errorf("snapshot: object name %q has an empty, \".\" or \"..\" element", name)
+		}
+		if strings.HasPrefix(el, tmpPrefix) {
+			return fmt.Errorf("snapshot: object name %q uses the reserved prefix %q", name, tmpPrefix)
+		}
+	}
+	return nil
+}
