@@ -221,6 +221,9 @@ func (c *Client) run(cn *conn, reqs []transport.Request, base int, r transport.R
 		}()
 	}
 	done, answered, rerr := c.receive(cn, reqs, base, chunk, startSeq, r)
+	if rerr != nil {
+		cn.c.Close() // unblock a writer stuck on a peer that stopped reading
+	}
 	wg.Wait()
 	if rerr == nil && werr != nil {
 		rerr = werr
