@@ -29,7 +29,8 @@ var (
 
 // processEngine returns the process-wide engine, creating it from the environment
 // (MC_METADATA_SERVER, default P2PHANDSHAKE; MOONCAKE_PROTOCOL, default tcp; MOONCAKE_DEVICE;
-// MC_LOCAL_HOSTNAME, default 127.0.0.1 for P2PHANDSHAKE) when none exists yet.
+// MC_LOCAL_HOSTNAME, default: the host's first non-loopback IPv4 address, so peers on other
+// hosts can reach it) when none exists yet.
 func processEngine() (*engine.Engine, error) {
 	procMu.Lock()
 	defer procMu.Unlock()
@@ -41,9 +42,6 @@ func processEngine() (*engine.Engine, error) {
 		MetadataServer:  envOr("MC_METADATA_SERVER", "P2PHANDSHAKE"),
 		Protocol:        envOr("MOONCAKE_PROTOCOL", "tcp"),
 		DeviceName:      os.Getenv("MOONCAKE_DEVICE"),
-	}
-	if cfg.LocalServerName == "" {
-		cfg.LocalServerName = "127.0.0.1"
 	}
 	e, err := engine.New(context.Background(), cfg)
 	if err != nil {
