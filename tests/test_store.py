@@ -269,7 +269,7 @@ def test_replicas_survive_a_clients_close(master, store):
 
 
 def test_eviction_under_pressure_keeps_hard_pins(start_master):
-    m = start_master("--eviction_ratio=0.1", "--default_kv_lease_ttl=1")
+    m = start_master("--eviction_ratio=0.1")
     s = new_store(m, segment=8 * MB, buffer=4 * MB)
     try:
         pinned = {f"pin{i}": os.urandom(MB) for i in range(3)}

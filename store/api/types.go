@@ -129,7 +129,8 @@ type GetReplicaListResponse struct {
 
 type ExistKeyResponse struct {
 	Status
-	Exists bool `json:"exists"`
+	Exists bool   `json:"exists"`
+	Size   uint64 `json:"size,omitempty"` // the object's size when it exists
 }
 
 type RemoveRequest struct {
@@ -194,3 +195,9 @@ type ServiceStatusResponse struct {
 	ClusterID   string `json:"cluster_id"`
 	ViewVersion uint64 `json:"view_version"`
 }
+
+// StatusCode lets middleware read the code of any response (every response embeds Status).
+func (s *Status) StatusCode() ErrorCode { return s.Code }
+
+// Coded is implemented by every response message.
+type Coded interface{ StatusCode() ErrorCode }

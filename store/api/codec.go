@@ -1,0 +1,32 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"google.golang.org/grpc/encoding"
+)
+
+// CodecName is the gRPC content-subtype of the master service ("application/grpc+json").
+const CodecName = "json"
+
+type jsonCodec struct{}
+
+func (jsonCodec) Marshal(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode %T: %w", v, err)
+	}
+	return b, nil
+}
+
+func (jsonCodec) Unmarshal(data []byte, v any) error {
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("decode %T: %w", v, err)
+	}
+	return nil
+}
+
+func (jsonCodec) Name() string { return CodecName }
+
+func init() { encoding.RegisterCodec(jsonCodec{}) }

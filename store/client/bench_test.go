@@ -1,0 +1,34 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/mooncake-go/mooncake/store/api"
+)
+
+// BenchmarkPutGet measures put+get+remove through an in-process master (one host: shm path).
+func BenchmarkPutGet(b *testing.B) {
+	for _, size := range []int{4 << 10, 1 << 20} {
+		b.Run(fmt.Sprint(size), func(b *testing.B) {
+			_, addr := startMasterB(b)
+			a := newClientB(b, addr, 0)
+			newClientB(b, addr, 512<<20) // the segment the values land on
+			val := pattern(size, 1)
+			ctx := context.Background()
+			b.SetBytes(int64(size))
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				key := fmt.Sprint("k", i)
+				if err := a.Put(ctx, key, val, api.ReplicateConfig{}); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := a.Get(ctx, key); err != nil {
+					b.Fatal(err)
+				}
+				a.Remove(ctx, key, true)
+			}
+		})
+	}
+}

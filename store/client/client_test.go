@@ -1,0 +1,214 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/mooncake-go/mooncake/engine"
+	"github.com/mooncake-go/mooncake/internal/memview"
+	"github.com/mooncake-go/mooncake/store/api"
+	"github.com/mooncake-go/mooncake/store/master"
+)
+
+func startMaster(t testing.TB, mutate ...func(*master.Config)) (*master.Server, string) {
+	t.Helper()
+	cfg := master.DefaultConfig()
+	cfg.EnableMetricReporting = false
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	srv := master.NewServer(cfg)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { srv.Serve(ctx, lis); close(done) }()
+	go srv.Run(ctx)
+	t.Cleanup(func() { cancel(); <-done })
+	return srv, lis.Addr().String()
+}
+
+func newClient(t testing.TB, addr string, segSize uint64) *Client {
+	t.Helper()
+	ctx := context.Background()
+	eng, err := engine.New(ctx, engine.Config{LocalServerName: "127.0.0.1", MetadataServer: engine.P2PHandshake})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewWithEngine(ctx, eng, Config{MasterServerAddress: addr, GlobalSegmentSize: segSize, LocalBufferSize: 1 << 20, RPCTimeout: 3 * time.Second})
+	if err != nil {
+		eng.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); eng.Close() })
+	return c
+}
+
+func pattern(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7) + seed
+	}
+	return b
+}
+
+func TestPutGetAcrossClients(t *testing.T) {
+	_, addr := startMaster(t)
+	a := newClient(t, addr, 16<<20)
+	b := newClient(t, addr, 16<<20)
+	ctx := context.Background()
+	for _, n := range []int{1, 4096, 3<<20 + 17} {
+		key := fmt.Sprintf("k%d", n)
+		val := pattern(n, byte(n))
+		if err := a.Put(ctx, key, val, api.ReplicateConfig{ReplicaNum: 2}); err != nil {
+			t.Fatalf("put %d: %v", n, err)
+		}
+		for _, c := range []*Client{a, b} {
+			got, err := c.Get(ctx, key)
+			if err != nil || !bytes.Equal(got, val) {
+				t.Fatalf("get %d: err %v equal %v", n, err, bytes.Equal(got, val))
+			}
+		}
+	}
+	// write-once
+	if err := b.Put(ctx, "k1", []byte("other"), api.ReplicateConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := a.Get(ctx, "k1"); !bytes.Equal(got, pattern(1, 1)) {
+		t.Fatal("existing key rewritten")
+	}
+	// parts, batch
+	if err := a.PutParts(ctx, "parts", [][]byte{[]byte("ab"), nil, []byte("cde")}, api.ReplicateConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := b.Get(ctx, "parts"); string(got) != "abcde" {
+		t.Fatalf("parts got %q", got)
+	}
+	errs := b.BatchPut(ctx, []string{"b1", "b2", ""}, [][]byte{[]byte("one"), []byte("two"), []byte("x")}, api.ReplicateConfig{})
+	if errs[0] != nil || errs[1] != nil || !api.Is(errs[2], api.INVALID_KEY) {
+		t.Fatalf("batch put %v", errs)
+	}
+	vals, gerrs := a.BatchGet(ctx, []string{"b1", "missing", "b2"})
+	if string(vals[0]) != "one" || string(vals[2]) != "two" || !api.Is(gerrs[1], api.OBJECT_NOT_FOUND) {
+		t.Fatalf("batch get %q %v", vals, gerrs)
+	}
+	// zero copy with registered buffers
+	user := make([]byte, 1<<20)
+	copy(user, pattern(1<<20, 9))
+	addr0 := memview.Addr(user)
+	if err := a.RegisterBuffer(addr0, uint64(len(user))); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.PutFrom(ctx, "zc", addr0, 1<<20, api.ReplicateConfig{PreferredSegments: []string{b.Hostname()}}); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]byte, 1<<20)
+	n, err := a.GetInto(ctx, "zc", memview.Addr(out), uint64(len(out)))
+	if err != nil || n != 1<<20 || !bytes.Equal(out, user) {
+		t.Fatalf("get_into %d %v", n, err)
+	}
+	if _, err := a.GetInto(ctx, "zc", memview.Addr(out), 10); !api.Is(err, api.BUFFER_OVERFLOW) {
+		t.Fatalf("small buffer: %v", err)
+	}
+	if err := a.UnregisterBuffer(addr0); err != nil {
+		t.Fatal(err)
+	}
+	if sz, err := b.Size(ctx, "zc"); err != nil || sz != 1<<20 {
+		t.Fatalf("size %d %v", sz, err)
+	}
+	if ok, _ := b.Exists(ctx, "zc"); !ok {
+		t.Fatal("exists false")
+	}
+	if err := b.Remove(ctx, "zc", false); !api.Is(err, api.OBJECT_HAS_LEASE) {
+		t.Fatalf("remove leased: %v", err)
+	}
+	if err := b.Remove(ctx, "zc", true); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := a.RemoveByRegex(ctx, "^b[0-9]$", true); err != nil || n != 2 {
+		t.Fatalf("regex removed %d %v", n, err)
+	}
+	if n, err := a.RemoveAll(ctx); err != nil || n < 3 {
+		t.Fatalf("remove all %d %v", n, err)
+	}
+	if _, err := a.Get(ctx, "k1"); !api.Is(err, api.OBJECT_NOT_FOUND) {
+		t.Fatalf("get after remove_all: %v", err)
+	}
+	if err := a.Put(ctx, "huge", make([]byte, 17<<20), api.ReplicateConfig{}); !api.Is(err, api.NO_AVAILABLE_HANDLE) {
+		t.Fatalf("value larger than any segment: %v", err)
+	}
+}
+
+// TestPutGetOverTCP runs the same paths with shared memory disabled (MC_FORCE_TCP), so every
+// transfer goes through the staging buffer or registered memory over the engine's tcp transport.
+func TestPutGetOverTCP(t *testing.T) {
+	t.Setenv("MC_FORCE_TCP", "1")
+	TestPutGetAcrossClients(t)
+}
+
+func TestReplicaSurvivesClose(t *testing.T) {
+	_, addr := startMaster(t)
+	a := newClient(t, addr, 8<<20)
+	b := newClient(t, addr, 8<<20)
+	ctx := context.Background()
+	a.Put(ctx, "two", []byte("replicated"), api.ReplicateConfig{ReplicaNum: 2})
+	a.Put(ctx, "onA", []byte("local"), api.ReplicateConfig{PreferredSegments: []string{a.Hostname()}})
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.Get(ctx, "two"); err != nil || string(got) != "replicated" {
+		t.Fatalf("replica lost with the other client: %q %v", got, err)
+	}
+	if _, err := b.Get(ctx, "onA"); !api.Is(err, api.OBJECT_NOT_FOUND) {
+		t.Fatalf("object only on a closed client still listed: %v", err)
+	}
+}
+
+func TestMasterDownGivesClearError(t *testing.T) {
+	lis, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := lis.Addr().String()
+	lis.Close()
+	eng, err := engine.New(context.Background(), engine.Config{LocalServerName: "127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	start := time.Now()
+	_, err = NewWithEngine(context.Background(), eng, Config{MasterServerAddress: addr, RPCTimeout: 2 * time.Second})
+	if err == nil || !(api.Is(err, api.RPC_FAIL) || api.Is(err, api.RPC_TIMEOUT)) || time.Since(start) > 5*time.Second {
+		t.Fatalf("err %v after %v", err, time.Since(start))
+	}
+	t.Log(err)
+}
+
+func TestRemountAfterExpiry(t *testing.T) {
+	srv, addr := startMaster(t, func(c *master.Config) { c.ClientTTL = time.Second })
+	a := newClient(t, addr, 4<<20)
+	ctx := context.Background()
+	// simulate the master losing the client: expire it by hand
+	srv.Propose(ctx, master.Entry{Op: master.OpExpireClient, ClientID: a.ID()})
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var segs []string
+		srv.View(func(s *master.State) { segs = s.ClientSegments(a.ID()) })
+		if len(segs) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("client did not re-mount")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := a.Put(ctx, "after", []byte("x"), api.ReplicateConfig{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func startMasterB(b *testing.B) (*master.Server, string)       { return startMaster(b) }
+func newClientB(b *testing.B, addr string, seg uint64) *Client { return newClient(b, addr, seg) }

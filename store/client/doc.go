@@ -1,0 +1,26 @@
+// Package client is the Mooncake Store client library: what MooncakeDistributedStore (Python),
+// the mc_store_* C functions and mooncake_client are built on.
+//
+// A Client
+//
+//   - contributes a segment of global_segment_size bytes to the store: memory the transfer
+//     engine allocates as shared memory (engine.AllocateShared, so same-host peers map it and
+//     copy directly) and mounts on the master under the engine's segment name;
+//   - keeps a staging buffer of local_buffer_size bytes, also engine-registered, split into
+//     chunks, through which values that are not in registered memory travel to and from remote
+//     segments over tcp;
+//   - puts in two phases (PutStart on the master, write every replica through the engine,
+//     PutEnd — or PutRevoke on any failure, so a failed or interrupted put is never visible) and
+//     gets by asking the master for replicas (granting a lease) and reading the best one: the
+//     local segment, then any same-host segment (a memcpy through MapRemote), then tcp;
+//   - pings the master every second and re-mounts its segment when the master no longer lists
+//     it (after a client_ttl expiry or a master restart);
+//   - talks to the master through store/api with a per-call timeout, so a master that is down
+//     gives a clear RPC_FAIL/RPC_TIMEOUT error, never a hang.
+//
+// The Client uses a transfer engine through the small [Engine] interface that *engine.Engine
+// satisfies; in a process with the C library that is the process-wide engine. Every error is
+// an *api.Error (errors.As) with a Mooncake code.
+//
+// This package must not import store/master.
+package client

@@ -1,0 +1,222 @@
+package master
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is everything mooncake_master is configured with. Field comments give the flag name;
+// durations are flags in Mooncake's units (ms for KV TTLs, s for client_ttl).
+type Config struct {
+	RPCPort    int    // --rpc_port
+	RPCAddress string // --rpc_address (bind address)
+	RPCThreads int    // --rpc_thread_num (gRPC stream workers; 0 = one goroutine per stream)
+
+	MetricsPort           int  // --metrics_port (admin HTTP: /metrics, /health, ...)
+	EnableMetricReporting bool // --enable_metric_reporting (log a summary periodically)
+
+	EnableHTTPMetadataServer bool   // --enable_http_metadata_server
+	HTTPMetadataServerHost   string // --http_metadata_server_host
+	HTTPMetadataServerPort   int    // --http_metadata_server_port
+
+	DefaultKVLeaseTTL           time.Duration // --default_kv_lease_ttl (ms)
+	DefaultKVSoftPinTTL         time.Duration // --default_kv_soft_pin_ttl (ms)
+	MaxKVSoftPinTTL             time.Duration // --max_kv_soft_pin_ttl (ms)
+	AllowEvictSoftPinnedObjects bool          // --allow_evict_soft_pinned_objects
+	EvictionRatio               float64       // --eviction_ratio
+	EvictionHighWatermarkRatio  float64       // --eviction_high_watermark_ratio
+	ClientTTL                   time.Duration // --client_ttl (s)
+	ClusterID                   string        // --cluster_id
+	AllocationStrategy          string        // --allocation_strategy: random | free_ratio_first
+
+	PutStartDiscardTimeout time.Duration // --put_start_discard_timeout_sec: an open put may be pre-empted after this
+	PutStartReleaseTimeout time.Duration // --put_start_release_timeout_sec: an open put is reclaimed after this
+
+	ConfigPath string // --config_path (JSON or YAML; command-line flags override it)
+}
+
+// DefaultConfig returns Mooncake's defaults.
+func DefaultConfig() Config {
+	return Config{
+		RPCPort: 50051, RPCAddress: "0.0.0.0", RPCThreads: 4,
+		MetricsPort: 9003, EnableMetricReporting: true,
+		HTTPMetadataServerHost: "0.0.0.0", HTTPMetadataServerPort: 8080,
+		DefaultKVLeaseTTL:           10 * time.Second,
+		DefaultKVSoftPinTTL:         30 * time.Minute,
+		MaxKVSoftPinTTL:             24 * time.Hour,
+		AllowEvictSoftPinnedObjects: true,
+		EvictionRatio:               0.05,
+		EvictionHighWatermarkRatio:  0.95,
+		ClientTTL:                   10 * time.Second,
+		ClusterID:                   "mooncake_cluster",
+		AllocationStrategy:          "random",
+		PutStartDiscardTimeout:      30 * time.Second,
+		PutStartReleaseTimeout:      600 * time.Second,
+	}
+}
+
+// Validate rejects values that cannot work, with a message naming the flag.
+func (c Config) Validate() error {
+	var errs []string
+	port := func(name string, p int, zeroOK bool) {
+		if p < 0 || p > 65535 || (p == 0 && !zeroOK) {
+			errs = append(errs, fmt.Sprintf("--%s=%d is not a valid port", name, p))
+		}
+	}
+	port("rpc_port", c.RPCPort, true)
+	port("metrics_port", c.MetricsPort, true)
+	port("http_metadata_server_port", c.HTTPMetadataServerPort, true)
+	if c.RPCThreads < 0 {
+		errs = append(errs, "--rpc_thread_num must be >= 0")
+	}
+	if c.DefaultKVLeaseTTL <= 0 {
+		errs = append(errs, "--default_kv_lease_ttl must be > 0 (milliseconds)")
+	}
+	if c.DefaultKVSoftPinTTL <= 0 || c.MaxKVSoftPinTTL <= 0 {
+		errs = append(errs, "--default_kv_soft_pin_ttl and --max_kv_soft_pin_ttl must be > 0 (milliseconds)")
+	}
+	if !(c.EvictionRatio >= 0 && c.EvictionRatio <= 1) {
+		errs = append(errs, fmt.Sprintf("--eviction_ratio=%v must be in [0, 1]", c.EvictionRatio))
+	}
+	if !(c.EvictionHighWatermarkRatio > 0 && c.EvictionHighWatermarkRatio <= 1) {
+		errs = append(errs, fmt.Sprintf("--eviction_high_watermark_ratio=%v must be in (0, 1]", c.EvictionHighWatermarkRatio))
+	}
+	if c.ClientTTL <= 0 {
+		errs = append(errs, "--client_ttl must be > 0 (seconds)")
+	}
+	if c.ClusterID == "" {
+		errs = append(errs, "--cluster_id must not be empty")
+	}
+	switch c.AllocationStrategy {
+	case "random", "free_ratio_first":
+	default:
+		errs = append(errs, fmt.Sprintf("--allocation_strategy=%q: want random or free_ratio_first", c.AllocationStrategy))
+	}
+	if c.PutStartDiscardTimeout <= 0 || c.PutStartReleaseTimeout < c.PutStartDiscardTimeout {
+		errs = append(errs, "put-start timeouts must be > 0 and release >= discard")
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("invalid master configuration: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+type durationFlag struct {
+	d    *time.Duration
+	unit time.Duration
+}
+
+func (f durationFlag) String() string {
+	if f.d == nil {
+		return "0"
+	}
+	return fmt.Sprint(int64(*f.d / f.unit))
+}
+
+func (f durationFlag) Set(s string) error {
+	var n int64
+	if _, err := fmt.Sscan(s, &n); err != nil || fmt.Sprint(n) != strings.TrimSpace(s) {
+		return fmt.Errorf("want an integer, got %q", s)
+	}
+	*f.d = time.Duration(n) * f.unit
+	return nil
+}
+
+// RegisterFlags defines the master's flags on fs, bound to c (whose values are the defaults).
+// Later features (HA, snapshots) add their flags here.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.IntVar(&c.RPCPort, "rpc_port", c.RPCPort, "gRPC port of the master service (0 picks a free port)")
+	fs.StringVar(&c.RPCAddress, "rpc_address", c.RPCAddress, "address the gRPC service binds to")
+	fs.IntVar(&c.RPCThreads, "rpc_thread_num", c.RPCThreads, "gRPC worker goroutines (0: one per stream)")
+	fs.IntVar(&c.MetricsPort, "metrics_port", c.MetricsPort, "admin HTTP port (/metrics, /health, /get_all_keys, ...); 0 picks a free port")
+	fs.BoolVar(&c.EnableMetricReporting, "enable_metric_reporting", c.EnableMetricReporting, "log a metrics summary every 10 s")
+	fs.BoolVar(&c.EnableHTTPMetadataServer, "enable_http_metadata_server", c.EnableHTTPMetadataServer, "also serve the transfer engine's HTTP metadata protocol")
+	fs.StringVar(&c.HTTPMetadataServerHost, "http_metadata_server_host", c.HTTPMetadataServerHost, "bind address of the HTTP metadata server")
+	fs.IntVar(&c.HTTPMetadataServerPort, "http_metadata_server_port", c.HTTPMetadataServerPort, "port of the HTTP metadata server")
+	fs.Var(durationFlag{&c.DefaultKVLeaseTTL, time.Millisecond}, "default_kv_lease_ttl", "lease a Get grants, in milliseconds")
+	fs.Var(durationFlag{&c.DefaultKVSoftPinTTL, time.Millisecond}, "default_kv_soft_pin_ttl", "how long a soft pin lasts, in milliseconds")
+	fs.Var(durationFlag{&c.MaxKVSoftPinTTL, time.Millisecond}, "max_kv_soft_pin_ttl", "upper bound of a soft pin, in milliseconds")
+	fs.BoolVar(&c.AllowEvictSoftPinnedObjects, "allow_evict_soft_pinned_objects", c.AllowEvictSoftPinnedObjects, "let eviction take soft-pinned objects (last)")
+	fs.Float64Var(&c.EvictionRatio, "eviction_ratio", c.EvictionRatio, "fraction of evictable objects evicted per pass")
+	fs.Float64Var(&c.EvictionHighWatermarkRatio, "eviction_high_watermark_ratio", c.EvictionHighWatermarkRatio, "usage ratio above which eviction runs")
+	fs.Var(durationFlag{&c.ClientTTL, time.Second}, "client_ttl", "seconds of silence after which a client is unmounted")
+	fs.StringVar(&c.ClusterID, "cluster_id", c.ClusterID, "cluster identifier")
+	fs.StringVar(&c.AllocationStrategy, "allocation_strategy", c.AllocationStrategy, "replica placement: random or free_ratio_first")
+	fs.Var(durationFlag{&c.PutStartDiscardTimeout, time.Second}, "put_start_discard_timeout_sec", "seconds after which an unfinished put may be pre-empted")
+	fs.Var(durationFlag{&c.PutStartReleaseTimeout, time.Second}, "put_start_release_timeout_sec", "seconds after which an unfinished put is reclaimed")
+	fs.StringVar(&c.ConfigPath, "config_path", c.ConfigPath, "JSON or YAML file of flag_name: value; command-line flags override it")
+}
+
+// ParseFlags parses args (without the program name) into a Config: defaults, then the file
+// named by --config_path, then the command-line flags. Unknown flags, unknown file keys and bad
+// values are errors.
+func ParseFlags(name string, args []string) (Config, error) {
+	cfg := DefaultConfig()
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(os.Stderr)
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return cfg, fmt.Errorf("bad command line: %w", err)
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("bad command line: unexpected argument %q", fs.Arg(0))
+	}
+	if cfg.ConfigPath != "" {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if err := applyConfigFile(fs, cfg.ConfigPath, set); err != nil {
+			return cfg, err
+		}
+	}
+	return cfg, cfg.Validate()
+}
+
+func applyConfigFile(fs *flag.FlagSet, path string, skip map[string]bool) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read --config_path: %w", err)
+	}
+	var m map[string]any
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".json":
+		err = json.Unmarshal(data, &m)
+	default: // YAML is a superset of JSON
+		err = yaml.Unmarshal(data, &m)
+	}
+	if err != nil {
+		return fmt.Errorf("parse config file %s: %w", path, err)
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if k == "config_path" {
+			return fmt.Errorf("config file %s: config_path cannot be set inside a config file", path)
+		}
+		if fs.Lookup(k) == nil {
+			return fmt.Errorf("config file %s: unknown option %q", path, k)
+		}
+		if skip[k] {
+			continue
+		}
+		v := m[k]
+		s := fmt.Sprint(v)
+		if f, ok := v.(float64); ok && f == float64(int64(f)) {
+			s = fmt.Sprint(int64(f))
+		}
+		if err := fs.Set(k, s); err != nil {
+			return fmt.Errorf("config file %s: option %s: %w", path, k, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,59 @@
+package master
+
+import "github.com/mooncake-go/mooncake/store/api"
+
+// Op names a state-machine operation. The strings are part of the log format (HA oplog,
+// snapshots): never rename one.
+type Op string
+
+const (
+	OpMountSegment   Op = "mount_segment"
+	OpUnmountSegment Op = "unmount_segment"
+	OpExpireClient   Op = "expire_client" // client missed client_ttl: unmount its segments, revoke its puts
+	OpPutStart       Op = "put_start"
+	OpPutEnd         Op = "put_end"
+	OpPutRevoke      Op = "put_revoke"
+	OpGrantLease     Op = "grant_lease" // GetReplicaList: lease + LRU touch
+	OpRemove         Op = "remove"
+	OpRemoveByRegex  Op = "remove_by_regex"
+	OpRemoveAll      Op = "remove_all"
+	OpTick           Op = "tick"  // reclaim stale put-starts, watermark eviction
+	OpBatch          Op = "batch" // Batch applied in order, all at Now
+)
+
+// Entry is one change to the master's metadata. Everything Apply needs is inside it, including
+// the time (Now, unix nanoseconds) and the randomness (Seed), so applying the same entries in the
+// same order to the same starting state gives the same state and the same results, on the
+// leader, on a standby and on a restore.
+type Entry struct {
+	Op        Op                   `json:"op"`
+	Now       int64                `json:"now"`
+	Seed      uint64               `json:"seed,omitempty"`
+	ClientID  string               `json:"client_id,omitempty"`
+	Key       string               `json:"key,omitempty"`
+	Size      uint64               `json:"size,omitempty"`
+	Config    *api.ReplicateConfig `json:"config,omitempty"`
+	Segment   *api.Segment         `json:"segment,omitempty"`
+	SegmentID string               `json:"segment_id,omitempty"`
+	Force     bool                 `json:"force,omitempty"`
+	Pattern   string               `json:"pattern,omitempty"`
+	Batch     []Entry              `json:"batch,omitempty"`
+}
+
+// Result is what applying an entry produced; the RPC layer turns it into a response.
+type Result struct {
+	Code     api.ErrorCode
+	Message  string
+	Replicas []api.Replica
+	Size     uint64
+	Count    int64
+	Batch    []Result
+}
+
+// Err is the result as a Go error (nil when OK).
+func (r Result) Err() error { return r.Code.Err(r.Message) }
+
+// Status is the result as a wire status.
+func (r Result) Status() api.Status { return api.Status{Code: r.Code, Message: r.Message} }
+
+func fail(code api.ErrorCode, msg string) Result { return Result{Code: code, Message: msg} }

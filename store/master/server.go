@@ -1,0 +1,407 @@
+package master
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"net"
+	"path"
+	"sort"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/mooncake-go/mooncake/store/api"
+	"github.com/mooncake-go/mooncake/store/metrics"
+)
+
+// Log receives every entry the serving master applies, in apply order, before the RPC that
+// caused it is answered. The HA oplog implements it: Append must return only once the entry is
+// durable, so a standby that replays the log never loses an acknowledged change. nil = no log.
+type Log interface {
+	Append(ctx context.Context, e Entry) error
+}
+
+// Option configures a Server.
+type Option func(*Server)
+
+// WithClock replaces time.Now (tests drive time by hand).
+func WithClock(now func() time.Time) Option { return func(s *Server) { s.now = now } }
+
+// WithLog installs the operation log (HA).
+func WithLog(l Log) Option { return func(s *Server) { s.log = l } }
+
+// Server is the master service: it owns a State and turns RPCs, client liveness and timers
+// into entries applied one at a time. It implements api.MasterServer.
+type Server struct {
+	cfg     Config
+	now     func() time.Time
+	log     Log
+	metrics *metrics.Master
+
+	mu       sync.Mutex
+	state    *State
+	seed     uint64
+	lastSeen map[string]time.Time // client liveness: outside the state machine (not replicated)
+	role     string
+}
+
+var _ api.MasterServer = (*Server)(nil)
+
+// NewServer creates a master over an empty state.
+func NewServer(cfg Config, opts ...Option) *Server {
+	s := &Server{cfg: cfg, now: time.Now, state: NewState(cfg), lastSeen: map[string]time.Time{}, role: "leader"}
+	for _, o := range opts {
+		o(s)
+	}
+	s.seed = uint64(s.now().UnixNano())
+	s.metrics = metrics.NewMaster(s.Snapshot)
+	return s
+}
+
+// Metrics returns the server's metrics.
+func (s *Server) Metrics() *metrics.Master { return s.metrics }
+
+// Config returns the configuration the server runs with.
+func (s *Server) Config() Config { return s.cfg }
+
+// Propose stamps e with the time and a seed, applies it, and appends it to the log.
+func (s *Server) Propose(ctx context.Context, e Entry) (Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.proposeLocked(ctx, e)
+}
+
+func (s *Server) proposeLocked(ctx context.Context, e Entry) (Result, error) {
+	e.Now = s.now().UnixNano()
+	s.seed = s.seed*6364136223846793005 + 1442695040888963407
+	e.Seed = s.seed
+	res := s.state.Apply(e)
+	if s.log != nil {
+		if err := s.log.Append(ctx, e); err != nil {
+			return Result{}, fmt.Errorf("append %s to the operation log: %w", e.Op, err)
+		}
+	}
+	return res, nil
+}
+
+// View runs f with the state locked for reading.
+func (s *Server) View(f func(*State)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f(s.state)
+}
+
+func (s *Server) touch(clientID string) {
+	if clientID == "" {
+		return
+	}
+	s.mu.Lock()
+	s.lastSeen[clientID] = s.now()
+	s.mu.Unlock()
+}
+
+// CheckClients expires clients silent for longer than client_ttl. Clients the state knows but
+// liveness does not (after a restart or promotion) get a full client_ttl of grace.
+func (s *Server) CheckClients(ctx context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	for _, id := range s.state.Clients() {
+		if _, ok := s.lastSeen[id]; !ok {
+			s.lastSeen[id] = now
+		}
+	}
+	var dead []string
+	for id, t := range s.lastSeen {
+		if now.Sub(t) > s.cfg.ClientTTL {
+			dead = append(dead, id)
+		}
+	}
+	sort.Strings(dead)
+	for _, id := range dead {
+		delete(s.lastSeen, id)
+		if _, err := s.proposeLocked(ctx, Entry{Op: OpExpireClient, ClientID: id}); err != nil {
+			log.Printf("mooncake_master: expire client %s: %v", id, err)
+			continue
+		}
+		log.Printf("mooncake_master: client %s silent for more than %v: unmounted its segments", id, s.cfg.ClientTTL)
+	}
+}
+
+// TickOnce proposes a Tick entry when one would do anything (stale puts, watermark eviction).
+func (s *Server) TickOnce(ctx context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state.NeedsTick(s.now().UnixNano()) {
+		if _, err := s.proposeLocked(ctx, Entry{Op: OpTick}); err != nil {
+			log.Printf("mooncake_master: tick: %v", err)
+		}
+	}
+}
+
+// Run drives the timers (client expiry, eviction, stale puts) until ctx ends.
+func (s *Server) Run(ctx context.Context) {
+	period := min(100*time.Millisecond, s.cfg.ClientTTL/4)
+	t := time.NewTicker(period)
+	defer t.Stop()
+	var report <-chan time.Time
+	if s.cfg.EnableMetricReporting {
+		rt := time.NewTicker(10 * time.Second)
+		defer rt.Stop()
+		report = rt.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.CheckClients(ctx)
+			s.TickOnce(ctx)
+		case <-report:
+			log.Printf("mooncake_master: %s", s.metrics.Summary())
+		}
+	}
+}
+
+// Snapshot summarises the state for metrics.
+func (s *Server) Snapshot() metrics.Snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	st := s.state.Stats(now.UnixNano())
+	snap := metrics.Snapshot{
+		Objects: st.Objects, PendingPuts: st.PendingPuts, SoftPinned: st.SoftPinned, HardPinned: st.HardPinned,
+		Leased: st.Leased, Clients: st.Clients, Capacity: st.Capacity, Used: st.Used,
+		EvictedObjects: st.Counters.EvictedObjects, EvictedBytes: st.Counters.EvictedBytes,
+		EvictionPasses: st.Counters.EvictionPasses, ReclaimedPuts: st.Counters.ReclaimedPuts,
+		ExpiredClients: st.Counters.ExpiredClients, AppliedEntries: s.state.Applied(), Role: s.role,
+	}
+	for _, t := range s.lastSeen {
+		if now.Sub(t) <= s.cfg.ClientTTL {
+			snap.ActiveClients++
+		}
+	}
+	segs := s.state.Segments()
+	names := map[string]int{}
+	for _, seg := range segs {
+		names[seg.Name]++
+	}
+	for _, seg := range segs {
+		label := seg.Name
+		if names[seg.Name] > 1 {
+			label = fmt.Sprintf("%s@%#x", seg.Name, seg.Base)
+		}
+		snap.Segments = append(snap.Segments, metrics.SegmentUsage{Label: label, Capacity: seg.Used + seg.Free, Used: seg.Used})
+	}
+	return snap
+}
+
+// ---- gRPC ----
+
+// interceptor counts requests and failures per method and refuses work while not serving.
+func (s *Server) interceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	resp, err := h(ctx, req)
+	failed := err != nil
+	if c, ok := resp.(api.Coded); ok && c.StatusCode() != api.OK {
+		failed = true
+	}
+	s.metrics.ObserveRPC(path.Base(info.FullMethod), failed)
+	return resp, err
+}
+
+// GRPCServer builds a gRPC server with the master service registered.
+func (s *Server) GRPCServer() *grpc.Server {
+	opts := []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(s.interceptor),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.MaxRecvMsgSize(64 << 20),
+	}
+	if s.cfg.RPCThreads > 0 {
+		opts = append(opts, grpc.NumStreamWorkers(uint32(s.cfg.RPCThreads)))
+	}
+	g := grpc.NewServer(opts...)
+	api.RegisterMasterServer(g, s)
+	return g
+}
+
+// Serve serves the master service on lis until ctx ends, then stops gracefully.
+func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
+	g := s.GRPCServer()
+	go func() {
+		<-ctx.Done()
+		stopped := make(chan struct{})
+		go func() { g.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(2 * time.Second):
+			g.Stop()
+		}
+	}()
+	if err := g.Serve(lis); err != nil {
+		return fmt.Errorf("master rpc server on %s: %w", lis.Addr(), err)
+	}
+	return nil
+}
+
+func (s *Server) do(ctx context.Context, e Entry) Result {
+	s.touch(e.ClientID)
+	res, err := s.Propose(ctx, e)
+	if err != nil {
+		return fail(api.INTERNAL_ERROR, err.Error())
+	}
+	return res
+}
+
+func statusOf(r Result) *api.Status { st := r.Status(); return &st }
+
+func (s *Server) MountSegment(ctx context.Context, r *api.MountSegmentRequest) (*api.Status, error) {
+	seg := r.Segment
+	return statusOf(s.do(ctx, Entry{Op: OpMountSegment, ClientID: r.ClientID, Segment: &seg})), nil
+}
+
+func (s *Server) UnmountSegment(ctx context.Context, r *api.UnmountSegmentRequest) (*api.Status, error) {
+	return statusOf(s.do(ctx, Entry{Op: OpUnmountSegment, ClientID: r.ClientID, SegmentID: r.SegmentID})), nil
+}
+
+func (s *Server) Ping(ctx context.Context, r *api.PingRequest) (*api.PingResponse, error) {
+	if r.ClientID == "" {
+		return &api.PingResponse{Status: api.Status{Code: api.INVALID_PARAMS, Message: "ping without a client id"}}, nil
+	}
+	s.touch(r.ClientID)
+	resp := &api.PingResponse{ClientTTLMs: s.cfg.ClientTTL.Milliseconds()}
+	s.View(func(st *State) { resp.MountedSegments = st.ClientSegments(r.ClientID) })
+	return resp, nil
+}
+
+func (s *Server) PutStart(ctx context.Context, r *api.PutStartRequest) (*api.PutStartResponse, error) {
+	cfg := r.Config
+	res := s.do(ctx, Entry{Op: OpPutStart, ClientID: r.ClientID, Key: r.Key, Size: r.Size, Config: &cfg})
+	return &api.PutStartResponse{Status: res.Status(), Replicas: res.Replicas}, nil
+}
+
+func (s *Server) PutEnd(ctx context.Context, r *api.KeyRequest) (*api.Status, error) {
+	return statusOf(s.do(ctx, Entry{Op: OpPutEnd, ClientID: r.ClientID, Key: r.Key})), nil
+}
+
+func (s *Server) PutRevoke(ctx context.Context, r *api.KeyRequest) (*api.Status, error) {
+	return statusOf(s.do(ctx, Entry{Op: OpPutRevoke, ClientID: r.ClientID, Key: r.Key})), nil
+}
+
+func (s *Server) leaseResp(res Result) api.GetReplicaListResponse {
+	return api.GetReplicaListResponse{Status: res.Status(), Size: res.Size, Replicas: res.Replicas,
+		LeaseTTLMs: s.cfg.DefaultKVLeaseTTL.Milliseconds()}
+}
+
+func (s *Server) GetReplicaList(ctx context.Context, r *api.KeyRequest) (*api.GetReplicaListResponse, error) {
+	resp := s.leaseResp(s.do(ctx, Entry{Op: OpGrantLease, ClientID: r.ClientID, Key: r.Key}))
+	return &resp, nil
+}
+
+func (s *Server) exist(key string) api.ExistKeyResponse {
+	if err := ValidateKey(key); err != nil {
+		return api.ExistKeyResponse{Status: api.StatusOf(err)}
+	}
+	var resp api.ExistKeyResponse
+	s.View(func(st *State) { resp.Exists, resp.Size = st.Exists(key) })
+	return resp
+}
+
+func (s *Server) ExistKey(ctx context.Context, r *api.KeyRequest) (*api.ExistKeyResponse, error) {
+	s.touch(r.ClientID)
+	resp := s.exist(r.Key)
+	return &resp, nil
+}
+
+func (s *Server) Remove(ctx context.Context, r *api.RemoveRequest) (*api.Status, error) {
+	return statusOf(s.do(ctx, Entry{Op: OpRemove, ClientID: r.ClientID, Key: r.Key, Force: r.Force})), nil
+}
+
+func (s *Server) RemoveByRegex(ctx context.Context, r *api.RemoveByRegexRequest) (*api.CountResponse, error) {
+	res := s.do(ctx, Entry{Op: OpRemoveByRegex, ClientID: r.ClientID, Pattern: r.Pattern, Force: r.Force})
+	return &api.CountResponse{Status: res.Status(), Count: res.Count}, nil
+}
+
+func (s *Server) RemoveAll(ctx context.Context, r *api.RemoveAllRequest) (*api.CountResponse, error) {
+	res := s.do(ctx, Entry{Op: OpRemoveAll, ClientID: r.ClientID})
+	return &api.CountResponse{Status: res.Status(), Count: res.Count}, nil
+}
+
+// batch applies one Batch entry built from per-key entries.
+func (s *Server) batch(ctx context.Context, clientID string, n int, mk func(i int) Entry) ([]Result, api.Status) {
+	e := Entry{Op: OpBatch, ClientID: clientID, Batch: make([]Entry, n)}
+	for i := range n {
+		e.Batch[i] = mk(i)
+		e.Batch[i].ClientID = clientID
+	}
+	res := s.do(ctx, e)
+	if res.Code != api.OK {
+		return nil, res.Status()
+	}
+	return res.Batch, api.Status{}
+}
+
+func (s *Server) BatchPutStart(ctx context.Context, r *api.BatchPutStartRequest) (*api.BatchPutStartResponse, error) {
+	if len(r.Keys) != len(r.Sizes) {
+		return &api.BatchPutStartResponse{Status: api.Status{Code: api.INVALID_PARAMS,
+			Message: fmt.Sprintf("%d keys but %d sizes", len(r.Keys), len(r.Sizes))}}, nil
+	}
+	cfg := r.Config
+	results, st := s.batch(ctx, r.ClientID, len(r.Keys), func(i int) Entry {
+		return Entry{Op: OpPutStart, Key: r.Keys[i], Size: r.Sizes[i], Config: &cfg}
+	})
+	out := &api.BatchPutStartResponse{Status: st}
+	for _, res := range results {
+		out.Results = append(out.Results, api.PutStartResponse{Status: res.Status(), Replicas: res.Replicas})
+	}
+	return out, nil
+}
+
+func (s *Server) batchStatus(ctx context.Context, r *api.BatchKeysRequest, op Op) *api.BatchStatusResponse {
+	results, st := s.batch(ctx, r.ClientID, len(r.Keys), func(i int) Entry {
+		return Entry{Op: op, Key: r.Keys[i], Force: r.Force}
+	})
+	out := &api.BatchStatusResponse{Status: st}
+	for _, res := range results {
+		out.Results = append(out.Results, res.Status())
+	}
+	return out
+}
+
+func (s *Server) BatchPutEnd(ctx context.Context, r *api.BatchKeysRequest) (*api.BatchStatusResponse, error) {
+	return s.batchStatus(ctx, r, OpPutEnd), nil
+}
+
+func (s *Server) BatchPutRevoke(ctx context.Context, r *api.BatchKeysRequest) (*api.BatchStatusResponse, error) {
+	return s.batchStatus(ctx, r, OpPutRevoke), nil
+}
+
+func (s *Server) BatchRemove(ctx context.Context, r *api.BatchKeysRequest) (*api.BatchStatusResponse, error) {
+	return s.batchStatus(ctx, r, OpRemove), nil
+}
+
+func (s *Server) BatchGetReplicaList(ctx context.Context, r *api.BatchKeysRequest) (*api.BatchGetReplicaListResponse, error) {
+	results, st := s.batch(ctx, r.ClientID, len(r.Keys), func(i int) Entry { return Entry{Op: OpGrantLease, Key: r.Keys[i]} })
+	out := &api.BatchGetReplicaListResponse{Status: st}
+	for _, res := range results {
+		out.Results = append(out.Results, s.leaseResp(res))
+	}
+	return out, nil
+}
+
+func (s *Server) BatchExistKey(ctx context.Context, r *api.BatchKeysRequest) (*api.BatchExistKeyResponse, error) {
+	s.touch(r.ClientID)
+	out := &api.BatchExistKeyResponse{Results: make([]api.ExistKeyResponse, len(r.Keys))}
+	for i, k := range r.Keys {
+		out.Results[i] = s.exist(k)
+	}
+	return out, nil
+}
+
+func (s *Server) ServiceStatus(ctx context.Context, r *api.ServiceStatusRequest) (*api.ServiceStatusResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return &api.ServiceStatusResponse{Role: s.role, ClusterID: s.cfg.ClusterID}, nil
+}

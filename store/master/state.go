@@ -1,0 +1,715 @@
+package master
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/mooncake-go/mooncake/store/api"
+)
+
+type replicaRec struct {
+	segID  string
+	addr   uint64
+	status api.ReplicaStatus
+}
+
+type object struct {
+	key          string
+	size         uint64
+	replicas     []replicaRec
+	complete     bool
+	putClient    string
+	putStarted   int64
+	leaseUntil   int64
+	lastAccess   int64
+	softPin      bool
+	softPinUntil int64
+	hardPin      bool
+}
+
+type segment struct {
+	api.Segment
+	alloc *rangeAllocator
+}
+
+// Counters are cumulative, deterministic statistics kept inside the state (so a standby or a
+// restore reports the same numbers).
+type Counters struct {
+	EvictedObjects  uint64 `json:"evicted_objects"`
+	EvictedBytes    uint64 `json:"evicted_bytes"`
+	EvictionPasses  uint64 `json:"eviction_passes"`
+	ReclaimedPuts   uint64 `json:"reclaimed_puts"`
+	ExpiredClients  uint64 `json:"expired_clients"`
+	DroppedReplicas uint64 `json:"dropped_replicas"`
+}
+
+// State is the master's metadata: segments, objects and clients. It changes only through Apply;
+// every other method is a read. It is not safe for concurrent use: the Server serialises access.
+type State struct {
+	cfg      Config
+	segments map[string]*segment
+	segIDs   []string            // sorted mount IDs: the deterministic iteration order
+	clients  map[string][]string // client -> mounted segment IDs (sorted)
+	objects  map[string]*object
+	pending  map[string]*object // objects between PutStart and PutEnd/PutRevoke
+	capacity uint64
+	used     uint64
+	applied  uint64
+	counters Counters
+}
+
+// NewState returns an empty state using cfg's store policy (leases, pins, eviction, allocation).
+func NewState(cfg Config) *State {
+	return &State{
+		cfg:      cfg,
+		segments: map[string]*segment{},
+		clients:  map[string][]string{},
+		objects:  map[string]*object{},
+		pending:  map[string]*object{},
+	}
+}
+
+// Applied is the number of entries applied so far (the log position of a standby).
+func (s *State) Applied() uint64 { return s.applied }
+
+// Apply changes the state by one entry and returns its result. It is deterministic: it reads no
+// clock, no randomness and no I/O beyond the entry.
+func (s *State) Apply(e Entry) Result {
+	s.applied++
+	return s.apply(e)
+}
+
+func (s *State) apply(e Entry) Result {
+	switch e.Op {
+	case OpMountSegment:
+		return s.mountSegment(e)
+	case OpUnmountSegment:
+		return s.unmountSegment(e)
+	case OpExpireClient:
+		return s.expireClient(e)
+	case OpPutStart:
+		return s.putStart(e)
+	case OpPutEnd:
+		return s.putEnd(e)
+	case OpPutRevoke:
+		return s.putRevoke(e)
+	case OpGrantLease:
+		return s.grantLease(e)
+	case OpRemove:
+		return s.remove(e)
+	case OpRemoveByRegex:
+		return s.removeByRegex(e)
+	case OpRemoveAll:
+		return s.removeAll(e)
+	case OpTick:
+		return s.tick(e.Now)
+	case OpBatch:
+		out := Result{Batch: make([]Result, len(e.Batch))}
+		for i, sub := range e.Batch {
+			sub.Now = e.Now
+			sub.Seed = e.Seed + uint64(i)
+			if sub.Op == OpBatch {
+				out.Batch[i] = fail(api.INVALID_PARAMS, "nested batch entries are not allowed")
+				continue
+			}
+			out.Batch[i] = s.apply(sub)
+		}
+		return out
+	}
+	return fail(api.INVALID_PARAMS, fmt.Sprintf("unknown state-machine op %q", e.Op))
+}
+
+// ValidateKey checks a key: non-empty, valid UTF-8, at most api.MaxKeyLength bytes.
+func ValidateKey(key string) error {
+	switch {
+	case key == "":
+		return api.Errorf(api.INVALID_KEY, "key is empty")
+	case len(key) > api.MaxKeyLength:
+		return api.Errorf(api.INVALID_KEY, "key is %d bytes, longer than the limit of %d", len(key), api.MaxKeyLength)
+	case !utf8.ValidString(key):
+		return api.Errorf(api.INVALID_KEY, "key is not valid UTF-8")
+	}
+	return nil
+}
+
+func keyFail(key string) (Result, bool) {
+	if err := ValidateKey(key); err != nil {
+		return Result{Code: api.INVALID_KEY, Message: err.(*api.Error).Msg}, true
+	}
+	return Result{}, false
+}
+
+// ---- segments and clients ----
+
+func (s *State) mountSegment(e Entry) Result {
+	if e.Segment == nil {
+		return fail(api.INVALID_PARAMS, "mount without a segment")
+	}
+	seg := *e.Segment
+	seg.ClientID = e.ClientID
+	switch {
+	case e.ClientID == "":
+		return fail(api.INVALID_PARAMS, "mount without a client id")
+	case seg.ID == "" || seg.Name == "":
+		return fail(api.INVALID_PARAMS, "segment needs an id and a name")
+	case seg.Size < allocAlign:
+		return fail(api.INVALID_PARAMS, fmt.Sprintf("segment size %d is too small (minimum %d bytes)", seg.Size, allocAlign))
+	case seg.Base == 0 || seg.Base+seg.Size < seg.Base:
+		return fail(api.INVALID_PARAMS, "segment base address is invalid")
+	}
+	if old, ok := s.segments[seg.ID]; ok {
+		if old.ClientID == seg.ClientID && old.Base == seg.Base && old.Size == seg.Size && old.Name == seg.Name {
+			return Result{} // idempotent re-mount
+		}
+		return fail(api.SEGMENT_ALREADY_EXISTS, fmt.Sprintf("segment %s is already mounted", seg.ID))
+	}
+	s.segments[seg.ID] = &segment{Segment: seg, alloc: newRangeAllocator(seg.Size)}
+	s.segIDs = insertSorted(s.segIDs, seg.ID)
+	s.clients[seg.ClientID] = insertSorted(s.clients[seg.ClientID], seg.ID)
+	s.capacity += s.segments[seg.ID].alloc.size
+	return Result{}
+}
+
+func (s *State) unmountSegment(e Entry) Result {
+	seg, ok := s.segments[e.SegmentID]
+	if !ok {
+		return fail(api.SEGMENT_NOT_FOUND, fmt.Sprintf("segment %s is not mounted", e.SegmentID))
+	}
+	if e.ClientID != "" && seg.ClientID != e.ClientID {
+		return fail(api.ILLEGAL_CLIENT, fmt.Sprintf("segment %s belongs to another client", e.SegmentID))
+	}
+	s.dropSegment(seg)
+	return Result{}
+}
+
+// dropSegment removes a segment: complete objects lose their replica there (and disappear with
+// their last replica); puts in progress with a replica there are revoked.
+func (s *State) dropSegment(seg *segment) {
+	for _, key := range s.sortedKeys() {
+		o := s.objects[key]
+		idx := slices.IndexFunc(o.replicas, func(r replicaRec) bool { return r.segID == seg.ID })
+		if idx < 0 {
+			continue
+		}
+		if !o.complete {
+			s.deleteObject(o)
+			continue
+		}
+		o.replicas = slices.Delete(o.replicas, idx, idx+1)
+		s.used -= alignUp(o.size)
+		s.counters.DroppedReplicas++
+		if len(o.replicas) == 0 {
+			delete(s.objects, o.key)
+		}
+	}
+	s.capacity -= seg.alloc.size
+	delete(s.segments, seg.ID)
+	s.segIDs = removeSorted(s.segIDs, seg.ID)
+	if ids := removeSorted(s.clients[seg.ClientID], seg.ID); len(ids) > 0 {
+		s.clients[seg.ClientID] = ids
+	} else {
+		delete(s.clients, seg.ClientID)
+	}
+}
+
+func (s *State) expireClient(e Entry) Result {
+	if e.ClientID == "" {
+		return fail(api.INVALID_PARAMS, "expire without a client id")
+	}
+	for _, id := range slices.Clone(s.clients[e.ClientID]) {
+		s.dropSegment(s.segments[id])
+	}
+	for _, key := range sortedMapKeys(s.pending) {
+		if o := s.pending[key]; o.putClient == e.ClientID {
+			s.deleteObject(o)
+		}
+	}
+	s.counters.ExpiredClients++
+	return Result{}
+}
+
+// ---- put ----
+
+func (s *State) putStart(e Entry) Result {
+	if r, bad := keyFail(e.Key); bad {
+		return r
+	}
+	cfg := api.ReplicateConfig{ReplicaNum: 1}
+	if e.Config != nil {
+		cfg = *e.Config
+	}
+	if cfg.ReplicaNum == 0 {
+		cfg.ReplicaNum = 1
+	}
+	switch {
+	case e.Size == 0:
+		return fail(api.INVALID_PARAMS, "value size is 0; empty values cannot be stored")
+	case cfg.ReplicaNum < 0:
+		return fail(api.INVALID_PARAMS, fmt.Sprintf("replica_num %d is negative", cfg.ReplicaNum))
+	}
+	if o, ok := s.objects[e.Key]; ok {
+		if o.complete {
+			return fail(api.OBJECT_ALREADY_EXISTS, fmt.Sprintf("key %q already exists", e.Key))
+		}
+		if e.Now-o.putStarted < int64(s.cfg.PutStartDiscardTimeout) {
+			return fail(api.OBJECT_REPLICA_BUSY, fmt.Sprintf("key %q is being written by another put", e.Key))
+		}
+		s.deleteObject(o) // pre-empt a put-start left open too long
+		s.counters.ReclaimedPuts++
+	}
+	// Fail fast when no amount of eviction could help.
+	need := alignUp(e.Size)
+	fit := 0
+	for _, id := range s.segIDs {
+		if s.segments[id].alloc.size >= need {
+			fit++
+		}
+	}
+	if fit < cfg.ReplicaNum {
+		return fail(api.NO_AVAILABLE_HANDLE, fmt.Sprintf(
+			"cannot place %d replica(s) of %d bytes: only %d mounted segment(s) are large enough", cfg.ReplicaNum, e.Size, fit))
+	}
+	reps, ok := s.allocate(e, cfg)
+	for !ok {
+		if s.evictPass(e.Now) == 0 {
+			return fail(api.NO_AVAILABLE_HANDLE, fmt.Sprintf(
+				"no space for %d replica(s) of %d bytes on distinct segments, and nothing left to evict", cfg.ReplicaNum, e.Size))
+		}
+		reps, ok = s.allocate(e, cfg)
+	}
+	o := &object{
+		key: e.Key, size: e.Size, replicas: reps, putClient: e.ClientID, putStarted: e.Now,
+		softPin: cfg.WithSoftPin, hardPin: cfg.WithHardPin,
+	}
+	s.objects[e.Key] = o
+	s.pending[e.Key] = o
+	return Result{Replicas: s.describe(o), Size: o.size}
+}
+
+// allocate places cfg.ReplicaNum replicas of e.Size bytes on distinct segments, preferring
+// distinct engines (hosts), all or nothing.
+func (s *State) allocate(e Entry, cfg api.ReplicateConfig) ([]replicaRec, bool) {
+	order := s.candidateOrder(e, cfg)
+	reps := make([]replicaRec, 0, cfg.ReplicaNum)
+	usedSeg := map[string]bool{}
+	usedName := map[string]bool{}
+	for pass := 0; pass < 2 && len(reps) < cfg.ReplicaNum; pass++ {
+		for _, id := range order {
+			if len(reps) == cfg.ReplicaNum {
+				break
+			}
+			seg := s.segments[id]
+			if usedSeg[id] || (pass == 0 && usedName[seg.Name]) {
+				continue
+			}
+			off, ok := seg.alloc.alloc(e.Size)
+			if !ok {
+				continue
+			}
+			usedSeg[id], usedName[seg.Name] = true, true
+			reps = append(reps, replicaRec{segID: id, addr: seg.Base + off, status: api.ReplicaProcessing})
+		}
+	}
+	if len(reps) < cfg.ReplicaNum {
+		for _, r := range reps {
+			seg := s.segments[r.segID]
+			seg.alloc.release(r.addr-seg.Base, e.Size)
+		}
+		return nil, false
+	}
+	s.used += alignUp(e.Size) * uint64(len(reps))
+	return reps, true
+}
+
+func (s *State) candidateOrder(e Entry, cfg api.ReplicateConfig) []string {
+	rest := slices.Clone(s.segIDs)
+	switch s.cfg.AllocationStrategy {
+	case "free_ratio_first":
+		sort.SliceStable(rest, func(i, j int) bool {
+			a, b := s.segments[rest[i]].alloc, s.segments[rest[j]].alloc
+			return float64(a.size-a.used)/float64(a.size) > float64(b.size-b.used)/float64(b.size)
+		})
+	default: // "random", seeded by the entry so that replay places replicas identically
+		r := rand.New(rand.NewPCG(e.Seed, uint64(e.Now)))
+		r.Shuffle(len(rest), func(i, j int) { rest[i], rest[j] = rest[j], rest[i] })
+	}
+	if len(cfg.PreferredSegments) == 0 {
+		return rest
+	}
+	var pref []string
+	for _, p := range cfg.PreferredSegments {
+		for _, id := range s.segIDs {
+			seg := s.segments[id]
+			if (seg.ID == p || seg.Name == p) && !slices.Contains(pref, id) {
+				pref = append(pref, id)
+			}
+		}
+	}
+	out := pref
+	for _, id := range rest {
+		if !slices.Contains(pref, id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func (s *State) putEnd(e Entry) Result {
+	if r, bad := keyFail(e.Key); bad {
+		return r
+	}
+	o, ok := s.objects[e.Key]
+	if !ok {
+		return fail(api.OBJECT_NOT_FOUND, fmt.Sprintf("key %q has no put in progress", e.Key))
+	}
+	if o.complete {
+		return Result{}
+	}
+	if e.ClientID != "" && o.putClient != e.ClientID {
+		return fail(api.ILLEGAL_CLIENT, fmt.Sprintf("key %q is being written by another client", e.Key))
+	}
+	o.complete = true
+	for i := range o.replicas {
+		o.replicas[i].status = api.ReplicaComplete
+	}
+	o.lastAccess = e.Now
+	if o.softPin {
+		ttl := min(s.cfg.DefaultKVSoftPinTTL, s.cfg.MaxKVSoftPinTTL)
+		o.softPinUntil = e.Now + int64(ttl)
+	}
+	delete(s.pending, e.Key)
+	return Result{}
+}
+
+func (s *State) putRevoke(e Entry) Result {
+	if r, bad := keyFail(e.Key); bad {
+		return r
+	}
+	o, ok := s.objects[e.Key]
+	if !ok {
+		return fail(api.OBJECT_NOT_FOUND, fmt.Sprintf("key %q has no put in progress", e.Key))
+	}
+	if o.complete {
+		return fail(api.INVALID_WRITE, fmt.Sprintf("key %q is already complete; remove it instead", e.Key))
+	}
+	if e.ClientID != "" && o.putClient != e.ClientID {
+		return fail(api.ILLEGAL_CLIENT, fmt.Sprintf("key %q is being written by another client", e.Key))
+	}
+	s.deleteObject(o)
+	return Result{}
+}
+
+// ---- get / remove ----
+
+func (s *State) grantLease(e Entry) Result {
+	if r, bad := keyFail(e.Key); bad {
+		return r
+	}
+	o, ok := s.objects[e.Key]
+	if !ok {
+		return fail(api.OBJECT_NOT_FOUND, fmt.Sprintf("key %q not found", e.Key))
+	}
+	if !o.complete {
+		return fail(api.REPLICA_IS_NOT_READY, fmt.Sprintf("key %q is still being written", e.Key))
+	}
+	o.leaseUntil = max(o.leaseUntil, e.Now+int64(s.cfg.DefaultKVLeaseTTL))
+	o.lastAccess = e.Now
+	return Result{Replicas: s.describe(o), Size: o.size}
+}
+
+func (s *State) removable(o *object, now int64, force bool) Result {
+	switch {
+	case !o.complete:
+		return fail(api.REPLICA_IS_NOT_READY, fmt.Sprintf("key %q is still being written", o.key))
+	case force:
+		return Result{}
+	case o.leaseUntil > now:
+		return fail(api.OBJECT_HAS_LEASE, fmt.Sprintf("key %q is leased to a reader for another %v; retry later or force",
+			o.key, time.Duration(o.leaseUntil-now).Round(time.Millisecond)))
+	case o.hardPin:
+		return fail(api.OBJECT_HAS_LEASE, fmt.Sprintf("key %q is hard-pinned; remove it with force", o.key))
+	}
+	return Result{}
+}
+
+func (s *State) remove(e Entry) Result {
+	if r, bad := keyFail(e.Key); bad {
+		return r
+	}
+	o, ok := s.objects[e.Key]
+	if !ok {
+		return fail(api.OBJECT_NOT_FOUND, fmt.Sprintf("key %q not found", e.Key))
+	}
+	if r := s.removable(o, e.Now, e.Force); r.Code != api.OK {
+		return r
+	}
+	s.deleteObject(o)
+	return Result{}
+}
+
+func (s *State) removeByRegex(e Entry) Result {
+	re, err := regexp.Compile(e.Pattern)
+	if err != nil {
+		return fail(api.INVALID_PARAMS, fmt.Sprintf("bad regular expression %q: %v", e.Pattern, err))
+	}
+	var n int64
+	for _, key := range s.sortedKeys() {
+		o := s.objects[key]
+		if re.MatchString(key) && s.removable(o, e.Now, e.Force).Code == api.OK {
+			s.deleteObject(o)
+			n++
+		}
+	}
+	return Result{Count: n}
+}
+
+// removeAll removes every complete object, leased or pinned; puts in progress are left alone.
+func (s *State) removeAll(e Entry) Result {
+	var n int64
+	for _, key := range s.sortedKeys() {
+		if o := s.objects[key]; o.complete {
+			s.deleteObject(o)
+			n++
+		}
+	}
+	return Result{Count: n}
+}
+
+func (s *State) deleteObject(o *object) {
+	for _, r := range o.replicas {
+		if seg, ok := s.segments[r.segID]; ok {
+			seg.alloc.release(r.addr-seg.Base, o.size)
+			s.used -= alignUp(o.size)
+		}
+	}
+	delete(s.objects, o.key)
+	delete(s.pending, o.key)
+}
+
+// ---- background work: stale puts and eviction ----
+
+// NeedsTick reports whether a Tick at now would change anything; the server proposes Tick
+// entries only then, so an idle master writes nothing to its log.
+func (s *State) NeedsTick(now int64) bool {
+	if s.aboveWatermark() {
+		return true
+	}
+	for _, o := range s.pending {
+		if now-o.putStarted >= int64(s.cfg.PutStartReleaseTimeout) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *State) aboveWatermark() bool {
+	return s.capacity > 0 && float64(s.used) > s.cfg.EvictionHighWatermarkRatio*float64(s.capacity)
+}
+
+func (s *State) tick(now int64) Result {
+	var n int64
+	for _, key := range sortedMapKeys(s.pending) {
+		if o := s.pending[key]; now-o.putStarted >= int64(s.cfg.PutStartReleaseTimeout) {
+			s.deleteObject(o)
+			s.counters.ReclaimedPuts++
+			n++
+		}
+	}
+	if s.aboveWatermark() {
+		n += int64(s.evictPass(now))
+	}
+	return Result{Count: n}
+}
+
+func (s *State) softPinned(o *object, now int64) bool { return o.softPin && o.softPinUntil > now }
+
+// evictPass evicts about EvictionRatio of the evictable objects (at least one), least recently
+// used first: plain objects before soft-pinned ones, soft-pinned only when allowed, hard-pinned,
+// leased and in-progress objects never. It returns how many objects it evicted.
+func (s *State) evictPass(now int64) int {
+	var plain, soft []*object
+	for _, o := range s.objects {
+		if !o.complete || o.hardPin || o.leaseUntil > now {
+			continue
+		}
+		if s.softPinned(o, now) {
+			if s.cfg.AllowEvictSoftPinnedObjects {
+				soft = append(soft, o)
+			}
+			continue
+		}
+		plain = append(plain, o)
+	}
+	total := len(plain) + len(soft)
+	if total == 0 {
+		return 0
+	}
+	lru := func(a, b *object) int {
+		if a.lastAccess != b.lastAccess {
+			if a.lastAccess < b.lastAccess {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.key, b.key)
+	}
+	slices.SortFunc(plain, lru)
+	slices.SortFunc(soft, lru)
+	quota := max(1, int(math.Ceil(s.cfg.EvictionRatio*float64(total))))
+	victims := append(plain, soft...)[:min(quota, total)]
+	for _, o := range victims {
+		s.counters.EvictedObjects++
+		s.counters.EvictedBytes += o.size * uint64(len(o.replicas))
+		s.deleteObject(o)
+	}
+	s.counters.EvictionPasses++
+	return len(victims)
+}
+
+// ---- reads ----
+
+func (s *State) describe(o *object) []api.Replica {
+	out := make([]api.Replica, 0, len(o.replicas))
+	for _, r := range o.replicas {
+		seg := s.segments[r.segID]
+		out = append(out, api.Replica{SegmentID: r.segID, SegmentName: seg.Name, Addr: r.addr, Size: o.size, Status: r.status})
+	}
+	return out
+}
+
+// Exists reports whether key names a complete object, and its size.
+func (s *State) Exists(key string) (bool, uint64) {
+	o, ok := s.objects[key]
+	if !ok || !o.complete {
+		return false, 0
+	}
+	return true, o.size
+}
+
+// ObjectInfo describes one object for the admin API.
+type ObjectInfo struct {
+	Key          string        `json:"key"`
+	Size         uint64        `json:"size"`
+	Complete     bool          `json:"complete"`
+	Replicas     []api.Replica `json:"replicas"`
+	LeaseUntil   time.Time     `json:"lease_until"`
+	LastAccess   time.Time     `json:"last_access"`
+	SoftPinned   bool          `json:"soft_pinned"`
+	SoftPinUntil time.Time     `json:"soft_pin_until,omitzero"`
+	HardPinned   bool          `json:"hard_pinned"`
+}
+
+// Query describes key (ok=false when unknown).
+func (s *State) Query(key string) (ObjectInfo, bool) {
+	o, ok := s.objects[key]
+	if !ok {
+		return ObjectInfo{}, false
+	}
+	info := ObjectInfo{
+		Key: o.key, Size: o.size, Complete: o.complete, Replicas: s.describe(o),
+		LeaseUntil: time.Unix(0, o.leaseUntil), LastAccess: time.Unix(0, o.lastAccess),
+		SoftPinned: o.softPin, HardPinned: o.hardPin,
+	}
+	if o.softPinUntil != 0 {
+		info.SoftPinUntil = time.Unix(0, o.softPinUntil)
+	}
+	return info, true
+}
+
+// Keys returns the keys of complete objects, sorted.
+func (s *State) Keys() []string {
+	out := make([]string, 0, len(s.objects))
+	for k, o := range s.objects {
+		if o.complete {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// SegmentInfo describes a mounted segment.
+type SegmentInfo struct {
+	api.Segment
+	Used uint64 `json:"used"`
+	Free uint64 `json:"free"`
+}
+
+// Segments lists mounted segments in ID order.
+func (s *State) Segments() []SegmentInfo {
+	out := make([]SegmentInfo, 0, len(s.segIDs))
+	for _, id := range s.segIDs {
+		seg := s.segments[id]
+		out = append(out, SegmentInfo{Segment: seg.Segment, Used: seg.alloc.used, Free: seg.alloc.size - seg.alloc.used})
+	}
+	return out
+}
+
+// ClientSegments lists the segment IDs mounted for a client.
+func (s *State) ClientSegments(clientID string) []string { return slices.Clone(s.clients[clientID]) }
+
+// Clients lists the client IDs that have segments mounted, sorted.
+func (s *State) Clients() []string { return sortedMapKeys(s.clients) }
+
+// Stats is a point-in-time summary for metrics.
+type Stats struct {
+	Objects, PendingPuts, SoftPinned, HardPinned, Leased int
+	Segments, Clients                                    int
+	Capacity, Used                                       uint64
+	Counters                                             Counters
+}
+
+// Stats summarises the state at time now.
+func (s *State) Stats(now int64) Stats {
+	st := Stats{PendingPuts: len(s.pending), Segments: len(s.segments), Clients: len(s.clients),
+		Capacity: s.capacity, Used: s.used, Counters: s.counters}
+	for _, o := range s.objects {
+		if !o.complete {
+			continue
+		}
+		st.Objects++
+		if s.softPinned(o, now) {
+			st.SoftPinned++
+		}
+		if o.hardPin {
+			st.HardPinned++
+		}
+		if o.leaseUntil > now {
+			st.Leased++
+		}
+	}
+	return st
+}
+
+func (s *State) sortedKeys() []string { return sortedMapKeys(s.objects) }
+
+func sortedMapKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func insertSorted(xs []string, x string) []string {
+	i, found := slices.BinarySearch(xs, x)
+	if found {
+		return xs
+	}
+	return slices.Insert(xs, i, x)
+}
+
+func removeSorted(xs []string, x string) []string {
+	if i, found := slices.BinarySearch(xs, x); found {
+		return slices.Delete(xs, i, i+1)
+	}
+	return xs
+}
