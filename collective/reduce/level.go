@@ -30,8 +30,8 @@ func (l level) String() string {
 // slow in Go) run the pure Go kernels whatever the level: a cgo call costs tens of nanoseconds,
 // in which Go handles that many bytes. Measured by BenchmarkSmall.
 var (
-	smallBytes     = 256
-	smallHalfBytes = 64
+	smallBytes     = 512
+	smallHalfBytes = 32
 )
 
 // useGo reports whether an input of n bytes of dt goes to the pure Go kernels.

@@ -209,35 +209,54 @@ static void narrow_port(uint8_t *dst, const float *src, size_t n, int dt) {
 #define SFX(x) x##_avx2
 #define VB 32
 
-static inline __attribute__((always_inline)) __m256 bf16_load_avx2(const uint8_t *p) {
-  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+/* bfloat16 moves pairs of float32 vectors (16 elements for AVX2) without shuffles: of one
+ * 32-byte load, a shift left by 16 widens the even elements and masking the low halves widens
+ * the odd ones; narrowing puts them back in the same words. Elementwise ops do not see the
+ * interleaved order. (This beats unpack/packus: shuffles and shifts compete for the same few
+ * ports, and this form needs five shifts, one word blend and no shuffles per 16 elements.) */
+
+/* Round to nearest-even in place: the bfloat16 bits end up in the high half of each 32-bit
+ * lane (the low half is garbage). NaN needs no care inside the kernels: their NaNs come from
+ * widened bfloat16 inputs or from arithmetic, whose low 16 bits are zero, so the add cannot
+ * carry out of the payload. */
+static inline __attribute__((always_inline)) __m256i bf16_round_hi_avx2(__m256 v) {
+  const __m256i x = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+  return _mm256_add_epi32(x, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
 }
 
-static inline __attribute__((always_inline)) void bf16_store_avx2(uint8_t *p, __m256 v) {
-  const __m256i x = _mm256_castps_si256(v);
-  const __m256i hi = _mm256_srli_epi32(x, 16);
-  const __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
-  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
-  const __m256i nan = _mm256_or_si256(hi, _mm256_set1_epi32(0x40));
+#define BF16_LD2(V, p, a, b)                                                                     \
+  do {                                                                                           \
+    const __m256i _v = _mm256_loadu_si256((const __m256i *)(const void *)(p));                   \
+    (a) = (V)_mm256_slli_epi32(_v, 16);                                                          \
+    (b) = (V)_mm256_and_si256(_v, _mm256_set1_epi32((int)0xffff0000u));                          \
+  } while (0)
+#define BF16_ST2(V, p, a, b)                                                                     \
+  _mm256_storeu_si256((__m256i *)(void *)(p),                                                    \
+                      _mm256_blend_epi16(_mm256_srli_epi32(bf16_round_hi_avx2((__m256)(a)), 16), \
+                                         bf16_round_hi_avx2((__m256)(b)), 0xaa))
+
+/* General float32 -> bfloat16 of one vector, NaN-safe (test hook only). */
+static inline __attribute__((always_inline)) void bf16_narrow_avx2(uint8_t *p, __m256 v) {
+  __m256i r = _mm256_srli_epi32(bf16_round_hi_avx2(v), 16);
+  const __m256i nan = _mm256_or_si256(_mm256_srli_epi32(_mm256_castps_si256(v), 16), _mm256_set1_epi32(0x40));
   r = _mm256_blendv_epi8(r, nan, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
-  _mm_storeu_si128((__m128i *)(void *)p,
-                   _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)));
+  _mm_storeu_si128((__m128i *)(void *)p, _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)));
 }
 
 #define F16_LOADW(p) ((vf32_avx2)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p))))
 #define F16_STOREW(p, v)                                                                         \
   _mm_storeu_si128((__m128i *)(void *)(p), _mm256_cvtps_ph((__m256)(v), _MM_FROUND_TO_NEAREST_INT))
-#define BF16_LOADW(p) ((vf32_avx2)bf16_load_avx2(p))
-#define BF16_STOREW(p, v) bf16_store_avx2((p), (__m256)(v))
+#define BF16_NARROW(p, v) bf16_narrow_avx2((p), (__m256)(v))
 
 #include "simd_template.h"
 #include "lookup_template.h"
 
 #undef F16_LOADW
 #undef F16_STOREW
-#undef BF16_LOADW
-#undef BF16_STOREW
+#undef BF16_LD2
+#undef BF16_ST2
+#undef BF16_NARROW
 #undef VB
 #undef SFX
 #pragma GCC pop_options
@@ -247,17 +266,28 @@ static inline __attribute__((always_inline)) void bf16_store_avx2(uint8_t *p, __
 #define SFX(x) x##_avx512
 #define VB 64
 
-static inline __attribute__((always_inline)) __m512 bf16_load_avx512(const uint8_t *p) {
-  const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+/* As for AVX2: pairs of vectors (32 elements), even elements by shift, odd ones by mask. */
+static inline __attribute__((always_inline)) __m512i bf16_round_hi_avx512(__m512 v) {
+  const __m512i x = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+  return _mm512_add_epi32(x, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
 }
 
-static inline __attribute__((always_inline)) void bf16_store_avx512(uint8_t *p, __m512 v) {
-  const __m512i x = _mm512_castps_si512(v);
-  const __m512i hi = _mm512_srli_epi32(x, 16);
-  const __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
-  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
-  const __m512i nan = _mm512_or_si512(hi, _mm512_set1_epi32(0x40));
+#define BF16_LD2(V, p, a, b)                                                                     \
+  do {                                                                                           \
+    const __m512i _v = _mm512_loadu_si512((const void *)(p));                                    \
+    (a) = (V)_mm512_slli_epi32(_v, 16);                                                          \
+    (b) = (V)_mm512_and_si512(_v, _mm512_set1_epi32((int)0xffff0000u));                          \
+  } while (0)
+#define BF16_ST2(V, p, a, b)                                                                     \
+  _mm512_storeu_si512((void *)(p),                                                               \
+                      _mm512_mask_blend_epi16(0xaaaaaaaau,                                       \
+                                              _mm512_srli_epi32(bf16_round_hi_avx512((__m512)(a)), 16), \
+                                              bf16_round_hi_avx512((__m512)(b))))
+
+static inline __attribute__((always_inline)) void bf16_narrow_avx512(uint8_t *p, __m512 v) {
+  __m512i r = _mm512_srli_epi32(bf16_round_hi_avx512(v), 16);
+  const __m512i nan = _mm512_or_si512(_mm512_srli_epi32(_mm512_castps_si512(v), 16), _mm512_set1_epi32(0x40));
   r = _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), r, nan);
   _mm256_storeu_si256((__m256i *)(void *)p, _mm512_cvtepi32_epi16(r));
 }
@@ -265,16 +295,16 @@ static inline __attribute__((always_inline)) void bf16_store_avx512(uint8_t *p, 
 #define F16_LOADW(p) ((vf32_avx512)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p))))
 #define F16_STOREW(p, v)                                                                         \
   _mm256_storeu_si256((__m256i *)(void *)(p), _mm512_cvtps_ph((__m512)(v), _MM_FROUND_TO_NEAREST_INT))
-#define BF16_LOADW(p) ((vf32_avx512)bf16_load_avx512(p))
-#define BF16_STOREW(p, v) bf16_store_avx512((p), (__m512)(v))
+#define BF16_NARROW(p, v) bf16_narrow_avx512((p), (__m512)(v))
 
 #include "simd_template.h"
 #include "lookup_template.h"
 
 #undef F16_LOADW
 #undef F16_STOREW
-#undef BF16_LOADW
-#undef BF16_STOREW
+#undef BF16_LD2
+#undef BF16_ST2
+#undef BF16_NARROW
 #undef VB
 #undef SFX
 #pragma GCC pop_options
