@@ -94,7 +94,12 @@ def init(rank: int, world: int, store_path: str, backend: str = "mooncake-cpu", 
                             timeout=kw.pop("timeout", OP_TIMEOUT), **kw)
 
 
-def _entry(rank: int, fn_name: str, module: str, world: int, tmpdir: str, args: tuple) -> None:
+def _entry(rank: int, fn_name: str, module: str, world: int, tmpdir: str, args: tuple,
+           dump_after: float) -> None:
+    import faulthandler
+
+    # A hung rank prints where it is stuck before the parent kills it.
+    faulthandler.dump_traceback_later(dump_after, exit=False)
     os.environ.setdefault("MOONCAKE_GOMAXPROCS", "2")
     import importlib
 
@@ -119,7 +124,8 @@ def run_ranks(fn: Callable, world: int, *args, timeout: float = 300.0) -> dict:
     every rank's failed checks) if any check failed, a process died, or the deadline passed."""
     with tempfile.TemporaryDirectory(prefix="mcpg-") as tmpdir:
         ctx = mp.start_processes(
-            _entry, args=(fn.__name__, fn.__module__, world, tmpdir, args), nprocs=world,
+            _entry, args=(fn.__name__, fn.__module__, world, tmpdir, args, max(timeout - 20, 10)),
+            nprocs=world,
             join=False, start_method="spawn")
         deadline = time.time() + timeout
         error = None

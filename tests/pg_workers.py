@@ -396,7 +396,7 @@ def check_errors(ck: Checker, rank: int, world: int, tmpdir: str):
         sub = dist.new_group(list(range(world)))
         y = torch.ones(3 + rank)  # sizes differ across ranks
         ck.raises("mismatched sizes across ranks", lambda: dist.all_reduce(y, group=sub))
-        dist.destroy_process_group(sub)
+        # (destroyed with the world group; test_destroy_reinit covers destroying a live group)
     dist.barrier()
 
 
@@ -418,8 +418,6 @@ def check_subgroups(ck: Checker, rank: int, world: int):
     x = torch.full((2,), float(rank))
     dist.all_reduce(x)
     ck.eq("world after subgroups", x, torch.full((2,), float(sum(range(world)))))
-    for g in (ga, gb, gt):
-        dist.destroy_process_group(g)
 
 
 def check_reductions_small(ck, rank, group, ranks, tag):
@@ -463,12 +461,34 @@ def worker_ops(ck: Checker, rank: int, world: int, tmpdir: str, full: bool = Tru
     if world > 1 and full:
         check_against_gloo(ck, rank, world)
     dist.destroy_process_group()
-    # destroy + re-init on a fresh store
-    init(rank, world, os.path.join(tmpdir, "store2"))
-    x = torch.full((4,), float(rank + 1))
-    dist.all_reduce(x)
-    ck.eq("re-init all_reduce", x, torch.full((4,), float(world * (world + 1) // 2)))
+
+
+def worker_reinit(ck: Checker, rank: int, world: int, tmpdir: str, rounds: int = 3):
+    """destroy_process_group + init_process_group again in the same processes (fresh stores), and
+    destroying one subgroup while others live on."""
+    init(rank, world, os.path.join(tmpdir, "storeA"), timeout=timedelta(seconds=20))
+    keep = dist.new_group(list(range(world)))
+    for k in range(2):
+        tmp = dist.new_group(list(range(world)))
+        y = torch.ones(2)
+        ck.run(f"temp group {k} all_reduce", lambda: dist.all_reduce(y, group=tmp))
+        ck.eq(f"temp group {k} all_reduce", y, torch.full((2,), float(world)))
+        dist.destroy_process_group(tmp)
+        for name, g in (("world", None), ("kept group", keep)):
+            x = torch.ones(2)
+            ck.run(f"{name} after destroying a subgroup ({k})", lambda: dist.all_reduce(x, group=g))
+            ck.eq(f"{name} after destroying a subgroup ({k})", x, torch.full((2,), float(world)))
     dist.destroy_process_group()
+    for k in range(rounds):
+        init(rank, world, os.path.join(tmpdir, f"store{k}"), timeout=timedelta(seconds=20))
+        x = torch.full((4,), float(rank + 1 + k))
+        ck.run(f"round {k} all_reduce", lambda: dist.all_reduce(x))
+        ck.eq(f"round {k} all_reduce", x, torch.full((4,), float(world * (world + 1) // 2 + world * k)))
+        sub = dist.new_group(list(range(world)))
+        y = torch.ones(2)
+        ck.run(f"round {k} subgroup all_reduce", lambda: dist.all_reduce(y, group=sub))
+        ck.eq(f"round {k} subgroup all_reduce", y, torch.full((2,), float(world)))
+        dist.destroy_process_group()
 
 
 def worker_tcpstore(ck: Checker, rank: int, world: int, tmpdir: str, port: int):

@@ -31,6 +31,11 @@ def test_ops_world8():
     run_ranks(pg_workers.worker_ops, 8, False, timeout=900)
 
 
+@pytest.mark.parametrize("world", [1, 2])
+def test_destroy_reinit(world):
+    run_ranks(pg_workers.worker_reinit, world, 3, timeout=300)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

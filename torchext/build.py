@@ -1,0 +1,93 @@
+"""Build description of the torch shim (extension module ``mooncake._pg_ext``).
+
+setup.py imports this file when torch is importable::
+
+    sys.path.insert(0, "torchext"); import build as torchext_build
+    setup(..., ext_modules=torchext_build.ext_modules(), cmdclass=torchext_build.cmdclass())
+
+The extension links python/mooncake/libmooncake.so (built first by
+``go build -buildmode=c-shared -o python/mooncake/libmooncake.so ./capi``) and finds it at run
+time next to itself (rpath $ORIGIN). It is compiled against the torch in the environment (use
+``pip install --no-build-isolation``) and records that torch version; mooncake.pg refuses to load
+it under another torch with an ImportError that says to reinstall.
+
+CUDA staging support is compiled in when the installed torch is a CUDA build and the CUDA headers
+are found (CUDA_HOME, or the nvidia-*-cu* wheels torch depends on); no GPU or nvcc is needed.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sysconfig
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.join(ROOT, "torchext")
+SOURCES = ["mooncake_backend.cpp", "module.cpp"]
+
+
+def _rel(p: str) -> str:
+    # setuptools wants paths relative to setup.py's directory.
+    return os.path.relpath(p, ROOT)
+
+
+def cuda_include_dirs() -> list[str]:
+    """Directories holding cuda_runtime_api.h and cuda.h, or [] when none is found."""
+    import torch
+
+    if torch.version.cuda is None or os.environ.get("MOONCAKE_PG_NO_CUDA"):
+        return []
+    cands = []
+    for env in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(env):
+            cands.append(os.path.join(os.environ[env], "include"))
+    cands.append("/usr/local/cuda/include")
+    purelib = sysconfig.get_paths()["purelib"]
+    site_dirs = {purelib, os.path.dirname(os.path.dirname(torch.__file__))}
+    for sp in site_dirs:
+        cands += sorted(glob.glob(os.path.join(sp, "nvidia", "cu*", "include")), reverse=True)
+        cands += [os.path.join(sp, "nvidia", "cuda_runtime", "include")]
+    cands += [os.path.join(sp, "triton", "backends", "nvidia", "include") for sp in site_dirs]
+    has = lambda d, f: os.path.isfile(os.path.join(d, f))
+    main = next((c for c in cands if has(c, "cuda_runtime_api.h") and has(c, "cuda.h")), None)
+    if main is None:
+        return []
+    if has(main, os.path.join("crt", "host_defines.h")):
+        return [main]
+    # The nvidia-cuda-runtime wheel ships without crt/ (it belongs to nvcc); borrow it from
+    # another CUDA include directory (a toolkit, or triton's bundled headers).
+    crt = next((c for c in cands if has(c, os.path.join("crt", "host_defines.h"))), None)
+    return [main, crt] if crt else []
+
+
+def ext_modules(relative: bool = True):
+    import torch
+    from torch.utils.cpp_extension import CppExtension
+
+    fix = _rel if relative else (lambda p: p)
+    define_macros = [("MOONCAKE_TORCH_VERSION", '"%s"' % torch.__version__)]
+    include_dirs = [os.path.join(ROOT, "capi", "include"), HERE]
+    libraries = ["mooncake"]
+    cuda_inc = cuda_include_dirs()
+    if cuda_inc:
+        define_macros.append(("MOONCAKE_WITH_CUDA", "1"))
+        include_dirs += cuda_inc
+        libraries += ["c10_cuda", "torch_cuda"]
+    return [
+        CppExtension(
+            name="mooncake._pg_ext",
+            sources=[fix(os.path.join(HERE, s)) for s in SOURCES],
+            include_dirs=include_dirs,
+            define_macros=define_macros,
+            library_dirs=[os.path.join(ROOT, "python", "mooncake")],
+            libraries=libraries,
+            extra_compile_args=["-O2", "-Wno-unused-parameter"],
+            extra_link_args=["-Wl,-rpath,$ORIGIN"],
+        )
+    ]
+
+
+def cmdclass():
+    from torch.utils.cpp_extension import BuildExtension
+
+    return {"build_ext": BuildExtension.with_options(no_python_abi_suffix=False)}

@@ -1,0 +1,126 @@
+// Python module mooncake._pg_ext: creates MooncakeBackend instances for the creator registered
+// by python/mooncake/pg.py and exposes the elastic queries over backends and works.
+#include <torch/extension.h>
+
+#include "mooncake_backend.hpp"
+
+#ifndef MOONCAKE_TORCH_VERSION
+#define MOONCAKE_TORCH_VERSION "unknown"
+#endif
+
+namespace py = pybind11;
+
+namespace {
+
+mooncake::MooncakeBackend* asMooncake(const c10::intrusive_ptr<c10d::Backend>& b) {
+  TORCH_CHECK(b, "expected a mooncake process-group backend, got None");
+  auto* mb = dynamic_cast<mooncake::MooncakeBackend*>(b.get());
+  TORCH_CHECK(
+      mb, "expected a mooncake process-group backend, got backend '", b->getBackendName(), "'");
+  return mb;
+}
+
+mooncake::MooncakeWork* asMooncakeWork(const c10::intrusive_ptr<c10d::Work>& w) {
+  TORCH_CHECK(w, "expected a Work returned by a mooncake backend op, got None");
+  auto* mw = dynamic_cast<mooncake::MooncakeWork*>(w.get());
+  TORCH_CHECK(mw, "expected a Work returned by a mooncake backend op (use async_op=True)");
+  return mw;
+}
+
+} // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "Mooncake c10d backend shim over libmooncake.so";
+  py::module_::import("torch.distributed");
+  m.attr("TORCH_VERSION") = MOONCAKE_TORCH_VERSION;
+  m.attr("WITH_CUDA") = mooncake::builtWithCuda();
+
+  py::class_<
+      mooncake::MooncakeBackend,
+      c10d::Backend,
+      c10::intrusive_ptr<mooncake::MooncakeBackend>>(m, "MooncakeBackend")
+      .def_property_readonly("handle", &mooncake::MooncakeBackend::handle)
+      .def("max_group_size", &mooncake::MooncakeBackend::maxGroupSize)
+      .def(
+          "active_ranks",
+          &mooncake::MooncakeBackend::activeRanks,
+          py::call_guard<py::gil_scoped_release>())
+      .def(
+          "current_epoch",
+          &mooncake::MooncakeBackend::currentEpoch,
+          py::call_guard<py::gil_scoped_release>())
+      .def(
+          "shutdown_group",
+          &mooncake::MooncakeBackend::shutdownGroup,
+          py::call_guard<py::gil_scoped_release>());
+
+  m.def(
+      "create_backend",
+      [](const c10::intrusive_ptr<c10d::Store>& store,
+         int rank,
+         int size,
+         int64_t timeoutMs,
+         const std::string& groupName,
+         int maxGroupSize,
+         bool isExtension,
+         bool autoDeactivate,
+         bool autoSync,
+         bool cuda) -> c10::intrusive_ptr<c10d::Backend> {
+        mooncake::BackendOptions o;
+        o.maxGroupSize = maxGroupSize;
+        o.isExtension = isExtension;
+        o.autoDeactivateOnFailure = autoDeactivate;
+        o.autoSyncOnFailure = autoSync;
+        return c10::make_intrusive<mooncake::MooncakeBackend>(
+            store, rank, size, std::chrono::milliseconds(timeoutMs), groupName, o, cuda);
+      },
+      py::arg("store"),
+      py::arg("rank"),
+      py::arg("size"),
+      py::arg("timeout_ms"),
+      py::arg("group_name"),
+      py::arg("max_group_size") = 0,
+      py::arg("is_extension") = false,
+      py::arg("auto_deactivate_on_failure") = true,
+      py::arg("auto_sync_on_failure") = true,
+      py::arg("cuda") = false,
+      py::call_guard<py::gil_scoped_release>());
+
+  m.def(
+      "is_mooncake_backend",
+      [](const c10::intrusive_ptr<c10d::Backend>& b) {
+        return b && dynamic_cast<mooncake::MooncakeBackend*>(b.get()) != nullptr;
+      });
+  m.def(
+      "get_active_ranks",
+      [](const c10::intrusive_ptr<c10d::Backend>& b) {
+        auto v = asMooncake(b)->activeRanks();
+        return torch::tensor(std::vector<int32_t>(v.begin(), v.end()), torch::kInt32);
+      });
+  m.def("get_current_epoch", [](const c10::intrusive_ptr<c10d::Backend>& b) {
+    return asMooncake(b)->currentEpoch();
+  });
+  m.def("get_max_group_size", [](const c10::intrusive_ptr<c10d::Backend>& b) {
+    return asMooncake(b)->maxGroupSize();
+  });
+  m.def("get_failed_ranks_hint", [](const c10::intrusive_ptr<c10d::Work>& w) {
+    auto* mw = asMooncakeWork(w);
+    TORCH_CHECK(
+        mw->isCompleted(), "get_failed_ranks_hint: the work has not completed (call wait() first)");
+    auto v = mw->failedRanks();
+    std::vector<int64_t> ranks;
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (v[i]) {
+        ranks.push_back(static_cast<int64_t>(i));
+      }
+    }
+    return ranks;
+  });
+  m.def("get_failed_ranks_mask", [](const c10::intrusive_ptr<c10d::Work>& w) {
+    auto v = asMooncakeWork(w)->failedRanks();
+    return torch::tensor(std::vector<int32_t>(v.begin(), v.end()), torch::kInt32);
+  });
+  m.def("get_local_success", [](const c10::intrusive_ptr<c10d::Work>& w) {
+    return asMooncakeWork(w)->localSuccess();
+  });
+}

@@ -1,0 +1,271 @@
+// The torch.distributed shim over libmooncake.so's process-group C ABI (capi/include/mooncake_pg.h).
+//
+// MooncakeBackend is a c10d::Backend whose every op validates its arguments on the calling thread
+// (TORCH_CHECK -> RuntimeError naming the backend, the op, the rank and the problem), turns its
+// tensors into contiguous host buffers (staging copies where the tensor is non-contiguous or lives
+// on a CUDA device) and enqueues one or more mc_pg_* ops. A per-backend completion thread waits
+// on the outstanding works in submission order, copies staged results back and completes the
+// MooncakeWork (and its Future) with the output tensors or the error.
+//
+// CUDA tensors (backend "mooncake"): inputs are copied device->host into pinned memory on the
+// current stream; a submit thread waits for that copy and hands the host buffers to the group.
+// The host->device copies of the results are enqueued at once on a side stream behind a
+// cuStreamWaitValue32 on a host-mapped counter that the completion thread bumps when the op is
+// done, so Work::wait() only makes the caller's current stream wait on an event and never blocks
+// the host. Where stream memory operations are unavailable the completion thread issues the
+// copies itself and wait() blocks until they are enqueued.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "mooncake_pg.h"
+
+#if __has_include(<torch/version.h>)
+#include <torch/version.h>
+#endif
+#if defined(TORCH_VERSION_MAJOR) && defined(TORCH_VERSION_MINOR)
+#define MOONCAKE_TORCH_AT_LEAST(ma, mi) \
+  (TORCH_VERSION_MAJOR > (ma) || (TORCH_VERSION_MAJOR == (ma) && TORCH_VERSION_MINOR >= (mi)))
+#else
+#define MOONCAKE_TORCH_AT_LEAST(ma, mi) 1
+#endif
+
+extern "C" const char* mooncake_last_error(void);
+
+namespace mooncake {
+
+struct CudaLane;  // per-device side stream + completion counter (CUDA builds only)
+
+struct BackendOptions {
+  int maxGroupSize = 0;
+  bool isExtension = false;
+  bool autoDeactivateOnFailure = true;
+  bool autoSyncOnFailure = true;
+};
+
+// Keeps the c10d store alive for the Go side and adapts it to mc_store_ops.
+struct StoreBridge {
+  c10::intrusive_ptr<c10d::Store> store;
+  mc_store_ops ops{};
+  explicit StoreBridge(c10::intrusive_ptr<c10d::Store> s);
+};
+
+class MooncakeWork : public c10d::Work {
+ public:
+  MooncakeWork(
+      int rank,
+      c10d::OpType opType,
+      std::string opName,
+      std::string backendName,
+      std::vector<at::Tensor> outputs,
+      std::vector<c10::Device> futureDevices,
+      std::chrono::milliseconds timeout);
+  ~MooncakeWork() override;
+
+  bool isCompleted() override;
+  bool isSuccess() const override;
+  std::exception_ptr exception() const override;
+  int sourceRank() const override;
+  std::vector<at::Tensor> result() override;
+  void synchronize() override;
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  std::chrono::milliseconds getTimeout() const override;
+
+  // Elastic information, valid once completed.
+  std::vector<int32_t> failedRanks() const;
+  bool localSuccess() const;
+  const std::string& opName() const { return opName_; }
+
+ private:
+  friend class MooncakeBackend;
+  void complete(std::exception_ptr eptr);
+
+  std::string opName_;
+  std::string backendName_;
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::chrono::milliseconds timeout_;
+
+  // Filled at submission (caller thread / submit thread), consumed by the completion thread.
+  std::vector<uint64_t> handles_;
+  std::vector<at::Tensor> keep_;            // everything the Go side reads or writes
+  std::vector<std::function<void()>> post_; // run on success, before completion (copy-backs)
+  std::string submitError_;                 // an op of a multi-op work failed to enqueue
+
+  // Results.
+  int source_ = -1;
+  std::vector<int32_t> failed_;
+  bool localSuccess_ = false;
+
+  // CUDA.
+  bool cuda_ = false;
+  std::shared_ptr<CudaLane> lane_;
+  uint32_t ticket_ = 0;                     // counter value that releases the side stream
+  std::vector<std::pair<at::Tensor, at::Tensor>> h2d_;  // (device dst, pinned host src)
+  std::shared_ptr<void> doneEvent_;         // at::cuda::CUDAEvent recorded after the H2D copies
+  bool eventReady_ = false;                 // doneEvent_ recorded (guarded by mutex_)
+};
+
+class MooncakeBackend : public c10d::Backend {
+ public:
+  MooncakeBackend(
+      const c10::intrusive_ptr<c10d::Store>& store,
+      int rank,
+      int size,
+      std::chrono::milliseconds timeout,
+      const std::string& groupName,
+      const BackendOptions& options,
+      bool cuda);
+  ~MooncakeBackend() override;
+
+  const std::string getBackendName() const override {
+    return cuda_ ? "mooncake" : "mooncake-cpu";
+  }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(
+      std::vector<at::Tensor>& tensors,
+      const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceCoalescedOptions& opts =
+          c10d::AllreduceCoalescedOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce(
+      std::vector<at::Tensor>& tensors,
+      const c10d::ReduceOptions& opts = c10d::ReduceOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather(
+      std::vector<std::vector<at::Tensor>>& outputTensors,
+      std::vector<at::Tensor>& inputTensors,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(
+      at::Tensor& outputBuffer,
+      at::Tensor& inputBuffer,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputTensorLists,
+      std::vector<at::Tensor>& inputTensors,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+#if MOONCAKE_TORCH_AT_LEAST(2, 1)  // virtual since torch 2.1
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs,
+      std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+#endif
+  c10::intrusive_ptr<c10d::Work> gather(
+      std::vector<std::vector<at::Tensor>>& outputTensors,
+      std::vector<at::Tensor>& inputTensors,
+      const c10d::GatherOptions& opts = c10d::GatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> scatter(
+      std::vector<at::Tensor>& outputTensors,
+      std::vector<std::vector<at::Tensor>>& inputTensors,
+      const c10d::ScatterOptions& opts = c10d::ScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(
+      std::vector<at::Tensor>& outputTensors,
+      std::vector<std::vector<at::Tensor>>& inputTensors,
+      const c10d::ReduceScatterOptions& opts =
+          c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& outputBuffer,
+      at::Tensor& inputBuffer,
+      const c10d::ReduceScatterOptions& opts =
+          c10d::ReduceScatterOptions()) override;
+#if MOONCAKE_TORCH_AT_LEAST(2, 1)  // virtual since torch 2.1
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs,
+      std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts =
+          c10d::ReduceScatterOptions()) override;
+#endif
+  c10::intrusive_ptr<c10d::Work> alltoall_base(
+      at::Tensor& outputBuffer,
+      at::Tensor& inputBuffer,
+      std::vector<int64_t>& outputSplitSizes,
+      std::vector<int64_t>& inputSplitSizes,
+      const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(
+      std::vector<at::Tensor>& outputTensors,
+      std::vector<at::Tensor>& inputTensors,
+      const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
+  c10::intrusive_ptr<c10d::Work> send(
+      std::vector<at::Tensor>& tensors,
+      int dstRank,
+      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(
+      std::vector<at::Tensor>& tensors,
+      int srcRank,
+      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(
+      std::vector<at::Tensor>& tensors,
+      int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(
+      const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
+
+  // Elastic membership.
+  std::vector<int32_t> activeRanks();
+  int32_t maxGroupSize();
+  int64_t currentEpoch();
+  uint64_t handle() const { return pg_; }
+
+  // Waits for every outstanding work and frees the group (idempotent; the destructor calls it).
+  void shutdownGroup();
+  // c10d::Backend::shutdown exists in newer torch only: declared without `override` so the
+  // shim compiles against older headers too (where it is simply a new virtual).
+  void shutdown() { shutdownGroup(); }
+
+ private:
+  class Op;  // builds one work: staging, pointers, submission
+  friend class Op;
+
+  void enqueueCompletion(const c10::intrusive_ptr<MooncakeWork>& w);
+  void completionLoop();
+  void finishWork(const c10::intrusive_ptr<MooncakeWork>& w);
+  void submitLoop();
+  std::string where(const char* op) const;
+
+  bool cuda_;
+  std::chrono::milliseconds timeout_;
+  std::string groupName_;
+  BackendOptions options_;
+  int32_t maxGroupSize_ = 0;
+  std::unique_ptr<StoreBridge> bridge_;
+  uint64_t pg_ = 0;
+  std::atomic<bool> closed_{false};
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<c10::intrusive_ptr<MooncakeWork>> pending_;
+  bool stop_ = false;
+  std::thread completion_;
+
+  // CUDA: submissions run on this thread once their device->host copies are done.
+  std::mutex smu_;
+  std::condition_variable scv_;
+  std::deque<std::function<void()>> submits_;
+  bool sstop_ = false;
+  std::thread submitter_;
+  std::mutex laneMu_;
+  std::map<int, std::shared_ptr<CudaLane>> lanes_;
+  std::shared_ptr<CudaLane> lane(const c10::Device& d);
+};
+
+// True when the extension was built with CUDA staging support.
+bool builtWithCuda();
+
+} // namespace mooncake
