@@ -18,11 +18,14 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/mooncake-go/mooncake/engine/metadata"
+	"github.com/mooncake-go/mooncake/store/ha"
 	"github.com/mooncake-go/mooncake/store/master"
+	"github.com/mooncake-go/mooncake/store/snapshot"
 )
 
 func main() {
@@ -50,6 +53,61 @@ func run(ctx context.Context, cfg master.Config) error {
 	}
 	cfg.RPCPort = rpcLis.Addr().(*net.TCPAddr).Port
 	srv := master.NewServer(cfg)
+
+	// Snapshots and HA.
+	var snaps *snapshot.Manager
+	if cfg.EnableSnapshot || cfg.EnableSnapshotRestore || (cfg.EnableHA && cfg.HotStandby.EnableSnapshotBootstrap && cfg.SnapshotBackupDir+os.Getenv("MOONCAKE_SNAPSHOT_LOCAL_PATH") != "") {
+		be, err := snapshot.OpenBackend(ctx, cfg.SnapshotBackendType, cfg.SnapshotBackupDir)
+		if err != nil {
+			rpcLis.Close()
+			return err
+		}
+		sm := snapshot.NewMetrics()
+		sm.Register(srv.Metrics().Registry())
+		snaps, err = snapshot.NewManager(snapshot.Config{Backend: be, ClusterID: cfg.ClusterID, Retention: cfg.SnapshotRetentionCount, Metrics: sm})
+		if err != nil {
+			rpcLis.Close()
+			return err
+		}
+		if !cfg.EnableHA && cfg.EnableSnapshotRestore {
+			if _, err := srv.RestoreSnapshot(ctx, snaps); err != nil {
+				rpcLis.Close()
+				return err
+			}
+		}
+	}
+	var haParts master.HA
+	var closeHA func()
+	if cfg.EnableHA {
+		conn, err := ha.Dial(ctx, cfg.EtcdEndpoints)
+		if err != nil {
+			rpcLis.Close()
+			return fmt.Errorf("ha store %s: %w", cfg.EtcdEndpoints, err)
+		}
+		if want := strings.ToLower(cfg.HotStandby.OplogStoreType); want != "" && want != string(conn.Kind()) {
+			conn.Close()
+			rpcLis.Close()
+			return fmt.Errorf("--oplog_store_type=%s but --etcd_endpoints is a %s store", want, conn.Kind())
+		}
+		el, err := conn.NewElector(ha.ElectorConfig{ClusterID: cfg.ClusterID, Address: srv.AdvertiseAddress(), TTL: cfg.HALeaseTTL})
+		if err != nil {
+			conn.Close()
+			rpcLis.Close()
+			return err
+		}
+		oplog, err := conn.NewOpLog(ha.OpLogConfig{ClusterID: cfg.ClusterID})
+		if err != nil {
+			conn.Close()
+			rpcLis.Close()
+			return err
+		}
+		haParts = master.HA{Elector: el, Log: oplog, Snapshots: snaps}
+		closeHA = func() {
+			el.Close()
+			conn.Close()
+		}
+		log.Printf("mooncake_master: HA on %s store %s: standing as %s", conn.Kind(), cfg.EtcdEndpoints, srv.AdvertiseAddress())
+	}
 
 	var httpServers []*http.Server
 	serveHTTP := func(what, addr string, h http.Handler) (int, error) {
@@ -86,7 +144,25 @@ func run(ctx context.Context, cfg master.Config) error {
 	os.Stdout.Sync()
 
 	go srv.Run(ctx)
+	haDone := make(chan struct{})
+	if cfg.EnableHA {
+		go func() {
+			defer close(haDone)
+			if err := srv.RunHA(ctx, haParts); err != nil && ctx.Err() == nil {
+				log.Printf("mooncake_master: ha: %v", err)
+			}
+		}()
+	} else {
+		close(haDone)
+		if snaps != nil && cfg.EnableSnapshot {
+			go srv.SnapshotLoop(ctx, snaps)
+		}
+	}
 	err = srv.Serve(ctx, rpcLis)
+	<-haDone
+	if closeHA != nil {
+		closeHA()
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	for _, hs := range httpServers {

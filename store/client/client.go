@@ -16,8 +16,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc"
-
 	"github.com/mooncake-go/mooncake/engine"
 	"github.com/mooncake-go/mooncake/internal/memview"
 	"github.com/mooncake-go/mooncake/store/api"
@@ -46,7 +44,8 @@ type Config struct {
 	LocalBufferSize     uint64        // staging buffer (0: DefaultLocalBufferSize)
 	Protocol            string        // "tcp" (default)
 	DeviceName          string        // NICs for rdma-like protocols
-	MasterServerAddress string        // host:port of mooncake_master
+	MasterServerAddress string        // host:port of mooncake_master, or "etcd://h:p,h:p" / "redis://h:p" to follow the HA leader
+	ClusterID           string        // HA cluster to follow ("" : MC_STORE_CLUSTER_ID, else "mooncake_cluster")
 	RPCTimeout          time.Duration // per master call (0: DefaultRPCTimeout)
 	PingInterval        time.Duration // heartbeat period (0: 1 s)
 }
@@ -62,7 +61,7 @@ type Client struct {
 	eng       Engine
 	ownEngine func() error
 	id        string
-	cc        *grpc.ClientConn
+	cc        *masterConn
 	master    *api.MasterClient
 
 	segment   *api.Segment // nil for a pure client
@@ -139,7 +138,7 @@ func NewWithEngine(ctx context.Context, eng Engine, cfg Config) (*Client, error)
 	if cfg.MasterServerAddress == "" {
 		return nil, api.Errorf(api.INVALID_PARAMS, "master_server_address is empty (want host:port of mooncake_master)")
 	}
-	cc, err := api.Dial(cfg.MasterServerAddress)
+	cc, err := dialMaster(ctx, cfg.MasterServerAddress, cfg.ClusterID)
 	if err != nil {
 		return nil, api.Errorf(api.INVALID_PARAMS, "%v", err)
 	}

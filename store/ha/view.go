@@ -138,8 +138,11 @@ func (w *ViewWatcher) Current() View {
 // intermediate views, never the newest. It is closed by Close.
 func (w *ViewWatcher) Changes() <-chan View { return w.changes }
 
-// WaitLeader blocks until some master leads and returns its view.
+// WaitLeader blocks until some master leads and returns its view. Several goroutines may
+// wait at once (each also polls Current: the Changes channel wakes only one reader).
 func (w *ViewWatcher) WaitLeader(ctx context.Context) (View, error) {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
 	for {
 		if v := w.Current(); v.Leader != "" {
 			return v, nil
@@ -147,6 +150,7 @@ func (w *ViewWatcher) WaitLeader(ctx context.Context) (View, error) {
 		select {
 		case <-ctx.Done():
 			return View{}, fmt.Errorf("ha: waiting for a leader of cluster %q: %w", w.cluster, ctx.Err())
+		case <-t.C:
 		case _, ok := <-w.changes:
 			if !ok {
 				return View{}, fmt.Errorf("ha: view watcher of cluster %q is closed", w.cluster)

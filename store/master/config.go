@@ -41,6 +41,38 @@ type Config struct {
 	PutStartReleaseTimeout time.Duration // --put_start_release_timeout_sec: an open put is reclaimed after this
 
 	ConfigPath string // --config_path (JSON or YAML; command-line flags override it)
+
+	// High availability (see docs/ha.md).
+	EnableHA      bool          // --enable_ha: campaign for leadership on --etcd_endpoints, serve only while leader
+	EtcdEndpoints string        // --etcd_endpoints: "http://h:p;http://h:p", "etcd://h:p,h:p", "redis://h:p"
+	HALeaseTTL    time.Duration // --ha_lease_ttl_sec: leader lease TTL (default 5 s, as upstream)
+
+	// Snapshots.
+	EnableSnapshot         bool          // --enable_snapshot: save periodic snapshots (the leader, or a master without HA)
+	SnapshotInterval       time.Duration // --snapshot_interval_seconds
+	SnapshotRetentionCount int           // --snapshot_retention_count
+	SnapshotBackendType    string        // --snapshot_backend_type: local | s3
+	EnableSnapshotRestore  bool          // --enable_snapshot_restore: load the newest valid snapshot at start
+	SnapshotBackupDir      string        // --snapshot_backup_dir (local backend; else MOONCAKE_SNAPSHOT_LOCAL_PATH)
+
+	HotStandby HotStandbyConfig
+}
+
+// HotStandbyConfig is upstream's HotStandbyConfig. A standby here follows the HA oplog
+// (--etcd_endpoints) rather than a replication socket, so PrimaryAddress and ReplicationPort
+// are accepted for compatibility and only logged; OplogStoreType must match the endpoints.
+type HotStandbyConfig struct {
+	StandbyID                string        // --standby_id (log name; default: the advertised address)
+	PrimaryAddress           string        // --primary_address (informational)
+	ReplicationPort          int           // --replication_port (informational)
+	VerificationInterval     time.Duration // --verification_interval_sec: how often a standby checks its lag
+	MaxReplicationLagEntries uint64        // --max_replication_lag_entries: lag above this raises the lag alert
+	EnableVerification       bool          // --enable_verification: periodic lag check and log line
+	EnableSnapshotBootstrap  bool          // --enable_snapshot_bootstrap: a standby starts from the newest snapshot
+	EnableOplogFollowing     bool          // --enable_oplog_following: a standby tails the oplog (else it catches up only when promoted)
+	OplogStoreType           string        // --oplog_store_type: "" (from --etcd_endpoints), etcd or redis
+	OplogStoreRootDir        string        // --oplog_store_root_dir (accepted; the oplog lives in etcd/Redis)
+	OplogPollInterval        time.Duration // --oplog_poll_interval_ms: lag polling period
 }
 
 // DefaultConfig returns Mooncake's defaults.
@@ -60,6 +92,18 @@ func DefaultConfig() Config {
 		AllocationStrategy:          "random",
 		PutStartDiscardTimeout:      30 * time.Second,
 		PutStartReleaseTimeout:      600 * time.Second,
+		HALeaseTTL:                  5 * time.Second,
+		SnapshotInterval:            300 * time.Second,
+		SnapshotRetentionCount:      2,
+		SnapshotBackendType:         "local",
+		HotStandby: HotStandbyConfig{
+			VerificationInterval:     10 * time.Second,
+			MaxReplicationLagEntries: 1000,
+			EnableVerification:       true,
+			EnableSnapshotBootstrap:  true,
+			EnableOplogFollowing:     true,
+			OplogPollInterval:        1000 * time.Millisecond,
+		},
 	}
 }
 
@@ -102,6 +146,31 @@ func (c Config) Validate() error {
 	}
 	if c.PutStartDiscardTimeout <= 0 || c.PutStartReleaseTimeout < c.PutStartDiscardTimeout {
 		errs = append(errs, "put-start timeouts must be > 0 and release >= discard")
+	}
+	if c.EnableHA && strings.TrimSpace(c.EtcdEndpoints) == "" {
+		errs = append(errs, "--enable_ha needs --etcd_endpoints (etcd or redis:// endpoints)")
+	}
+	if c.EnableHA && c.HALeaseTTL < time.Second {
+		errs = append(errs, "--ha_lease_ttl_sec must be >= 1")
+	}
+	if c.EnableSnapshot && c.SnapshotInterval <= 0 {
+		errs = append(errs, "--snapshot_interval_seconds must be > 0")
+	}
+	if c.SnapshotRetentionCount < 1 {
+		errs = append(errs, "--snapshot_retention_count must be >= 1")
+	}
+	switch strings.ToLower(c.SnapshotBackendType) {
+	case "local", "s3":
+	default:
+		errs = append(errs, fmt.Sprintf("--snapshot_backend_type=%q: want local or s3", c.SnapshotBackendType))
+	}
+	switch strings.ToLower(c.HotStandby.OplogStoreType) {
+	case "", "etcd", "redis":
+	default:
+		errs = append(errs, fmt.Sprintf("--oplog_store_type=%q: want etcd or redis", c.HotStandby.OplogStoreType))
+	}
+	if c.HotStandby.OplogPollInterval <= 0 || c.HotStandby.VerificationInterval <= 0 {
+		errs = append(errs, "--oplog_poll_interval_ms and --verification_interval_sec must be > 0")
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("invalid master configuration: %s", strings.Join(errs, "; "))
@@ -152,6 +221,27 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.AllocationStrategy, "allocation_strategy", c.AllocationStrategy, "replica placement: random or free_ratio_first")
 	fs.Var(durationFlag{&c.PutStartDiscardTimeout, time.Second}, "put_start_discard_timeout_sec", "seconds after which an unfinished put may be pre-empted")
 	fs.Var(durationFlag{&c.PutStartReleaseTimeout, time.Second}, "put_start_release_timeout_sec", "seconds after which an unfinished put is reclaimed")
+	fs.BoolVar(&c.EnableHA, "enable_ha", c.EnableHA, "high availability: campaign for leadership on --etcd_endpoints and serve only while leader")
+	fs.StringVar(&c.EtcdEndpoints, "etcd_endpoints", c.EtcdEndpoints, "HA store: \"http://h:2379;http://h2:2379\", \"etcd://h:p,h:p\" or \"redis://h:6379\"")
+	fs.Var(durationFlag{&c.HALeaseTTL, time.Second}, "ha_lease_ttl_sec", "leader lease TTL in seconds")
+	fs.BoolVar(&c.EnableSnapshot, "enable_snapshot", c.EnableSnapshot, "save periodic metadata snapshots")
+	fs.Var(durationFlag{&c.SnapshotInterval, time.Second}, "snapshot_interval_seconds", "seconds between snapshots")
+	fs.IntVar(&c.SnapshotRetentionCount, "snapshot_retention_count", c.SnapshotRetentionCount, "snapshots kept")
+	fs.StringVar(&c.SnapshotBackendType, "snapshot_backend_type", c.SnapshotBackendType, "snapshot backend: local or s3 (MOONCAKE_SNAPSHOT_S3_* environment)")
+	fs.BoolVar(&c.EnableSnapshotRestore, "enable_snapshot_restore", c.EnableSnapshotRestore, "load the newest valid snapshot at start")
+	fs.StringVar(&c.SnapshotBackupDir, "snapshot_backup_dir", c.SnapshotBackupDir, "local snapshot directory (default: MOONCAKE_SNAPSHOT_LOCAL_PATH)")
+	hs := &c.HotStandby
+	fs.StringVar(&hs.StandbyID, "standby_id", hs.StandbyID, "name of this master in standby logs")
+	fs.StringVar(&hs.PrimaryAddress, "primary_address", hs.PrimaryAddress, "accepted for compatibility: the standby finds the primary through --etcd_endpoints")
+	fs.IntVar(&hs.ReplicationPort, "replication_port", hs.ReplicationPort, "accepted for compatibility: replication goes through the oplog store")
+	fs.Var(durationFlag{&hs.VerificationInterval, time.Second}, "verification_interval_sec", "seconds between standby lag checks/log lines")
+	fs.Uint64Var(&hs.MaxReplicationLagEntries, "max_replication_lag_entries", hs.MaxReplicationLagEntries, "standby lag (entries) above which the lag alert metric is raised")
+	fs.BoolVar(&hs.EnableVerification, "enable_verification", hs.EnableVerification, "standby: log applied_seq_id and lag periodically")
+	fs.BoolVar(&hs.EnableSnapshotBootstrap, "enable_snapshot_bootstrap", hs.EnableSnapshotBootstrap, "standby: start from the newest snapshot (needs a snapshot backend)")
+	fs.BoolVar(&hs.EnableOplogFollowing, "enable_oplog_following", hs.EnableOplogFollowing, "standby: apply oplog entries as they are appended")
+	fs.StringVar(&hs.OplogStoreType, "oplog_store_type", hs.OplogStoreType, "oplog store: etcd or redis (default: from --etcd_endpoints)")
+	fs.StringVar(&hs.OplogStoreRootDir, "oplog_store_root_dir", hs.OplogStoreRootDir, "accepted for compatibility (the oplog lives in etcd/Redis)")
+	fs.Var(durationFlag{&hs.OplogPollInterval, time.Millisecond}, "oplog_poll_interval_ms", "standby lag polling period in milliseconds")
 	fs.StringVar(&c.ConfigPath, "config_path", c.ConfigPath, "JSON or YAML file of flag_name: value; command-line flags override it")
 }
 

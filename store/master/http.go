@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/mooncake-go/mooncake/store/api"
 )
 
 // AdminHandler serves the master's admin HTTP API (the --metrics_port listener):
@@ -24,19 +26,20 @@ func (s *Server) AdminHandler() http.Handler {
 	})
 	mux.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
-		body := map[string]any{"status": "ok", "role": s.role, "leader": s.advertise(), "cluster_id": s.cfg.ClusterID}
+		body := map[string]any{"status": "ok", "role": s.role, "leader": s.advertise(), "cluster_id": s.cfg.ClusterID,
+			"serving": s.servingLocked(), "applied_seq_id": s.state.Applied()}
 		s.mu.Unlock()
 		writeJSON(w, http.StatusOK, body)
 	})
-	mux.HandleFunc("/get_all_keys", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("/get_all_keys", s.leaderOnly(func(w http.ResponseWriter, r *http.Request) {
 		var keys []string
 		s.View(func(st *State) { keys = st.Keys() })
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		for _, k := range keys {
 			fmt.Fprintln(w, k)
 		}
-	})
-	mux.HandleFunc("/query_key", func(w http.ResponseWriter, r *http.Request) {
+	}))
+	mux.HandleFunc("/query_key", s.leaderOnly(func(w http.ResponseWriter, r *http.Request) {
 		key := r.URL.Query().Get("key")
 		if key == "" {
 			http.Error(w, "missing key parameter: use /query_key?key=<url-encoded key>", http.StatusBadRequest)
@@ -50,8 +53,8 @@ func (s *Server) AdminHandler() http.Handler {
 			return
 		}
 		writeJSON(w, http.StatusOK, info)
-	})
-	mux.HandleFunc("/get_all_segments", func(w http.ResponseWriter, r *http.Request) {
+	}))
+	mux.HandleFunc("/get_all_segments", s.leaderOnly(func(w http.ResponseWriter, r *http.Request) {
 		var segs []SegmentInfo
 		s.View(func(st *State) { segs = st.Segments() })
 		if r.URL.Query().Get("format") == "json" {
@@ -66,7 +69,7 @@ func (s *Server) AdminHandler() http.Handler {
 				fmt.Fprintln(w, sg.Name)
 			}
 		}
-	})
+	}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/" {
 			http.NotFound(w, r)
@@ -77,6 +80,20 @@ func (s *Server) AdminHandler() http.Handler {
 	})
 	return mux
 }
+
+// leaderOnly answers 503 when this master is not the serving leader (HA standby).
+func (s *Server) leaderOnly(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !s.Serving() {
+			http.Error(w, fmt.Sprintf("UNAVAILABLE_IN_CURRENT_STATUS (%d): this master is a %s, not the serving leader", int32(api.UNAVAILABLE_IN_CURRENT_STATUS), s.Role()), http.StatusServiceUnavailable)
+			return
+		}
+		h(w, r)
+	}
+}
+
+// AdvertiseAddress is the "ip:port" clients dial this master at (the HA leader key's value).
+func (s *Server) AdvertiseAddress() string { return s.advertise() }
 
 func (s *Server) advertise() string {
 	host := s.cfg.RPCAddress

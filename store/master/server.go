@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/mooncake-go/mooncake/store/api"
+	"github.com/mooncake-go/mooncake/store/ha"
 	"github.com/mooncake-go/mooncake/store/metrics"
 )
 
@@ -46,6 +47,8 @@ type Server struct {
 	seed     uint64
 	lastSeen map[string]time.Time // client liveness: outside the state machine (not replicated)
 	role     string
+	ha       *haState // nil without --enable_ha
+	haLog    ha.OpLog // set by RunHA
 }
 
 var _ api.MasterServer = (*Server)(nil)
@@ -53,6 +56,10 @@ var _ api.MasterServer = (*Server)(nil)
 // NewServer creates a master over an empty state.
 func NewServer(cfg Config, opts ...Option) *Server {
 	s := &Server{cfg: cfg, now: time.Now, state: NewState(cfg), lastSeen: map[string]time.Time{}, role: "leader"}
+	if cfg.EnableHA {
+		s.ha = &haState{}
+		s.role = "standby"
+	}
 	for _, o := range opts {
 		o(s)
 	}
@@ -67,24 +74,49 @@ func (s *Server) Metrics() *metrics.Master { return s.metrics }
 // Config returns the configuration the server runs with.
 func (s *Server) Config() Config { return s.cfg }
 
-// Propose stamps e with the time and a seed, applies it, and appends it to the log.
+// Propose stamps e with the time and a seed, applies it, and appends it to the log. With HA
+// it returns only once the entry is durable in the oplog (ErrNotServing, or the append's
+// error, when this master is not, or stops being, the serving leader).
 func (s *Server) Propose(ctx context.Context, e Entry) (Result, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.proposeLocked(ctx, e)
+	res, wait, err := s.proposeLocked(ctx, e)
+	s.mu.Unlock()
+	if err == nil && wait != nil {
+		err = wait(ctx)
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	return res, nil
 }
 
-func (s *Server) proposeLocked(ctx context.Context, e Entry) (Result, error) {
+// proposeLocked applies e (s.mu held). With HA the entry is queued for the oplog and wait
+// blocks until it is durable; call wait after releasing s.mu.
+func (s *Server) proposeLocked(ctx context.Context, e Entry) (Result, func(context.Context) error, error) {
+	if !s.servingLocked() {
+		return Result{}, nil, ErrNotServing
+	}
 	e.Now = s.now().UnixNano()
 	s.seed = s.seed*6364136223846793005 + 1442695040888963407
 	e.Seed = s.seed
 	res := s.state.Apply(e)
 	if s.log != nil {
 		if err := s.log.Append(ctx, e); err != nil {
-			return Result{}, fmt.Errorf("append %s to the operation log: %w", e.Op, err)
+			return Result{}, nil, fmt.Errorf("append %s to the operation log: %w", e.Op, err)
 		}
 	}
-	return res, nil
+	if s.ha != nil {
+		seq := s.state.Applied()
+		he, err := encodeEntry(seq, e)
+		if err != nil { // cannot happen (plain data); the state already changed: step down
+			s.ha.serving = false
+			return Result{}, nil, fmt.Errorf("encode %s: %w", e.Op, err)
+		}
+		com := s.ha.com
+		com.enqueue(he)
+		return res, func(ctx context.Context) error { return com.wait(ctx, seq) }, nil
+	}
+	return res, nil, nil
 }
 
 // View runs f with the state locked for reading.
@@ -108,6 +140,9 @@ func (s *Server) touch(clientID string) {
 func (s *Server) CheckClients(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.servingLocked() {
+		return
+	}
 	now := s.now()
 	for _, id := range s.state.Clients() {
 		if _, ok := s.lastSeen[id]; !ok {
@@ -123,7 +158,7 @@ func (s *Server) CheckClients(ctx context.Context) {
 	sort.Strings(dead)
 	for _, id := range dead {
 		delete(s.lastSeen, id)
-		if _, err := s.proposeLocked(ctx, Entry{Op: OpExpireClient, ClientID: id}); err != nil {
+		if _, _, err := s.proposeLocked(ctx, Entry{Op: OpExpireClient, ClientID: id}); err != nil {
 			log.Printf("mooncake_master: expire client %s: %v", id, err)
 			continue
 		}
@@ -135,8 +170,8 @@ func (s *Server) CheckClients(ctx context.Context) {
 func (s *Server) TickOnce(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.state.NeedsTick(s.now().UnixNano()) {
-		if _, err := s.proposeLocked(ctx, Entry{Op: OpTick}); err != nil {
+	if s.servingLocked() && s.state.NeedsTick(s.now().UnixNano()) {
+		if _, _, err := s.proposeLocked(ctx, Entry{Op: OpTick}); err != nil {
 			log.Printf("mooncake_master: tick: %v", err)
 		}
 	}
@@ -178,6 +213,17 @@ func (s *Server) Snapshot() metrics.Snapshot {
 		EvictedObjects: st.Counters.EvictedObjects, EvictedBytes: st.Counters.EvictedBytes,
 		EvictionPasses: st.Counters.EvictionPasses, ReclaimedPuts: st.Counters.ReclaimedPuts,
 		ExpiredClients: st.Counters.ExpiredClients, AppliedEntries: s.state.Applied(), Role: s.role,
+	}
+	if s.ha != nil {
+		snap.HA = true
+		snap.Serving = s.servingLocked()
+		snap.OplogAppliedSeq = s.state.Applied()
+		if s.ha.com != nil {
+			snap.OplogDurableSeq = s.ha.com.Durable()
+		}
+		snap.StandbyLag = s.ha.lag.Load()
+		snap.LagAlert = s.ha.lagAlert.Load()
+		snap.StateTransitions = s.ha.transitions.Load()
 	}
 	for _, t := range s.lastSeen {
 		if now.Sub(t) <= s.cfg.ClientTTL {
@@ -250,9 +296,21 @@ func (s *Server) do(ctx context.Context, e Entry) Result {
 	s.touch(e.ClientID)
 	res, err := s.Propose(ctx, e)
 	if err != nil {
+		if s.ha != nil {
+			return unavailable(err)
+		}
 		return fail(api.INTERNAL_ERROR, err.Error())
 	}
 	return res
+}
+
+// notServing is the status of a request reaching a master that is not the serving leader.
+func (s *Server) notServing() *api.Status {
+	if s.Serving() {
+		return nil
+	}
+	st := unavailable(ErrNotServing).Status()
+	return &st
 }
 
 func statusOf(r Result) *api.Status { st := r.Status(); return &st }
@@ -269,6 +327,9 @@ func (s *Server) UnmountSegment(ctx context.Context, r *api.UnmountSegmentReques
 func (s *Server) Ping(ctx context.Context, r *api.PingRequest) (*api.PingResponse, error) {
 	if r.ClientID == "" {
 		return &api.PingResponse{Status: api.Status{Code: api.INVALID_PARAMS, Message: "ping without a client id"}}, nil
+	}
+	if st := s.notServing(); st != nil {
+		return &api.PingResponse{Status: *st}, nil
 	}
 	s.touch(r.ClientID)
 	resp := &api.PingResponse{ClientTTLMs: s.cfg.ClientTTL.Milliseconds()}
@@ -310,6 +371,9 @@ func (s *Server) exist(key string) api.ExistKeyResponse {
 }
 
 func (s *Server) ExistKey(ctx context.Context, r *api.KeyRequest) (*api.ExistKeyResponse, error) {
+	if st := s.notServing(); st != nil {
+		return &api.ExistKeyResponse{Status: *st}, nil
+	}
 	s.touch(r.ClientID)
 	resp := s.exist(r.Key)
 	return &resp, nil
@@ -392,6 +456,9 @@ func (s *Server) BatchGetReplicaList(ctx context.Context, r *api.BatchKeysReques
 }
 
 func (s *Server) BatchExistKey(ctx context.Context, r *api.BatchKeysRequest) (*api.BatchExistKeyResponse, error) {
+	if st := s.notServing(); st != nil {
+		return &api.BatchExistKeyResponse{Status: *st}, nil
+	}
 	s.touch(r.ClientID)
 	out := &api.BatchExistKeyResponse{Results: make([]api.ExistKeyResponse, len(r.Keys))}
 	for i, k := range r.Keys {

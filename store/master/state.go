@@ -258,6 +258,11 @@ func (s *State) putStart(e Entry) Result {
 		if o.complete {
 			return fail(api.OBJECT_ALREADY_EXISTS, fmt.Sprintf("key %q already exists", e.Key))
 		}
+		if e.ClientID != "" && o.putClient == e.ClientID && o.size == e.Size && e.Now-o.putStarted < int64(s.cfg.PutStartDiscardTimeout) {
+			// The same client asks again (a retry after a failover or a lost reply): the put
+			// it started is still open, so hand back the same replicas.
+			return Result{Replicas: s.describe(o), Size: o.size}
+		}
 		if e.Now-o.putStarted < int64(s.cfg.PutStartDiscardTimeout) {
 			return fail(api.OBJECT_REPLICA_BUSY, fmt.Sprintf("key %q is being written by another put", e.Key))
 		}

@@ -28,6 +28,15 @@ type Snapshot struct {
 	ReclaimedPuts, ExpiredClients                        uint64
 	AppliedEntries                                       uint64
 	Role                                                 string
+
+	// HA (zero without --enable_ha).
+	HA               bool   // HA is on: the fields below are exported
+	Serving          bool   // this master is the serving leader
+	OplogAppliedSeq  uint64 // seq of the last oplog entry applied (leader: appended)
+	OplogDurableSeq  uint64 // leader: seq of the last entry known durable
+	StandbyLag       uint64 // standby: last seq in the oplog store minus applied seq
+	LagAlert         bool   // StandbyLag > max_replication_lag_entries
+	StateTransitions uint64 // role changes (standby -> leader -> standby ...)
 }
 
 // Ops are the operations with their own mooncake_master_<op>_requests_total and
@@ -180,6 +189,14 @@ var (
 	descReclaimed  = prometheus.NewDesc("mooncake_master_reclaimed_puts_total", "Unfinished puts reclaimed or pre-empted.", nil, nil)
 	descExpired    = prometheus.NewDesc("mooncake_master_expired_clients_total", "Clients unmounted after missing client_ttl.", nil, nil)
 	descApplied    = prometheus.NewDesc("mooncake_master_applied_entries_total", "State-machine entries applied.", nil, nil)
+
+	descRole        = prometheus.NewDesc("mooncake_master_ha_role", "1 for this master's current HA role (leader, standby, ...).", []string{"role"}, nil)
+	descServing     = prometheus.NewDesc("mooncake_master_ha_serving", "1 while this master is the serving leader.", nil, nil)
+	descOplogSeq    = prometheus.NewDesc("mooncake_master_oplog_applied_seq", "Sequence id of the last oplog entry applied.", nil, nil)
+	descDurableSeq  = prometheus.NewDesc("mooncake_master_oplog_durable_seq", "Leader: sequence id of the last oplog entry known durable.", nil, nil)
+	descLag         = prometheus.NewDesc("mooncake_master_standby_lag_entries", "Standby: oplog entries not yet applied.", nil, nil)
+	descLagAlert    = prometheus.NewDesc("mooncake_master_standby_lag_alert", "1 when the standby lag exceeds max_replication_lag_entries.", nil, nil)
+	descTransitions = prometheus.NewDesc("mooncake_master_ha_state_transitions_total", "HA role changes of this master.", nil, nil)
 )
 
 type stateCollector struct{ m *Master }
@@ -187,7 +204,8 @@ type stateCollector struct{ m *Master }
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descObjects, descPending, descSoft, descHard, descLeased, descCapacity,
 		descAllocated, descUsage, descSegments, descClients, descMounting, descSegFree, descSegCap, descSegUsed,
-		descEvicted, descEvictBytes, descPasses, descReclaimed, descExpired, descApplied} {
+		descEvicted, descEvictBytes, descPasses, descReclaimed, descExpired, descApplied,
+		descRole, descServing, descOplogSeq, descDurableSeq, descLag, descLagAlert, descTransitions} {
 		ch <- d
 	}
 }
@@ -226,4 +244,19 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ct(descReclaimed, s.ReclaimedPuts)
 	ct(descExpired, s.ExpiredClients)
 	ct(descApplied, s.AppliedEntries)
+	if s.HA {
+		b := func(v bool) float64 {
+			if v {
+				return 1
+			}
+			return 0
+		}
+		g(descRole, 1, s.Role)
+		g(descServing, b(s.Serving))
+		g(descOplogSeq, float64(s.OplogAppliedSeq))
+		g(descDurableSeq, float64(s.OplogDurableSeq))
+		g(descLag, float64(s.StandbyLag))
+		g(descLagAlert, b(s.LagAlert))
+		ct(descTransitions, s.StateTransitions)
+	}
 }
