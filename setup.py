@@ -72,6 +72,5 @@ setup(
     package_data={"mooncake": ["libmooncake.so", "bin/*"]},
     ext_modules=ext_modules,
     cmdclass=cmdclass,
-    entry_points={"console_scripts": [f"{c}=mooncake._cli:{c}" for c in GO_COMMANDS]},
     zip_safe=False,
 )

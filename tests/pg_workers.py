@@ -166,6 +166,13 @@ def check_layouts(ck: Checker, rank: int, world: int):
         w.wait()
         ck.eq("allreduce_coalesced 0", ts[0], fold(R.SUM, [make(r, torch.float32, (3,)) for r in ranks]))
         ck.eq("allreduce_coalesced 1", ts[1], fold(R.SUM, [make(r, torch.float32, (5,), salt=2) for r in ranks]))
+    # all_gather_coalesced: output_lists[r][i] is input i of rank r
+    ins = [make(rank, torch.int64, (2,)), make(rank, torch.int64, (3,), salt=4)]
+    outl = [[torch.empty(2, dtype=torch.int64), torch.empty(3, dtype=torch.int64)] for _ in ranks]
+    ck.run("all_gather_coalesced", lambda: dist.all_gather_coalesced(outl, ins))
+    for r in ranks:
+        ck.eq(f"all_gather_coalesced [{r}][0]", outl[r][0], make(r, torch.int64, (2,)))
+        ck.eq(f"all_gather_coalesced [{r}][1]", outl[r][1], make(r, torch.int64, (3,), salt=4))
     # coalescing manager: all_gather_into_tensor / reduce_scatter_tensor coalesced
     outs = [torch.empty(world * 2, dtype=torch.int32), torch.empty(world * 3, dtype=torch.int32)]
     ins = [make(rank, torch.int32, (2,)), make(rank, torch.int32, (3,), salt=1)]

@@ -1003,36 +1003,40 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::_allgather_base(
   return op.launch({outputBuffer});
 }
 
+// outputTensorLists[r][i] receives inputTensors[i] of rank r (gloo's layout).
 c10::intrusive_ptr<c10d::Work> MooncakeBackend::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputTensorLists,
     std::vector<at::Tensor>& inputTensors,
     const c10d::AllgatherOptions& /*opts*/) {
   Op op(this, c10d::OpType::ALLGATHER_COALESCED);
   TORCH_CHECK(
-      outputTensorLists.size() == inputTensors.size(), op.where(), ": got ",
-      outputTensorLists.size(), " output lists for ", inputTensors.size(), " inputs");
+      static_cast<int>(outputTensorLists.size()) == size_, op.where(), ": got ",
+      outputTensorLists.size(), " output lists, expected the group size ", size_);
   std::vector<at::Tensor> flat;
-  for (size_t i = 0; i < inputTensors.size(); ++i) {
-    auto& in = inputTensors[i];
-    op.check(in, "input");
+  for (int r = 0; r < size_; ++r) {
     TORCH_CHECK(
-        static_cast<int>(outputTensorLists[i].size()) == size_, op.where(), ": output list ",
-        i, " has ", outputTensorLists[i].size(), " tensors, expected the group size ", size_);
-    for (auto& o : outputTensorLists[i]) {
+        outputTensorLists[r].size() == inputTensors.size(), op.where(), ": output list ", r,
+        " has ", outputTensorLists[r].size(), " tensors, expected one per input (",
+        inputTensors.size(), ")");
+    for (size_t i = 0; i < inputTensors.size(); ++i) {
+      auto& o = outputTensorLists[r][i];
       op.check(o, "output");
-      checkSameType(op.where(), o, in, "output", "input");
+      checkSameType(op.where(), o, inputTensors[i], "output", "input");
       TORCH_CHECK(
-          o.numel() == in.numel(), op.where(), ": output tensor has ", o.numel(),
-          " elements, input ", i, " has ", in.numel());
+          o.numel() == inputTensors[i].numel(), op.where(), ": output tensor [", r, "][", i,
+          "] has ", o.numel(), " elements, input ", i, " has ", inputTensors[i].numel());
       flat.push_back(o);
     }
+  }
+  for (auto& in : inputTensors) {
+    op.check(in, "input");
   }
   uint64_t pg = pg_;
   for (size_t i = 0; i < inputTensors.size(); ++i) {
     at::Tensor sin = op.in(inputTensors[i]);
     auto ptrs = std::make_shared<std::vector<void*>>();
-    for (auto& o : outputTensorLists[i]) {
-      ptrs->push_back(ptrOf(op.out(o)));
+    for (int r = 0; r < size_; ++r) {
+      ptrs->push_back(ptrOf(op.out(outputTensorLists[r][i])));
     }
     const void* ip = ptrOf(sin);
     int64_t n = nbytesOf(sin);
