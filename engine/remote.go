@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/mooncake-go/mooncake/engine/metadata"
 	"github.com/mooncake-go/mooncake/engine/transport"
 	"github.com/mooncake-go/mooncake/engine/transport/tcp"
+	"github.com/mooncake-go/mooncake/internal/memview"
 )
 
 // remoteSeg is an open remote segment.
@@ -93,8 +95,15 @@ func (e *Engine) OpenSegment(name string) (SegmentID, error) {
 	}
 	e.remMu.RLock()
 	id, ok := e.byName[name]
+	r := e.remotes[id]
 	e.remMu.RUnlock()
 	if ok {
+		// Re-opening refetches the descriptor: the peer may have freed a shared buffer and
+		// allocated a new one at the same address (a new memfd), which a cached descriptor
+		// would still describe as the old one.
+		if err := e.refresh(r); err != nil {
+			return 0, err
+		}
 		return id, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), min(e.timeout, 10*time.Second))
@@ -112,7 +121,7 @@ func (e *Engine) OpenSegment(name string) (SegmentID, error) {
 	if id, ok := e.byName[name]; ok {
 		return id, nil
 	}
-	r := &remoteSeg{id: e.nextSeg, name: name, addr: addr}
+	r = &remoteSeg{id: e.nextSeg, name: name, addr: addr}
 	r.desc.Store(d)
 	e.nextSeg++
 	e.remotes[r.id] = r
@@ -181,6 +190,66 @@ func (e *Engine) SegmentDescriptor(id SegmentID) (*transport.SegmentDescriptor, 
 // sameHostShm reports whether [addr, +length) of d can be reached through shared memory.
 func (e *Engine) sameHostShm(d *transport.SegmentDescriptor, b *transport.BufferDesc) bool {
 	return !e.forceTCP && b != nil && b.Shm != nil && d.HostID != "" && d.HostID == e.hostID
+}
+
+// MapRemotePinned is MapRemote with a hold on the mapping: the view stays mapped until
+// release is called, even when the peer dies (its memfd pages stay valid while mapped), the
+// peer is forgotten, the buffer is freed (LocalSegment) or the engine closes. Without ok there
+// is no view and release is nil. release may be called more than once; call it exactly when
+// the view is no longer used, or the mapping leaks.
+func (e *Engine) MapRemotePinned(id SegmentID, addr uint64, length uint64) (view []byte, release func(), ok bool, err error) {
+	if length == 0 {
+		return nil, nil, false, errf(ErrInvalidArgument, "MapRemotePinned of zero bytes")
+	}
+	if e.closed.Load() {
+		return nil, nil, false, ErrClosed
+	}
+	if id == LocalSegment {
+		e.segMu.Lock()
+		b := e.find(addr, length)
+		if b == nil || b.region == nil {
+			e.segMu.Unlock()
+			return nil, nil, false, nil
+		}
+		b.holds++
+		e.segMu.Unlock()
+		var once sync.Once
+		release = func() {
+			once.Do(func() {
+				e.segMu.Lock()
+				b.holds--
+				late := b.holds == 0 && b.freeLate
+				e.segMu.Unlock()
+				if late {
+					b.region.Free()
+				}
+			})
+		}
+		return memview.Bytes(uintptr(addr), int(length)), release, true, nil
+	}
+	r, err := e.remote(id)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	d := r.desc.Load()
+	b := d.Find(addr, length)
+	if b == nil {
+		if err := e.refresh(r); err == nil {
+			d = r.desc.Load()
+			b = d.Find(addr, length)
+		}
+	}
+	if b == nil {
+		return nil, nil, false, errf(ErrAddressNotRegistered, "[%#x, +%d) is not inside a registered buffer of segment %q", addr, length, r.name)
+	}
+	if !e.sameHostShm(d, b) {
+		return nil, nil, false, nil
+	}
+	v, rel, err := e.shm.Hold(d, addr, length)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	return v, rel, true, nil
 }
 
 // MapRemote gives a local view of a same-host peer's shared buffer range (ok=false when the
