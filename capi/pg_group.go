@@ -122,6 +122,7 @@ func newPGroup(cfg pgConfig, st kvStore, f p2p.Fabric) (*pgroup, error) {
 		return fail(fmt.Errorf("process group %q, rank %d: publishing the endpoint: %w", cfg.name, cfg.rank, err))
 	}
 	deadline := time.Now().Add(cfg.timeout)
+	segs := make([]string, cfg.maxSize)
 	for r := 0; r < cfg.size; r++ {
 		if r == cfg.rank {
 			continue
@@ -137,6 +138,7 @@ func newPGroup(cfg pgConfig, st kvStore, f p2p.Fabric) (*pgroup, error) {
 		if pi.Rank != r {
 			return fail(fmt.Errorf("process group %q: the endpoint under rank %d's key says rank %d", cfg.name, r, pi.Rank))
 		}
+		segs[r] = pi.Segment
 		if err := ep.Connect(pi); err != nil {
 			return fail(fmt.Errorf("process group %q: %w", cfg.name, err))
 		}
@@ -147,6 +149,15 @@ func newPGroup(cfg pgConfig, st kvStore, f p2p.Fabric) (*pgroup, error) {
 	})
 	if err != nil {
 		return fail(err)
+	}
+	if sm, ok := p2p.NewSharedMemory(f, segs); ok && os.Getenv("MC_PG_SHM") != "0" && !cfg.isExtension && cfg.maxSize == cfg.size {
+		// Same-host fast path: a collective decision, so every rank takes it or none does.
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		_, err := g.EnableSharedMemory(ctx, sm, collective.SharedOptions{})
+		cancel()
+		if err != nil {
+			return fail(fmt.Errorf("process group %q, rank %d: setting up shared memory: %w", cfg.name, cfg.rank, err))
+		}
 	}
 	return &pgroup{cfg: cfg, ep: ep, g: g, q: worker.NewQueue(fmt.Sprintf("rank %d", cfg.rank), cfg.timeout),
 		sendQs: map[int]*worker.Queue{}}, nil
@@ -264,6 +275,7 @@ func (pg *pgroup) close() error {
 	for _, q := range qs {
 		q.Close()
 	}
+	pg.g.Close()         // the queue is drained: no op uses the shared-memory path any more
 	err := pg.ep.Close() // fails receives still pending
 	pg.recvs.Wait()
 	if pg.release != nil {

@@ -11,6 +11,9 @@ typedef struct mc_replicate_config {
   int32_t with_hard_pin;
   const char *preferred_segments;
 } mc_replicate_config;
+// mc_store_alloc_fn returns len writable bytes for a value (NULL: give up) — see mc_store_get_with.
+typedef void *(*mc_store_alloc_fn)(void *ctx, uint64_t len);
+static inline void *mc_store_call_alloc(mc_store_alloc_fn fn, void *ctx, uint64_t len) { return fn(ctx, len); }
 */
 import "C"
 
@@ -411,6 +414,43 @@ func mc_store_get(h C.uint64_t, key *C.char, out **C.uint8_t, n *C.uint64_t) C.i
 		*out = (*C.uint8_t)(unsafe.Pointer(unsafe.SliceData(b)))
 		*n = C.uint64_t(len(b))
 	}
+	return 0
+}
+
+// mc_store_get_with reads key into memory the caller allocates once the size is known:
+// alloc(ctx, size) returns size writable bytes (or NULL to give up), the value is copied straight
+// into them, and the size is stored in *n. This lets a binding fill its own result object (a
+// Python bytes) with one copy, instead of a malloc'd buffer copied again. A zero-length value
+// calls no alloc. Returns 0 or a negative code.
+//
+//export mc_store_get_with
+func mc_store_get_with(h C.uint64_t, key *C.char, alloc C.mc_store_alloc_fn, actx unsafe.Pointer, n *C.uint64_t) C.int {
+	if alloc == nil || n == nil {
+		return serr(api.Errorf(api.INVALID_PARAMS, "alloc or len is NULL"))
+	}
+	*n = 0
+	c, err := storeClient(h)
+	if err != nil {
+		return serr(err)
+	}
+	k, err := cKey(key)
+	if err != nil {
+		return serr(err)
+	}
+	b, err := c.GetAlloc(context.Background(), k, func(size uint64) ([]byte, error) {
+		if size == 0 {
+			return nil, nil
+		}
+		p := C.mc_store_call_alloc(alloc, actx, C.uint64_t(size))
+		if p == nil {
+			return nil, api.Errorf(api.INTERNAL_ERROR, "the caller could not allocate %d bytes", size)
+		}
+		return memview.Bytes(uintptr(p), int(size)), nil
+	})
+	if err != nil {
+		return serr(err)
+	}
+	*n = C.uint64_t(len(b))
 	return 0
 }
 

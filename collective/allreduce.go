@@ -13,6 +13,9 @@ func (g *Group) AllReduce(ctx context.Context, buf []byte, dt reduce.DType, op r
 	if err != nil {
 		return err
 	}
+	if p := g.path(); p != nil {
+		return p.allReduce(ctx, buf, dt, op, es, -1)
+	}
 	o, err := g.begin(ctx, header{kind: kindAllReduce, dtype: dt, op: op, count: int64(len(buf) / es)})
 	if err != nil {
 		return err

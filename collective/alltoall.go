@@ -22,6 +22,9 @@ func (g *Group) AllToAll(ctx context.Context, ins, outs [][]byte) error {
 		extra[i] = int64(len(ins[i]))
 		extra[len(ins)+i] = int64(len(outs[i]))
 	}
+	if p := g.path(); p != nil {
+		return p.allToAll(ctx, ins, outs)
+	}
 	o, err := g.begin(ctx, header{kind: kindAllToAll, extra: extra})
 	if err != nil {
 		return err

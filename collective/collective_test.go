@@ -35,24 +35,37 @@ func runOn(t testing.TB, net *MemNetwork, n int, opts Options, timeout time.Dura
 	t.Helper()
 	errs := make([]error, n)
 	var wg sync.WaitGroup
+	groups := make([]*Group, n)
+	sm := newMemShared()
 	for r := 0; r < n; r++ {
 		g, err := NewGroup(net.Conn(r), r, n, 0, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
+		groups[r] = g
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
+			if shmTest != nil {
+				if err := enableShm(ctx, g, sm, opts); err != nil {
+					errs[r] = err
+					return
+				}
+			}
 			errs[r] = fn(ctx, g)
 		}()
 	}
 	wg.Wait()
+	for _, g := range groups {
+		g.Close()
+	}
+	sm.close()
 	return errs
 }
 
-func noErrs(t *testing.T, errs []error) {
+func noErrs(t testing.TB, errs []error) {
 	t.Helper()
 	for r, err := range errs {
 		if err != nil {

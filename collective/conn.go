@@ -74,6 +74,7 @@ type PeerError struct {
 	Op      string
 	Rank    int // local rank
 	Peer    int
+	More    []int  // further peers that did not answer (the shared-memory path names them all)
 	Timeout string // non-empty: the peer did not answer within this long
 	Err     error
 }
@@ -81,6 +82,12 @@ type PeerError struct {
 func (e *PeerError) Error() string {
 	var ae *AbortError
 	switch {
+	case e.Timeout != "" && len(e.More) > 0:
+		ranks := fmt.Sprint(e.Peer)
+		for _, r := range e.More {
+			ranks += fmt.Sprintf(", %d", r)
+		}
+		return fmt.Sprintf("%s on rank %d: peer ranks %s did not answer within %s", e.Op, e.Rank, ranks, e.Timeout)
 	case e.Timeout != "":
 		return fmt.Sprintf("%s on rank %d: peer rank %d did not answer within %s", e.Op, e.Rank, e.Peer, e.Timeout)
 	case errors.As(e.Err, &ae):
@@ -104,7 +111,7 @@ func (e *PeerError) FailedRanks() []int {
 	if errors.As(e.Err, &ae) {
 		return append([]int(nil), ae.Failed...)
 	}
-	return []int{e.Peer}
+	return append([]int{e.Peer}, e.More...)
 }
 
 // MismatchError is an op whose ranks disagree on its arguments; every rank reports the same one.

@@ -37,6 +37,45 @@
 // identical on every rank (each element is reduced once, then copied). AVG is SUM followed by
 // reduce.Divide; the reductions themselves are collective/reduce's kernels.
 //
+// # Same-host fast path (shm.go, shm_ops.go)
+//
+// When every member runs on one host, EnableSharedMemory (a collective call right after
+// NewGroup; capi makes it for every process group unless MC_PG_SHM=0) gives each rank one
+// shared "arena" (SharedMemory.Alloc: an engine memfd buffer) and maps every peer's arena once
+// (SharedMemory.Map: engine.MapRemotePinned, a view that stays mapped until released even if
+// the peer dies). Ranks agree over Conn whether every mapping worked, so either all ranks take
+// the fast path or none does; other hosts, another network namespace or MC_FORCE_TCP=1 keep
+// the Conn (p2p) path. An arena holds control words on separate cache lines (step counter,
+// sleep flag, futex "bell", abort record), two op-header slots and two data halves of
+// SharedOptions.ChunkBytes (MC_PG_SHM_CHUNK, default 256 KiB).
+//
+// Every op is a fixed sequence of rounds, the same on every rank. In a round a rank writes
+// into its own arena's current half, then sync: it bumps its step counter (waking peers that
+// sleep) and waits until every member's counter reached it; then it reads peers' halves of that
+// round directly (single copy). Halves alternate by round, and a rank posts round r+1 only after
+// its reads of round r, so nobody overwrites data a peer still reads and nothing is ever reset
+// (counters only grow, compared modulo 2^32). Waiting polls for SharedOptions.Spin (20 µs,
+// 2 µs when ranks outnumber CPUs; sched_yield between polls), then sleeps on the futex bell:
+// ranks may outnumber cores and nothing burns one.
+//
+// Algorithms: all_reduce/reduce up to SmallBytes: one round, every rank publishes its input and
+// reduces all inputs in member order with reduce.ReduceMany (bit-identical on every rank).
+// Larger: a pipeline with one round per chunk: in round r a rank copies out the reduced slices
+// of chunk r-2, reduces its slice of chunk r-1 (its own input in place plus the peers'
+// published slices, one ReduceMany pass reading their arenas) into its arena, and publishes the
+// slices of chunk r the others reduce. broadcast, all_gather, gather: the writer copies a chunk
+// into its arena, readers copy it straight into their outputs. scatter, reduce_scatter,
+// all_to_all: a half is cut into one slot per member. barrier is one round.
+//
+// Validation rides along: the first round of every op carries its header in the arena, and
+// after that round's sync every rank checks every member's header exactly as the Conn path
+// does, before it reads any data, so mismatches fail on all ranks with the same MismatchError
+// and the rounds stay in lockstep. A wait past the op deadline fails with a PeerError naming
+// every member that did not arrive (FailedRanks: all of them). Any other failure is recorded
+// in the failing rank's arena (reason and failed-ranks hint) and wakes the peers, whose waits
+// fail at once with that AbortError; the group then leaves the fast path for good and later ops
+// use Conn. The hot path does not allocate.
+//
 // This package does not own the transport (p2p), the op queue or timeouts (worker), the
 // membership protocol, or the reduction kernels (collective/reduce).
 package collective

@@ -10,6 +10,9 @@ func (g *Group) Gather(ctx context.Context, in []byte, outs [][]byte, root int) 
 			return err
 		}
 	}
+	if p := g.path(); p != nil && root >= 0 {
+		return p.allGather(ctx, in, outs, root)
+	}
 	o, err := g.begin(ctx, header{kind: kindGather, root: int32(root), count: int64(len(in))})
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/bits"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mooncake-go/mooncake/collective/reduce"
@@ -45,6 +46,7 @@ type Group struct {
 	seq    uint64
 
 	pool bufPool
+	shm  atomic.Pointer[shmPath] // same-host fast path (EnableSharedMemory), nil: Conn only
 }
 
 // NewGroup returns rank's view of a group of size ranks (maxSize slots, 0 -> size) over conn.

@@ -13,6 +13,9 @@ func (g *Group) Reduce(ctx context.Context, buf []byte, dt reduce.DType, op redu
 	if err != nil {
 		return err
 	}
+	if p := g.path(); p != nil && root >= 0 {
+		return p.allReduce(ctx, buf, dt, op, es, root)
+	}
 	o, err := g.begin(ctx, header{kind: kindReduce, dtype: dt, op: op, root: int32(root), count: int64(len(buf) / es)})
 	if err != nil {
 		return err

@@ -16,6 +16,9 @@ func (g *Group) ReduceScatter(ctx context.Context, ins [][]byte, out []byte, dt 
 	if err := checkOuts("reduce_scatter", g.Members(), ins, len(out)); err != nil {
 		return err
 	}
+	if p := g.path(); p != nil {
+		return p.reduceScatter(ctx, ins, out, dt, op, es)
+	}
 	o, err := g.begin(ctx, header{kind: kindReduceScatter, dtype: dt, op: op, count: int64(len(out) / es)})
 	if err != nil {
 		return err

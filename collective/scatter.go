@@ -13,6 +13,9 @@ func (g *Group) Scatter(ctx context.Context, ins [][]byte, out []byte, root int)
 			return fmt.Errorf("%w (input buffers)", err)
 		}
 	}
+	if p := g.path(); p != nil && root >= 0 && root < g.maxSize {
+		return p.scatter(ctx, ins, out, root)
+	}
 	o, err := g.begin(ctx, header{kind: kindScatter, root: int32(root), count: int64(len(out))})
 	if err != nil {
 		return err

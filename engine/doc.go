@@ -25,6 +25,13 @@
 //     MC_FORCE_TCP=1) goes through engine/transport/tcp. Protocols this build cannot drive
 //     (rdma, nvlink, cxl, efa, ...) fail with ErrNotSupported.
 //
+// Mapping peers' memory. MapRemote returns a view of a same-host peer's shared buffer that
+// lasts while the peer lives; MapRemotePinned returns one with a release function that stays
+// mapped until released, even when the shm transport finds the peer dead and forgets it, the
+// owner frees the buffer (LocalSegment) or the engine closes: a dead peer's memfd pages stay
+// valid while mapped, so a held view never faults. The collective fast path keeps its views of
+// peers' arenas this way.
+//
 // Ordering and signal words. The requests of one batch to one target run in one "lane": a
 // goroutine that applies them in submission order (across SubmitTransfer calls, too), and
 // stops applying (marks FAILED) the rest once one fails. A WRITE of exactly 4 bytes to a

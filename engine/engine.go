@@ -287,7 +287,7 @@ func (e *Engine) Close() error {
 	for _, b := range bufs {
 		if b.region != nil {
 			e.waitUnpinned(b)
-			b.region.Free()
+			e.freeRegion(b)
 		}
 	}
 	return firstErr

@@ -26,6 +26,8 @@ type localBuf struct {
 	location string
 	region   *shm.Region // non-nil for AllocateShared buffers
 	refs     atomic.Int32
+	holds    int  // MapRemotePinned views of it (under Engine.segMu)
+	freeLate bool // freed while held: the last view's release unmaps it (under Engine.segMu)
 }
 
 // Release implements tcp.Pin.
@@ -216,10 +218,23 @@ func (e *Engine) FreeShared(addr uintptr) error {
 	}
 	e.waitUnpinned(b)
 	perr := e.publish()
-	if ferr := b.region.Free(); ferr != nil {
+	if ferr := e.freeRegion(b); ferr != nil {
 		return fmt.Errorf("freeing shared buffer %#x: %w", addr, ferr)
 	}
 	return perr
+}
+
+// freeRegion unmaps a removed shared buffer now, or defers that to the release of its last
+// MapRemotePinned view (peers' mappings of the memfd are theirs and stay valid either way).
+func (e *Engine) freeRegion(b *localBuf) error {
+	e.segMu.Lock()
+	if b.holds > 0 {
+		b.freeLate = true
+		e.segMu.Unlock()
+		return nil
+	}
+	e.segMu.Unlock()
+	return b.region.Free()
 }
 
 // Descriptor returns this engine's current segment descriptor.

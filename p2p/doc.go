@@ -41,5 +41,8 @@
 // naming the peer and marks the link broken (later sends to it fail at once). A dead peer that
 // sends nothing shows up as the receiver's timeout (the caller's context).
 //
+// Fabrics that can map same-host peers' buffers implement SharedMapper (EngineFabric does);
+// NewSharedMemory turns one into the collective.SharedMemory of the collective fast path.
+//
 // This package does not own the engine, the rendezvous store or the op queue.
 package p2p

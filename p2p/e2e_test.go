@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -108,6 +109,22 @@ func child() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
+	if os.Getenv("P2P_E2E_SHM") == "1" {
+		segs := make([]string, n)
+		for r := 0; r < n; r++ {
+			v, _ := st.get(fmt.Sprintf("ep.%d", r), time.Second)
+			var pi p2p.Info
+			json.Unmarshal(v, &pi)
+			segs[r] = pi.Segment
+		}
+		sm, _ := p2p.NewSharedMemory(p2p.EngineFabric(eng), segs)
+		ok, err := g.EnableSharedMemory(ctx, sm, collective.SharedOptions{ChunkBytes: envInt("P2P_E2E_CHUNK", 0)})
+		if err != nil {
+			return err
+		}
+		fmt.Printf("shm %v\n", ok)
+		defer g.Close()
+	}
 	switch mode {
 	case "ops":
 		err = runOps(ctx, g, ep, rank, n)
@@ -117,6 +134,9 @@ func child() error {
 			return err
 		}
 		if rank == n-1 {
+			if os.Getenv("P2P_E2E_SHM") == "1" {
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			}
 			os.Exit(0) // dies without a word
 		}
 		c, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -128,10 +148,29 @@ func child() error {
 		fmt.Printf("RESULT %v\n", err)
 		return nil
 	case "bench":
-		for _, size := range []int{4 << 10, 1 << 20, 16 << 20} {
+		if rank == 0 {
+			for _, size := range []int{1 << 20, 64 << 20} {
+				a, b := make([]byte, size), make([]byte, size)
+				for i := range b {
+					b[i] = byte(i) // touch every page: no zero-page reads
+				}
+				copy(a, b)
+				iters := max(3, (256<<20)/size)
+				start := time.Now()
+				for i := 0; i < iters; i++ {
+					copy(a, b)
+				}
+				d := time.Since(start) / time.Duration(iters)
+				fmt.Printf("memcpy     %9d B: %10v/op %.2f GB/s\n", size, d, float64(size)/d.Seconds()/1e9)
+			}
+		}
+		for _, size := range []int{8, 4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20} {
 			buf := make([]byte, size)
+			for i := range buf {
+				buf[i] = byte(i)
+			}
 			g.AllReduce(ctx, buf, reduce.Float32, reduce.Sum)
-			iters := max(3, min(200, (64<<20)/size))
+			iters := max(5, min(2000, (256<<20)/size))
 			start := time.Now()
 			for i := 0; i < iters; i++ {
 				if err := g.AllReduce(ctx, buf, reduce.Float32, reduce.Sum); err != nil {
@@ -285,7 +324,20 @@ func runOps(ctx context.Context, g *collective.Group, ep *p2p.Endpoint, rank, n 
 	return g.Barrier(ctx)
 }
 
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
 func runRanks(t *testing.T, n int, mode string, env ...string) []string {
+	t.Helper()
+	return runRanksAllow(t, n, mode, -1, env...)
+}
+
+// runRanksAllow is runRanks where rank allowFail may exit with an error (it kills itself).
+func runRanksAllow(t *testing.T, n int, mode string, allowFail int, env ...string) []string {
 	t.Helper()
 	dir := t.TempDir()
 	var wg sync.WaitGroup
@@ -305,7 +357,7 @@ func runRanks(t *testing.T, n int, mode string, env ...string) []string {
 	}
 	wg.Wait()
 	for r, err := range errs {
-		if err != nil {
+		if err != nil && r != allowFail {
 			t.Fatalf("rank %d: %v\n%s", r, err, outs[r])
 		}
 	}
@@ -327,6 +379,51 @@ func TestE2EProcesses(t *testing.T) {
 		t.Log(strings.TrimSpace(outs[0]))
 		if !strings.Contains(outs[0], "shm:0") {
 			t.Fatalf("MC_FORCE_TCP=1 still used shm: %s", outs[0])
+		}
+	})
+}
+
+// TestE2ESharedMemory runs the same checks on the collective same-host fast path; with
+// MC_FORCE_TCP=1 the ranks agree not to take it and still pass.
+func TestE2ESharedMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns processes")
+	}
+	for _, n := range []int{2, 3, 4} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			outs := runRanks(t, n, "ops", "P2P_E2E_SHM=1", "P2P_E2E_CHUNK=65536")
+			for r, out := range outs {
+				if !strings.Contains(out, "shm true") {
+					t.Fatalf("rank %d did not take the fast path: %s", r, out)
+				}
+			}
+		})
+	}
+	t.Run("tcp", func(t *testing.T) {
+		outs := runRanks(t, 2, "ops", "P2P_E2E_SHM=1", "MC_FORCE_TCP=1")
+		if !strings.Contains(outs[0], "shm false") {
+			t.Fatalf("MC_FORCE_TCP=1 took the fast path: %s", outs[0])
+		}
+	})
+	t.Run("mismatch", func(t *testing.T) {
+		outs := runRanks(t, 3, "mismatch", "P2P_E2E_SHM=1")
+		for r, out := range outs {
+			if !strings.Contains(out, "RESULT all_reduce: rank 1 has 20 float32 elements, rank 0 has 10") {
+				t.Fatalf("rank %d: %s", r, out)
+			}
+		}
+	})
+	t.Run("killed", func(t *testing.T) {
+		start := time.Now()
+		outs := runRanksAllow(t, 3, "dead", 2, "P2P_E2E_SHM=1")
+		if d := time.Since(start); d > 15*time.Second {
+			t.Fatalf("took %v", d)
+		}
+		for r := 0; r < 2; r++ {
+			if !strings.Contains(outs[r], "peer rank 2 did not answer within 2s") && !strings.Contains(outs[r], "gave up on the op") {
+				t.Fatalf("rank %d: %s", r, outs[r])
+			}
+			t.Logf("rank %d: %s", r, strings.TrimSpace(outs[r]))
 		}
 	})
 }
@@ -362,7 +459,9 @@ func TestE2EBench(t *testing.T) {
 		t.Skip("set P2P_E2E_BENCH=1")
 	}
 	for _, n := range []int{2, 4} {
-		outs := runRanks(t, n, "bench")
-		t.Logf("%d ranks:\n%s", n, outs[0])
+		for _, shm := range []string{"0", "1"} {
+			outs := runRanks(t, n, "bench", "P2P_E2E_SHM="+shm)
+			t.Logf("%d ranks, shm=%s:\n%s", n, shm, outs[0])
+		}
 	}
 }

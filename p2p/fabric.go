@@ -4,7 +4,9 @@ import (
 	"context"
 	"sync"
 
+	"github.com/mooncake-go/mooncake/collective"
 	"github.com/mooncake-go/mooncake/engine"
+	"github.com/mooncake-go/mooncake/internal/memview"
 )
 
 // Fabric is what p2p needs from the transfer engine.
@@ -25,6 +27,52 @@ type Write struct {
 	Len uint64
 }
 
+// SharedMapper is implemented by fabrics that can map a same-host peer's shared buffer
+// (EngineFabric). MapShared returns a view of [addr, addr+length) in segment seg that stays
+// mapped until release, even if the peer dies; ok is false (and err nil) when the peer is on
+// another host, the range is not shared memory, or MC_FORCE_TCP is set.
+type SharedMapper interface {
+	MapShared(seg uint64, addr, length uint64) (view []byte, release func(), ok bool, err error)
+}
+
+// NewSharedMemory gives the collective same-host fast path (collective.SharedMemory) the
+// fabric's shared buffers: arenas are AllocateShared buffers, a peer's arena is a pinned
+// mapping of its buffer in segment segs[rank]. ok is false when f cannot map peers' buffers.
+func NewSharedMemory(f Fabric, segs []string) (sm collective.SharedMemory, ok bool) {
+	m, ok := f.(SharedMapper)
+	if !ok {
+		return nil, false
+	}
+	return fabricShared{f: f, m: m, segs: segs}, true
+}
+
+type fabricShared struct {
+	f    Fabric
+	m    SharedMapper
+	segs []string
+}
+
+func (e fabricShared) Alloc(n int) ([]byte, uint64, error) {
+	a, err := e.f.AllocateShared(uint64(n))
+	if err != nil {
+		return nil, 0, err
+	}
+	return memview.Bytes(a, n), uint64(a), nil
+}
+
+func (e fabricShared) Free(_ []byte, h uint64) { e.f.FreeShared(uintptr(h)) }
+
+func (e fabricShared) Map(rank int, h uint64, n int) ([]byte, func(), bool, error) {
+	if rank < 0 || rank >= len(e.segs) || e.segs[rank] == "" {
+		return nil, nil, false, nil
+	}
+	seg, err := e.f.OpenSegment(e.segs[rank])
+	if err != nil {
+		return nil, nil, false, err
+	}
+	return e.m.MapShared(seg, h, uint64(n))
+}
+
 // EngineFabric runs p2p over a transfer engine.
 func EngineFabric(e *engine.Engine) Fabric { return &engineFabric{e: e} }
 
@@ -36,6 +84,10 @@ type engineFabric struct {
 func (f *engineFabric) SegmentName() string                      { return f.e.SegmentName() }
 func (f *engineFabric) AllocateShared(n uint64) (uintptr, error) { return f.e.AllocateShared(n) }
 func (f *engineFabric) FreeShared(addr uintptr) error            { return f.e.FreeShared(addr) }
+
+func (f *engineFabric) MapShared(seg uint64, addr, length uint64) ([]byte, func(), bool, error) {
+	return f.e.MapRemotePinned(engine.SegmentID(seg), addr, length)
+}
 
 func (f *engineFabric) OpenSegment(name string) (uint64, error) {
 	id, err := f.e.OpenSegment(name)

@@ -67,6 +67,10 @@ int mc_store_batch_put_from(uint64_t store, const char *const *keys, const uint6
  * and returns the bytes read or <0 (BUFFER_OVERFLOW -10 when it is too small). */
 int mc_store_get(uint64_t store, const char *key, uint8_t **out, uint64_t *len);
 int64_t mc_store_get_into(uint64_t store, const char *key, uint64_t addr, uint64_t len);
+/* mc_store_get_with reads key into memory from alloc(ctx, size) (NULL: give up), called once
+ * the size is known (not for an empty value); *len gets the size. 0 or a negative code. */
+typedef void *(*mc_store_alloc_fn)(void *ctx, uint64_t len);
+int mc_store_get_with(uint64_t store, const char *key, mc_store_alloc_fn alloc, void *ctx, uint64_t *len);
 /* Per key: outs[i]/lens[i] (malloc'd, free each with mc_store_free) and results[i] status. */
 int mc_store_batch_get(uint64_t store, const char *const *keys, int32_t n, uint8_t **outs,
                        uint64_t *lens, int32_t *results);

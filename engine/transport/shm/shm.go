@@ -90,7 +90,18 @@ type mapKey struct {
 }
 
 type mapping struct {
-	mem []byte
+	mem    []byte
+	holds  int  // Hold views outstanding (under Transport.mu)
+	orphan bool // dropped from maps while held: unmap at the last release
+}
+
+// drop unmaps m now, or at its last release when views of it are held; the caller holds t.mu.
+func (m *mapping) drop() {
+	if m.holds > 0 {
+		m.orphan = true
+		return
+	}
+	unix.Munmap(m.mem)
 }
 
 type peer struct {
@@ -120,7 +131,7 @@ func (t *Transport) Close() error {
 	defer t.mu.Unlock()
 	t.closed = true
 	for k, m := range t.maps {
-		unix.Munmap(m.mem)
+		m.drop()
 		delete(t.maps, k)
 	}
 	for pid, p := range t.peers {
@@ -239,7 +250,7 @@ func (t *Transport) markDead(pid int) {
 	p.dead = true
 	for k, m := range t.maps {
 		if k.pid == pid {
-			unix.Munmap(m.mem)
+			m.drop()
 			delete(t.maps, k)
 		}
 	}
@@ -251,7 +262,7 @@ func (t *Transport) Forget(pid int) {
 	defer t.mu.Unlock()
 	for k, m := range t.maps {
 		if k.pid == pid {
-			unix.Munmap(m.mem)
+			m.drop()
 			delete(t.maps, k)
 		}
 	}
@@ -281,6 +292,40 @@ func (t *Transport) View(d *transport.SegmentDescriptor, addr, length uint64) ([
 	}
 	off := addr - b.Addr
 	return m.mem[off : off+length : off+length], nil
+}
+
+// Hold is View with a hold on the mapping: the view stays mapped until release is called,
+// even after the peer is found dead, forgotten or the transport closes (a dead peer's memfd
+// pages stay valid while mapped, so reading or writing them is safe, merely pointless).
+// release may be called more than once.
+func (t *Transport) Hold(d *transport.SegmentDescriptor, addr, length uint64) (view []byte, release func(), err error) {
+	b := d.Find(addr, length)
+	if b == nil || b.Shm == nil {
+		return nil, nil, fmt.Errorf("shm: [%#x, +%d) is not in a shared buffer of %q", addr, length, d.Name)
+	}
+	if err := t.ensure(b.Shm); err != nil {
+		return nil, nil, err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := t.lookup(b.Shm)
+	if m == nil {
+		return nil, nil, fmt.Errorf("shm: mapping of %q vanished: %w", d.Name, transport.ErrPeerGone)
+	}
+	m.holds++
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			m.holds--
+			if m.holds == 0 && m.orphan {
+				unix.Munmap(m.mem)
+			}
+		})
+	}
+	off := addr - b.Addr
+	return m.mem[off : off+length : off+length], release, nil
 }
 
 // Execute implements transport.Transport.
