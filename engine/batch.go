@@ -2,10 +2,12 @@ package engine
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mooncake-go/mooncake/engine/transport"
@@ -652,9 +654,11 @@ func (l *localTransport) Execute(ctx context.Context, _ *transport.Target, reqs 
 		remote := memview.Bytes(uintptr(q.Remote), int(q.Length))
 		local := memview.Bytes(q.Local, int(q.Length))
 		if q.Write {
-			copy(remote, local)
 			if q.IsSignal() {
+				atomic.StoreUint32(memview.Uint32(uintptr(q.Remote)), binary.NativeEndian.Uint32(local))
 				futex.Wake(memview.Uint32(uintptr(q.Remote)), math.MaxInt32)
+			} else {
+				copy(remote, local)
 			}
 		} else {
 			copy(local, remote)

@@ -3,6 +3,7 @@ package shm
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -367,9 +369,12 @@ func (t *Transport) Execute(ctx context.Context, tg *transport.Target, reqs []tr
 		remote := m.mem[off : off+q.Length]
 		local := memview.Bytes(q.Local, int(q.Length))
 		if q.Write {
-			copy(remote, local)
 			if q.Length == 4 && q.Remote%4 == 0 {
+				// A signal word: an atomic store orders it after the data before it.
+				atomic.StoreUint32(memview.Uint32(memview.Addr(remote)), binary.NativeEndian.Uint32(local))
 				futex.Wake(memview.Uint32(memview.Addr(remote)), math.MaxInt32)
+			} else {
+				copy(remote, local)
 			}
 		} else {
 			copy(local, remote)

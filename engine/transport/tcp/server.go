@@ -2,12 +2,14 @@ package tcp
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"io"
 	"math"
 	"net"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mooncake-go/mooncake/internal/futex"
@@ -161,9 +163,16 @@ func (s *Server) serveConn(c net.Conn) {
 				err = respondErr(h.Seq, aerr)
 				break
 			}
-			_, err = io.ReadFull(br, view)
-			if err == nil && h.Length == 4 && h.Addr%4 == 0 {
-				futex.Wake(memview.Uint32(uintptr(h.Addr)), math.MaxInt32)
+			if h.Length == 4 && h.Addr%4 == 0 {
+				// A signal word: stored atomically, so a reader that loads it atomically sees
+				// every byte written before it (Go memory model, and the race detector).
+				var w [4]byte
+				if _, err = io.ReadFull(br, w[:]); err == nil {
+					atomic.StoreUint32(memview.Uint32(uintptr(h.Addr)), binary.NativeEndian.Uint32(w[:]))
+					futex.Wake(memview.Uint32(uintptr(h.Addr)), math.MaxInt32)
+				}
+			} else {
+				_, err = io.ReadFull(br, view)
 			}
 			pin.Release()
 			if err != nil {
