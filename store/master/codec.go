@@ -1,6 +1,8 @@
 package master
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 
@@ -110,4 +112,15 @@ func DecodeState(cfg Config, b []byte) (*State, error) {
 		}
 	}
 	return s, nil
+}
+
+// Digest is the SHA-256 of Encode: two states that applied the same entries have the same
+// digest (the encoding is deterministic), which is how a standby verifies itself.
+func (s *State) Digest() string {
+	b, err := s.Encode()
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }

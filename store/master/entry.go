@@ -19,6 +19,9 @@ const (
 	OpRemoveAll      Op = "remove_all"
 	OpTick           Op = "tick"  // reclaim stale put-starts, watermark eviction
 	OpBatch          Op = "batch" // Batch applied in order, all at Now
+	// OpVerify carries the leader's state digest just before the entry; it changes nothing.
+	// A standby applying it compares its own digest at the same point (verification).
+	OpVerify Op = "verify"
 )
 
 // Entry is one change to the master's metadata. Everything Apply needs is inside it, including
@@ -38,6 +41,7 @@ type Entry struct {
 	Force     bool                 `json:"force,omitempty"`
 	Pattern   string               `json:"pattern,omitempty"`
 	Batch     []Entry              `json:"batch,omitempty"`
+	Digest    string               `json:"digest,omitempty"` // OpVerify
 }
 
 // Result is what applying an entry produced; the RPC layer turns it into a response.

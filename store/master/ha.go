@@ -57,6 +57,8 @@ type haState struct {
 	com         *committer    // (mu) current term's committer while serving
 	lag         atomic.Uint64 // standby lag (entries)
 	lagAlert    atomic.Bool   // lag > max_replication_lag_entries
+	verifyOK    atomic.Uint64 // OpVerify entries whose digest matched this state
+	verifyBad   atomic.Uint64 // ... and those that did not
 	transitions atomic.Uint64 // role changes
 	failed      chan struct{} // closed by the committer when an append fails
 	failOnce    *sync.Once
@@ -298,6 +300,15 @@ func (s *Server) applyLogged(entries []ha.Entry) error {
 		e, err := decodeEntry(he)
 		if err != nil {
 			return err
+		}
+		if e.Op == OpVerify && e.Digest != "" && s.ha != nil {
+			if d := s.state.Digest(); d == e.Digest {
+				s.ha.verifyOK.Add(1)
+				log.Printf("mooncake_master: %s: verification against the primary at applied_seq_id=%d: state matches", s.name(), applied)
+			} else {
+				s.ha.verifyBad.Add(1)
+				log.Printf("mooncake_master: %s: verification against the primary at applied_seq_id=%d: STATE DIFFERS (primary %s, standby %s)", s.name(), applied, e.Digest[:12], d[:min(12, len(d))])
+			}
 		}
 		s.state.Apply(e)
 	}

@@ -250,6 +250,12 @@ func testHAFollowPromoteSnapshot(t *testing.T, eps string) {
 	if !bytes.Equal(stateBytes(t, a.srv), stateBytes(t, b.srv)) {
 		t.Fatal("standby state differs from the leader's")
 	}
+	// Verification through the log: the leader's digest entry matches the standby's state.
+	a.srv.VerifyOnce(context.Background())
+	waitFor(t, "standby verified", 10*time.Second, func() bool { return b.srv.ha.verifyOK.Load() >= 1 })
+	if bad := b.srv.ha.verifyBad.Load(); bad != 0 {
+		t.Fatalf("standby reported %d verification mismatches", bad)
+	}
 	// A third master bootstraps from the snapshot plus the (truncated) oplog.
 	c := startHANode(t, eps, "c1", func(c *Config) { c.EnableSnapshotRestore = true; c.ClientTTL = time.Minute }, snaps)
 	waitFor(t, "third caught up", 10*time.Second, func() bool { return c.srv.applied() == a.srv.applied() })

@@ -177,6 +177,19 @@ func (s *Server) TickOnce(ctx context.Context) {
 	}
 }
 
+// VerifyOnce appends an OpVerify entry with the digest of the state as it stands before the
+// entry, so every standby applying the log can check that it holds the same state.
+func (s *Server) VerifyOnce(ctx context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.servingLocked() || s.state.Applied() == s.state.VerifiedAt() {
+		return
+	}
+	if _, _, err := s.proposeLocked(ctx, Entry{Op: OpVerify, Digest: s.state.Digest()}); err != nil {
+		log.Printf("mooncake_master: verify: %v", err)
+	}
+}
+
 // Run drives the timers (client expiry, eviction, stale puts) until ctx ends.
 func (s *Server) Run(ctx context.Context) {
 	period := min(100*time.Millisecond, s.cfg.ClientTTL/4)
@@ -188,10 +201,18 @@ func (s *Server) Run(ctx context.Context) {
 		defer rt.Stop()
 		report = rt.C
 	}
+	var verify <-chan time.Time
+	if s.ha != nil && s.cfg.HotStandby.EnableVerification {
+		vt := time.NewTicker(s.cfg.HotStandby.VerificationInterval)
+		defer vt.Stop()
+		verify = vt.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-verify:
+			s.VerifyOnce(ctx)
 		case <-t.C:
 			s.CheckClients(ctx)
 			s.TickOnce(ctx)
@@ -223,6 +244,7 @@ func (s *Server) Snapshot() metrics.Snapshot {
 		}
 		snap.StandbyLag = s.ha.lag.Load()
 		snap.LagAlert = s.ha.lagAlert.Load()
+		snap.VerifyOK, snap.VerifyMismatch = s.ha.verifyOK.Load(), s.ha.verifyBad.Load()
 		snap.StateTransitions = s.ha.transitions.Load()
 	}
 	for _, t := range s.lastSeen {

@@ -63,6 +63,9 @@ type State struct {
 	used     uint64
 	applied  uint64
 	counters Counters
+	// verifiedAt is the applied count right after the last OpVerify entry: the leader
+	// proposes a new one only when something changed since (an idle cluster's log stays put).
+	verifiedAt uint64
 }
 
 // NewState returns an empty state using cfg's store policy (leases, pins, eviction, allocation).
@@ -81,6 +84,9 @@ func (s *State) Applied() uint64 { return s.applied }
 
 // Apply changes the state by one entry and returns its result. It is deterministic: it reads no
 // clock, no randomness and no I/O beyond the entry.
+// VerifiedAt is the applied count right after the last OpVerify entry.
+func (s *State) VerifiedAt() uint64 { return s.verifiedAt }
+
 func (s *State) Apply(e Entry) Result {
 	s.applied++
 	return s.apply(e)
@@ -110,6 +116,9 @@ func (s *State) apply(e Entry) Result {
 		return s.removeAll(e)
 	case OpTick:
 		return s.tick(e.Now)
+	case OpVerify:
+		s.verifiedAt = s.applied
+		return Result{}
 	case OpBatch:
 		out := Result{Batch: make([]Result, len(e.Batch))}
 		for i, sub := range e.Batch {

@@ -36,6 +36,8 @@ type Snapshot struct {
 	OplogDurableSeq  uint64 // leader: seq of the last entry known durable
 	StandbyLag       uint64 // standby: last seq in the oplog store minus applied seq
 	LagAlert         bool   // StandbyLag > max_replication_lag_entries
+	VerifyOK         uint64 // standby: verification entries whose state digest matched
+	VerifyMismatch   uint64 // standby: verification entries whose state digest differed
 	StateTransitions uint64 // role changes (standby -> leader -> standby ...)
 }
 
@@ -196,6 +198,7 @@ var (
 	descDurableSeq  = prometheus.NewDesc("mooncake_master_oplog_durable_seq", "Leader: sequence id of the last oplog entry known durable.", nil, nil)
 	descLag         = prometheus.NewDesc("mooncake_master_standby_lag_entries", "Standby: oplog entries not yet applied.", nil, nil)
 	descLagAlert    = prometheus.NewDesc("mooncake_master_standby_lag_alert", "1 when the standby lag exceeds max_replication_lag_entries.", nil, nil)
+	descVerify      = prometheus.NewDesc("mooncake_master_standby_verifications_total", "Verification entries a standby checked against its own state, by result.", []string{"result"}, nil)
 	descTransitions = prometheus.NewDesc("mooncake_master_ha_state_transitions_total", "HA role changes of this master.", nil, nil)
 )
 
@@ -205,7 +208,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descObjects, descPending, descSoft, descHard, descLeased, descCapacity,
 		descAllocated, descUsage, descSegments, descClients, descMounting, descSegFree, descSegCap, descSegUsed,
 		descEvicted, descEvictBytes, descPasses, descReclaimed, descExpired, descApplied,
-		descRole, descServing, descOplogSeq, descDurableSeq, descLag, descLagAlert, descTransitions} {
+		descRole, descServing, descOplogSeq, descDurableSeq, descLag, descLagAlert, descTransitions, descVerify} {
 		ch <- d
 	}
 }
@@ -258,5 +261,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		g(descLag, float64(s.StandbyLag))
 		g(descLagAlert, b(s.LagAlert))
 		ct(descTransitions, s.StateTransitions)
+		ch <- prometheus.MustNewConstMetric(descVerify, prometheus.CounterValue, float64(s.VerifyOK), "match")
+		ch <- prometheus.MustNewConstMetric(descVerify, prometheus.CounterValue, float64(s.VerifyMismatch), "mismatch")
 	}
 }
