@@ -80,8 +80,11 @@ assert mooncake_pg.SyncAfterFailureStatus.Rejected == 2
 print("ok")
 """
     env = dict(os.environ)
+    import mooncake  # the package this test session uses: installed, or the source tree
+
     env["PYTHONPATH"] = os.pathsep.join(
-        [os.path.join(pg_harness.ROOT, "python"), env.get("PYTHONPATH", "")])
+        [os.path.dirname(os.path.dirname(os.path.abspath(mooncake.__file__))),
+         env.get("PYTHONPATH", "")])
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                        timeout=120)
     assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr

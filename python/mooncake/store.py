@@ -115,6 +115,7 @@ def _lib():
                     "mc_store_batch_put_from": (ctypes.c_int, [_u64, _P(_cs), _P(_u64), _P(_u64), _i32, cfg, _P(_i32)]),
                     "mc_store_get": (ctypes.c_int, [_u64, _cs, _P(_vp), _P(_u64)]),
                     "mc_store_get_into": (_i64, [_u64, _cs, _u64, _u64]),
+                    "mc_store_get_with": (ctypes.c_int, [_u64, _cs, _ALLOC_FN, _vp, _P(_u64)]),
                     "mc_store_batch_get": (ctypes.c_int, [_u64, _P(_cs), _i32, _P(_vp), _P(_u64), _P(_i32)]),
                     "mc_store_batch_get_into": (ctypes.c_int, [_u64, _P(_cs), _P(_u64), _P(_u64), _i32, _P(_i64)]),
                     "mc_store_free": (None, [_vp]),
@@ -188,6 +189,29 @@ def _buffer(v) -> tuple:
         return ctypes.cast(ctypes.c_char_p(b), _vp).value or 0, n, b
     arr = (ctypes.c_char * n).from_buffer(mv)
     return ctypes.addressof(arr), n, (arr, mv)
+
+
+# get: the library calls back with the value's size and copies straight into a new bytes object
+# (PyBytes_FromStringAndSize(NULL, n), filled before anyone else sees it) — one allocation and one
+# copy, instead of a malloc'd buffer copied again by string_at.
+_ALLOC_FN = ctypes.CFUNCTYPE(_vp, _vp, _u64)
+_new_bytes = ctypes.pythonapi.PyBytes_FromStringAndSize
+_new_bytes.restype = ctypes.py_object
+_new_bytes.argtypes = [_vp, ctypes.c_ssize_t]
+_BYTES_DATA = bytes.__basicsize__ - 1  # offset of ob_sval in a bytes object
+_get_slot = threading.local()
+
+
+def _get_alloc(ctx, n):
+    try:
+        b = _new_bytes(None, n)
+    except MemoryError:
+        return None
+    _get_slot.value = b
+    return id(b) + _BYTES_DATA
+
+
+_get_alloc_c = _ALLOC_FN(_get_alloc)
 
 
 def _cfg(config: Optional[ReplicateConfig]):
@@ -439,16 +463,14 @@ class MooncakeDistributedStore:
     # ---- get ----
     def get(self, key: str) -> bytes:
         """The value of key, or b"" when it is missing or cannot be read."""
-        p = _vp()
         n = _u64()
-        l = _lib()
-        rc = l.mc_store_get(self._h, _key(key), ctypes.byref(p), ctypes.byref(n))
-        if rc != 0 or not p.value:
+        slot = _get_slot
+        slot.value = None
+        rc = _lib().mc_store_get_with(self._h, _key(key), _get_alloc_c, None, ctypes.byref(n))
+        b, slot.value = slot.value, None
+        if rc != 0 or b is None or n.value != len(b):
             return b""
-        try:
-            return ctypes.string_at(p.value, n.value)
-        finally:
-            l.mc_store_free(p)
+        return b
 
     def get_batch(self, keys: Sequence[str]) -> List[bytes]:
         n = len(keys)

@@ -32,3 +32,16 @@ func BenchmarkPutGet(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRPC measures one master round trip (Exists on a missing key).
+func BenchmarkRPC(b *testing.B) {
+	_, addr := startMasterB(b)
+	a := newClientB(b, addr, 0)
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := a.Exists(ctx, "nope"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

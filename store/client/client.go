@@ -169,6 +169,9 @@ func NewWithEngine(ctx context.Context, eng Engine, cfg Config) (*Client, error)
 		if err != nil {
 			return fail(api.Errorf(api.INTERNAL_ERROR, "allocate %d-byte global segment: %v", cfg.GlobalSegmentSize, err))
 		}
+		if prefaultSegment(cfg.GlobalSegmentSize) {
+			populate(base, cfg.GlobalSegmentSize, true)
+		}
 		c.segment = &api.Segment{ID: c.id + "/0", Name: eng.SegmentName(), Base: uint64(base), Size: cfg.GlobalSegmentSize}
 		if err := c.mount(ctx); err != nil {
 			return fail(err)
@@ -400,6 +403,11 @@ func (c *Client) transfer(ctx context.Context, write bool, local buf, r api.Repl
 	// Same host: one memcpy through the peer's (or our own) shared mapping, held for the copy so
 	// a peer dying or a segment being freed meanwhile cannot unmap it under us.
 	if view, release, ok, err := c.eng.MapRemotePinned(id, r.Addr, n); err == nil && ok {
+		if !write {
+			// A large result is usually fresh memory (a new bytes object, a malloc above the
+			// mmap threshold): fault it in with one system call, not one fault per 4 KiB.
+			populateView(local.b, true)
+		}
 		if write {
 			copy(view, local.b)
 		} else {
