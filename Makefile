@@ -3,6 +3,8 @@
 #   make test   set up, then run every test (Go with -race, then pytest)
 SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
+# Go-installed tools (MinIO for the S3 tests) live in GOPATH/bin.
+export PATH := $(shell go env GOPATH 2>/dev/null || echo $(HOME)/go)/bin:$(PATH)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 NPROC ?= 4

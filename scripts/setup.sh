@@ -31,6 +31,14 @@ case "$gov" in
 esac
 go mod download
 
+# MinIO, the S3-compatible server the snapshot tests start: built once from the Go module
+# proxy into $(go env GOPATH)/bin (a few minutes on a fresh machine), reused afterwards.
+gobin="$(go env GOPATH)/bin"
+if ! command -v minio >/dev/null && [ ! -x "$gobin/minio" ]; then
+  echo "setup: building MinIO for the S3 snapshot tests (once; a few minutes)"
+  (cd /tmp && GOFLAGS= go install github.com/minio/minio@latest)
+fi
+
 if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
