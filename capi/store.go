@@ -320,15 +320,7 @@ func mc_store_put_from(h C.uint64_t, key *C.char, addr, n C.uint64_t, cfgp *C.mc
 
 //export mc_store_batch_put
 func mc_store_batch_put(h C.uint64_t, keys **C.char, datas *unsafe.Pointer, lens *C.uint64_t, n C.int32_t, cfgp *C.mc_replicate_config, results *C.int32_t) C.int {
-	c, err := storeClient(h)
-	if err != nil {
-		return serr(err)
-	}
-	ks, err := cKeys(keys, n)
-	if err != nil {
-		return serr(err)
-	}
-	cfg, err := replicateConfig(cfgp)
+	c, ks, cfg, err := batchPutArgs(h, keys, n, cfgp)
 	if err != nil {
 		return serr(err)
 	}
@@ -347,15 +339,7 @@ func mc_store_batch_put(h C.uint64_t, keys **C.char, datas *unsafe.Pointer, lens
 
 //export mc_store_batch_put_from
 func mc_store_batch_put_from(h C.uint64_t, keys **C.char, addrs, lens *C.uint64_t, n C.int32_t, cfgp *C.mc_replicate_config, results *C.int32_t) C.int {
-	c, err := storeClient(h)
-	if err != nil {
-		return serr(err)
-	}
-	ks, err := cKeys(keys, n)
-	if err != nil {
-		return serr(err)
-	}
-	cfg, err := replicateConfig(cfgp)
+	c, ks, cfg, err := batchPutArgs(h, keys, n, cfgp)
 	if err != nil {
 		return serr(err)
 	}
@@ -473,11 +457,7 @@ func mc_store_get_into(h C.uint64_t, key *C.char, addr, n C.uint64_t) C.int64_t 
 
 //export mc_store_batch_get
 func mc_store_batch_get(h C.uint64_t, keys **C.char, n C.int32_t, outs **C.uint8_t, lens *C.uint64_t, results *C.int32_t) C.int {
-	c, err := storeClient(h)
-	if err != nil {
-		return serr(err)
-	}
-	ks, err := cKeys(keys, n)
+	c, ks, err := batchArgs(h, keys, n)
 	if err != nil {
 		return serr(err)
 	}
@@ -504,11 +484,7 @@ func mc_store_batch_get(h C.uint64_t, keys **C.char, n C.int32_t, outs **C.uint8
 
 //export mc_store_batch_get_into
 func mc_store_batch_get_into(h C.uint64_t, keys **C.char, addrs, lens *C.uint64_t, n C.int32_t, results *C.int64_t) C.int {
-	c, err := storeClient(h)
-	if err != nil {
-		return serr(err)
-	}
-	ks, err := cKeys(keys, n)
+	c, ks, err := batchArgs(h, keys, n)
 	if err != nil {
 		return serr(err)
 	}
@@ -580,11 +556,7 @@ func mc_store_is_exist(h C.uint64_t, key *C.char) C.int {
 
 //export mc_store_batch_is_exist
 func mc_store_batch_is_exist(h C.uint64_t, keys **C.char, n C.int32_t, results *C.int32_t) C.int {
-	c, err := storeClient(h)
-	if err != nil {
-		return serr(err)
-	}
-	ks, err := cKeys(keys, n)
+	c, ks, err := batchArgs(h, keys, n)
 	if err != nil {
 		return serr(err)
 	}
@@ -624,11 +596,7 @@ func mc_store_remove(h C.uint64_t, key *C.char, force C.int32_t) C.int {
 
 //export mc_store_batch_remove
 func mc_store_batch_remove(h C.uint64_t, keys **C.char, n C.int32_t, force C.int32_t, results *C.int32_t) C.int {
-	c, err := storeClient(h)
-	if err != nil {
-		return serr(err)
-	}
-	ks, err := cKeys(keys, n)
+	c, ks, err := batchArgs(h, keys, n)
 	if err != nil {
 		return serr(err)
 	}
@@ -666,4 +634,30 @@ func mc_store_remove_all(h C.uint64_t) C.int64_t {
 		return C.int64_t(serr(err))
 	}
 	return C.int64_t(n)
+}
+
+// batchArgs resolves the store handle and the C key array every batch call starts with.
+func batchArgs(h C.uint64_t, keys **C.char, n C.int32_t) (*client.Client, []string, error) {
+	c, err := storeClient(h)
+	if err != nil {
+		return nil, nil, err
+	}
+	ks, err := cKeys(keys, n)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, ks, nil
+}
+
+// batchPutArgs is batchArgs plus the replicate config of the batch put calls.
+func batchPutArgs(h C.uint64_t, keys **C.char, n C.int32_t, cfgp *C.mc_replicate_config) (*client.Client, []string, api.ReplicateConfig, error) {
+	c, ks, err := batchArgs(h, keys, n)
+	if err != nil {
+		return nil, nil, api.ReplicateConfig{}, err
+	}
+	cfg, err := replicateConfig(cfgp)
+	if err != nil {
+		return nil, nil, api.ReplicateConfig{}, err
+	}
+	return c, ks, cfg, nil
 }
