@@ -51,6 +51,7 @@ static inline int mc_pg_store_add(const mc_store_ops *s, const char *key, int64_
 import "C"
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -525,7 +526,7 @@ func mc_work_is_success(h C.uint64_t) C.int {
 	if err != nil {
 		return setErr(err)
 	}
-	if wr.w.Completed() && wr.w.Err() == nil {
+	if wr.w.Completed() && wr.w.Err() == nil && len(wr.w.FailedRanks()) == 0 {
 		return 1
 	}
 	return 0
@@ -640,4 +641,25 @@ func (s cStore) Add(key string, delta int64) (int64, error) {
 		return 0, fmt.Errorf("store add %q failed (status %d)", key, int(rc))
 	}
 	return int64(out), nil
+}
+
+//export mc_pg_membership
+func mc_pg_membership(h C.uint64_t, request *C.char, out *C.char, outlen C.int32_t) C.int {
+	pg, err := pgOf(h)
+	if err != nil {
+		return setErr(err)
+	}
+	if request == nil {
+		return setErr(invalid("mc_pg_membership: request is NULL"))
+	}
+	var req memberRequest
+	if err := json.Unmarshal([]byte(C.GoString(request)), &req); err != nil {
+		return setErr(invalid(fmt.Sprintf("mc_pg_membership: malformed request: %v", err)))
+	}
+	res, err := pg.membershipCall(req)
+	if err != nil {
+		return setErr(err)
+	}
+	b, _ := json.Marshal(res)
+	return copyOut(string(b), out, C.int(outlen))
 }

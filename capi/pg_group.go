@@ -45,14 +45,24 @@ type kvStore interface {
 	Set(key string, val []byte) error
 	// Get waits up to timeout for key.
 	Get(key string, timeout time.Duration) ([]byte, error)
+	// Check reports whether key exists, without waiting.
+	Check(key string) (bool, error)
+	// Add adds delta to the integer under key (0 when missing) and returns the new value.
+	Add(key string, delta int64) (int64, error)
 }
 
 type pgroup struct {
 	cfg     pgConfig
+	st      kvStore
+	fabric  p2p.Fabric
 	ep      *p2p.Endpoint
 	g       *collective.Group
 	q       *worker.Queue
 	release func()
+
+	m           membership   // elastic state (pg_elastic.go), owned by the queue's goroutine
+	backup      []byte       // copy of an in-place op's input (runFT)
+	collTimeout atomic.Int64 // set_collective_timeout_us, ns (0: unset)
 
 	sendMu sync.Mutex
 	sendQs map[int]*worker.Queue
@@ -117,9 +127,35 @@ func newPGroup(cfg pgConfig, st kvStore, f p2p.Fabric) (*pgroup, error) {
 		ep.Close()
 		return nil, err
 	}
+	joining := joiningProcess(cfg, st, func(seg string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if pr, ok := f.(p2p.Prober); ok {
+			return pr.Probe(ctx, seg)
+		}
+		return nil
+	})
 	info, _ := json.Marshal(ep.Info())
 	if err := st.Set(endpointKey(cfg.name, cfg.rank), info); err != nil {
 		return fail(fmt.Errorf("process group %q, rank %d: publishing the endpoint: %w", cfg.name, cfg.rank, err))
+	}
+	opts := collective.Options{
+		SmallBytes: envInt("MC_PG_SMALL_BYTES", 0),
+		ChunkBytes: envInt("MC_PG_CHUNK_BYTES", 0),
+	}
+	pg := &pgroup{cfg: cfg, st: st, fabric: f, ep: ep, q: worker.NewQueue(fmt.Sprintf("rank %d", cfg.rank), cfg.timeout),
+		sendQs: map[int]*worker.Queue{}}
+	if joining {
+		// A replacement or a new rank: it stays outside the group until join_group.
+		init := initialSize(cfg, st)
+		g, err := collective.NewGroup(ep, cfg.rank, init, cfg.maxSize, opts)
+		if err != nil {
+			pg.q.Close()
+			return fail(err)
+		}
+		pg.g = g
+		pg.logf("started outside the running group (is_extension=%v); call join_group", cfg.isExtension)
+		return pg, nil
 	}
 	deadline := time.Now().Add(cfg.timeout)
 	segs := make([]string, cfg.maxSize)
@@ -143,10 +179,7 @@ func newPGroup(cfg pgConfig, st kvStore, f p2p.Fabric) (*pgroup, error) {
 			return fail(fmt.Errorf("process group %q: %w", cfg.name, err))
 		}
 	}
-	g, err := collective.NewGroup(ep, cfg.rank, cfg.size, cfg.maxSize, collective.Options{
-		SmallBytes: envInt("MC_PG_SMALL_BYTES", 0),
-		ChunkBytes: envInt("MC_PG_CHUNK_BYTES", 0),
-	})
+	g, err := collective.NewGroup(ep, cfg.rank, cfg.size, cfg.maxSize, opts)
 	if err != nil {
 		return fail(err)
 	}
@@ -159,13 +192,43 @@ func newPGroup(cfg pgConfig, st kvStore, f p2p.Fabric) (*pgroup, error) {
 			return fail(fmt.Errorf("process group %q, rank %d: setting up shared memory: %w", cfg.name, cfg.rank, err))
 		}
 	}
-	return &pgroup{cfg: cfg, ep: ep, g: g, q: worker.NewQueue(fmt.Sprintf("rank %d", cfg.rank), cfg.timeout),
-		sendQs: map[int]*worker.Queue{}}, nil
+	pg.g, pg.m.joined = g, true
+	if cfg.rank == 0 {
+		st.Set(cfg.name+"/mooncake/size", []byte(strconv.Itoa(cfg.size)))
+	}
+	st.Set(endpointKey(cfg.name, cfg.rank)+"/up", []byte("1"))
+	return pg, nil
 }
 
-// submit queues a collective.
+// submit queues a collective; peer failures are handled by runFT (pg_elastic.go).
 func (pg *pgroup) submit(op string, fn func(ctx context.Context) error) *worker.Work {
-	return pg.q.Submit(op, func(ctx context.Context) error { return withCode(fn(ctx)) })
+	return pg.submitInPlace(op, nil, fn)
+}
+
+// submitInPlace queues a collective that overwrites inplace with its result.
+func (pg *pgroup) submitInPlace(op string, inplace []byte, fn func(ctx context.Context) error) *worker.Work {
+	return pg.q.Submit(op, func(ctx context.Context) error {
+		if d := pg.collectiveTimeout(); d < pg.cfg.timeout {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, d)
+			defer cancel()
+		}
+		return withCode(pg.runFT(ctx, op, inplace, fn))
+	})
+}
+
+// p2pCheck fails a send or receive at once when the peer is not a live member.
+func (pg *pgroup) p2pCheck(op string, peer int) error {
+	if peer < 0 || peer == pg.cfg.rank {
+		return nil
+	}
+	if !pg.g.ActiveRanks()[peer] {
+		return opErr{fmt.Errorf("%s on rank %d: rank %d is not an active member of the group (epoch %d)", op, pg.cfg.rank, peer, pg.g.Epoch())}
+	}
+	if err := pg.ep.Dead(peer); err != nil {
+		return opErr{fmt.Errorf("%s on rank %d with rank %d: %w", op, pg.cfg.rank, peer, err)}
+	}
+	return nil
 }
 
 // send queues a send to dst behind earlier sends to dst (not behind collectives: a send never
@@ -180,6 +243,12 @@ func (pg *pgroup) send(buf []byte, dst int, tag int32) *worker.Work {
 	}
 	pg.sendMu.Unlock()
 	return q.Submit("send", func(ctx context.Context) error {
+		if err := pg.p2pCheck("send", dst); err != nil {
+			return err
+		}
+		if err := pg.ep.AliveRecently(ctx, dst, time.Second); err != nil && errors.Is(err, collective.ErrPeerDead) {
+			return opErr{fmt.Errorf("send on rank %d to rank %d (tag %d): %w", pg.cfg.rank, dst, tag, err)}
+		}
 		if err := pg.ep.Send(ctx, dst, collective.UserTag(tag), buf); err != nil {
 			if errors.Is(err, context.DeadlineExceeded) {
 				return opErr{fmt.Errorf("send on rank %d to rank %d (tag %d): rank %d did not take the message within %s", pg.cfg.rank, dst, tag, dst, pg.cfg.timeout)}
@@ -200,6 +269,10 @@ func (pg *pgroup) recv(buf []byte, src int, tag int32) *worker.Work {
 	}
 	if pg.closed.Load() {
 		w.Finish(fmt.Errorf("recv: %w", worker.ErrClosed))
+		return w
+	}
+	if err := pg.p2pCheck("recv", src); err != nil {
+		w.Finish(err)
 		return w
 	}
 	r := pg.ep.PostRecv(peer, collective.UserTag(tag), buf)
@@ -231,11 +304,11 @@ func (pg *pgroup) broadcast(buf []byte, root int) *worker.Work {
 }
 
 func (pg *pgroup) allreduce(buf []byte, dt reduce.DType, op reduce.Op) *worker.Work {
-	return pg.submit("all_reduce", func(ctx context.Context) error { return pg.g.AllReduce(ctx, buf, dt, op) })
+	return pg.submitInPlace("all_reduce", buf, func(ctx context.Context) error { return pg.g.AllReduce(ctx, buf, dt, op) })
 }
 
 func (pg *pgroup) reduce(buf []byte, dt reduce.DType, op reduce.Op, root int) *worker.Work {
-	return pg.submit("reduce", func(ctx context.Context) error { return pg.g.Reduce(ctx, buf, dt, op, root) })
+	return pg.submitInPlace("reduce", buf, func(ctx context.Context) error { return pg.g.Reduce(ctx, buf, dt, op, root) })
 }
 
 func (pg *pgroup) allgather(in []byte, outs [][]byte) *worker.Work {

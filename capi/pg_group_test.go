@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -51,6 +52,23 @@ func (kv *memKV) Get(k string, timeout time.Duration) ([]byte, error) {
 		}
 		kv.c.Wait()
 	}
+}
+
+func (kv *memKV) Check(k string) (bool, error) {
+	kv.mu.Lock()
+	defer kv.mu.Unlock()
+	_, ok := kv.m[k]
+	return ok, nil
+}
+
+func (kv *memKV) Add(k string, d int64) (int64, error) {
+	kv.mu.Lock()
+	defer kv.mu.Unlock()
+	n, _ := strconv.ParseInt(string(kv.m[k]), 10, 64)
+	n += d
+	kv.m[k] = []byte(strconv.FormatInt(n, 10))
+	kv.c.Broadcast()
+	return n, nil
 }
 
 var (

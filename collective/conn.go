@@ -147,3 +147,15 @@ func DecodeAbort(b []byte) *AbortError {
 	a.Reason = string(b[4+4*n:])
 	return a
 }
+
+// ErrPeerDead marks a failure caused by a peer that is gone: its process does not answer a
+// liveness probe, or the membership protocol declared it failed. Transports wrap it; the
+// fault-tolerance layer tells a dead peer (exclude it, go on) from a slow one (keep waiting).
+var ErrPeerDead = errors.New("its process does not answer liveness probes")
+
+// LivenessChecker is implemented by transports that can tell whether a peer is alive
+// (p2p.Endpoint). The same-host fast path calls PeerAlive while it waits on a silent peer.
+type LivenessChecker interface {
+	// PeerAlive returns nil when rank answers, else an error wrapping ErrPeerDead.
+	PeerAlive(ctx context.Context, rank int) error
+}

@@ -40,10 +40,12 @@ type Group struct {
 	maxSize int
 	opts    Options
 
-	mu     sync.Mutex
-	active []bool
-	epoch  int64
-	seq    uint64
+	mu       sync.Mutex
+	active   []bool
+	excluded []bool // active ranks left out of ops (failed, not yet deactivated)
+	epoch    int64
+	view     uint32 // membership decisions applied (in every op header)
+	seq      uint64
 
 	pool bufPool
 	shm  atomic.Pointer[shmPath] // same-host fast path (EnableSharedMemory), nil: Conn only
@@ -67,6 +69,7 @@ func NewGroup(conn Conn, rank, size, maxSize int, opts Options) (*Group, error) 
 	}
 	g := &Group{conn: conn, rank: rank, size: size, maxSize: maxSize, opts: opts.withDefaults()}
 	g.active = make([]bool, maxSize)
+	g.excluded = make([]bool, maxSize)
 	for i := 0; i < size; i++ {
 		g.active[i] = true
 	}
@@ -99,17 +102,75 @@ func (g *Group) ActiveRanks() []bool {
 	return append([]bool(nil), g.active...)
 }
 
-// Members returns the active ranks in order.
+// Members returns the ranks that take part in ops, in order: the active ranks that are not
+// excluded.
 func (g *Group) Members() []int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	var m []int
+	return g.membersLocked(nil)
+}
+
+func (g *Group) membersLocked(m []int) []int {
 	for r, a := range g.active {
-		if a {
+		if a && !g.excluded[r] {
 			m = append(m, r)
 		}
 	}
 	return m
+}
+
+// Excluded returns the active ranks that ops leave out (failed, not deactivated).
+func (g *Group) Excluded() []int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var x []int
+	for r, a := range g.active {
+		if a && g.excluded[r] {
+			x = append(x, r)
+		}
+	}
+	return x
+}
+
+// SetMembership installs a membership view: the epoch, the active mask and the active ranks
+// that ops leave out (both of length MaxSize; excluded may be nil). Call it between ops, on
+// the goroutine that runs them, at the same point of the op sequence on every member. A view
+// change ends the same-host fast path for good (its arenas are laid out for the initial
+// members).
+func (g *Group) SetMembership(view uint32, epoch int64, active, excluded []bool) error {
+	if len(active) != g.maxSize || (excluded != nil && len(excluded) != g.maxSize) {
+		return fmt.Errorf("collective: membership masks of %d/%d slots, the group has %d", len(active), len(excluded), g.maxSize)
+	}
+	g.mu.Lock()
+	changed := epoch != g.epoch || view != g.view
+	g.view = view
+	for r := range g.active {
+		x := excluded != nil && excluded[r]
+		if g.active[r] != active[r] || g.excluded[r] != x {
+			changed = true
+		}
+		g.active[r], g.excluded[r] = active[r], x
+	}
+	g.epoch = epoch
+	g.mu.Unlock()
+	if p := g.shm.Load(); changed && p != nil && p.broken == nil {
+		p.broken = errors.New("the group's membership changed")
+	}
+	return nil
+}
+
+// Seq is the sequence number the next op takes.
+func (g *Group) Seq() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.seq
+}
+
+// SetSeq sets the next op's sequence number (a joining rank takes the group's).
+func (g *Group) SetSeq(seq uint64) {
+	g.mu.Lock()
+	g.seq = seq
+	g.mu.Unlock()
 }
 
 // op kinds, in the header.
@@ -160,6 +221,7 @@ type header struct {
 	root  int32
 	seq   uint64
 	count int64
+	view  uint32 // membership decisions the sender applied
 	extra []int64
 }
 
@@ -172,7 +234,7 @@ func (h *header) encode(b []byte) []byte {
 	b = binary.LittleEndian.AppendUint64(b, h.seq)
 	b = binary.LittleEndian.AppendUint64(b, uint64(h.count))
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(h.extra)))
-	b = binary.LittleEndian.AppendUint32(b, 0)
+	b = binary.LittleEndian.AppendUint32(b, h.view)
 	for _, x := range h.extra {
 		b = binary.LittleEndian.AppendUint64(b, uint64(x))
 	}
@@ -188,6 +250,7 @@ func decodeHeader(b []byte) (header, error) {
 		root:  int32(binary.LittleEndian.Uint32(b[4:])),
 		seq:   binary.LittleEndian.Uint64(b[8:]),
 		count: int64(binary.LittleEndian.Uint64(b[16:])),
+		view:  binary.LittleEndian.Uint32(b[28:]),
 	}
 	ne := int(binary.LittleEndian.Uint32(b[24:]))
 	if len(b) != headerBase+8*ne {
@@ -220,10 +283,11 @@ type opState struct {
 
 // begin starts an op: takes the next sequence number and checks h against every member's.
 func (g *Group) begin(ctx context.Context, h header) (*opState, error) {
-	members := g.Members()
 	g.mu.Lock()
+	members := g.membersLocked(nil)
 	seq := g.seq
 	g.seq++
+	h.view = g.view
 	g.mu.Unlock()
 	o := &opState{g: g, ctx: ctx, name: h.kind.String(), seq: seq, members: members, idx: -1, n: len(members)}
 	for i, m := range members {
@@ -286,6 +350,9 @@ func (o *opState) validate(hs []header) error {
 		h, r := hs[i], o.members[i]
 		name := ref.kind.String()
 		switch {
+		case h.view != ref.view:
+			return &MismatchError{fmt.Sprintf("membership mismatch at op #%d (%s): rank %d has applied %d membership decisions, rank %d has applied %d (every active rank must make the same membership calls: activate_ranks, recover_ranks, deactivate_ranks, extend_group_size_to, sync_after_failure)",
+				ref.seq, name, r, h.view, r0, ref.view)}
 		case h.kind != ref.kind:
 			return &MismatchError{fmt.Sprintf("collective mismatch at op #%d: rank %d called %s, rank %d called %s",
 				ref.seq, r, h.kind, r0, ref.kind)}

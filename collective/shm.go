@@ -297,14 +297,10 @@ func (g *Group) path() *shmPath {
 func (p *shmPath) start(ctx context.Context, h header) (*shmOp, error) {
 	g := p.g
 	g.mu.Lock()
-	p.members = p.members[:0]
-	for r, a := range g.active {
-		if a {
-			p.members = append(p.members, r)
-		}
-	}
+	p.members = g.membersLocked(p.members[:0])
 	seq := g.seq
 	g.seq++
+	h.view = g.view
 	g.mu.Unlock()
 	o := &p.op
 	o.ctx, o.kind, o.seq, o.members, o.n, o.idx, o.first = ctx, h.kind, seq, p.members, len(p.members), -1, true
@@ -326,7 +322,7 @@ func (p *shmPath) start(ctx context.Context, h header) (*shmOp, error) {
 	h.seq = seq
 	off := offHeaders + int(p.step&1)*p.hdrSize
 	h.encode(p.views[p.rank][off : off : off+p.hdrSize])
-	o.hdr.kind, o.hdr.dtype, o.hdr.op, o.hdr.root, o.hdr.count = h.kind, h.dtype, h.op, h.root, h.count
+	o.hdr.kind, o.hdr.dtype, o.hdr.op, o.hdr.root, o.hdr.count, o.hdr.view = h.kind, h.dtype, h.op, h.root, h.count, h.view
 	return o, nil
 }
 
@@ -375,6 +371,9 @@ func (o *shmOp) aborted() error {
 	return nil
 }
 
+// livenessEvery is how long the fast path waits on a silent peer between liveness probes.
+const livenessEvery = 200 * time.Millisecond
+
 func schedYield() { syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
 
 // wait blocks until every member's step reached target: it polls for the spin time (yielding
@@ -412,6 +411,8 @@ func (o *shmOp) wait(target uint32) error {
 	atomic.StoreUint32(sleep, 1)
 	defer atomic.StoreUint32(sleep, 0)
 	deadline, hasDL := o.ctx.Deadline()
+	lc, _ := p.g.conn.(LivenessChecker)
+	slept := time.Now()
 	for {
 		v := atomic.LoadUint32(bell)
 		if o.laggard(target) < 0 {
@@ -419,6 +420,18 @@ func (o *shmOp) wait(target uint32) error {
 		}
 		if err := o.aborted(); err != nil {
 			return err
+		}
+		if lc != nil && time.Since(slept) >= livenessEvery {
+			// Peers that stay silent this long get probed: a dead one fails the op now
+			// instead of at its deadline.
+			slept = time.Now()
+			for _, m := range o.members {
+				if m != p.rank && int32(atomic.LoadUint32(p.stepW[m])-target) < 0 {
+					if err := lc.PeerAlive(o.ctx, m); err != nil && errors.Is(err, ErrPeerDead) {
+						return &PeerError{Op: o.kind.String(), Rank: p.rank, Peer: m, Err: err}
+					}
+				}
+			}
 		}
 		d := 50 * time.Millisecond
 		if hasDL {
@@ -495,6 +508,7 @@ func decodeInto(h *header, b []byte) error {
 	h.root = int32(binary.LittleEndian.Uint32(b[4:]))
 	h.seq = binary.LittleEndian.Uint64(b[8:])
 	h.count = int64(binary.LittleEndian.Uint64(b[16:]))
+	h.view = binary.LittleEndian.Uint32(b[28:])
 	h.extra = h.extra[:0]
 	for i := 0; i < ne; i++ {
 		h.extra = append(h.extra, int64(binary.LittleEndian.Uint64(b[headerBase+8*i:])))

@@ -423,7 +423,7 @@ func TestE2ESharedMemory(t *testing.T) {
 			t.Fatalf("took %v", d)
 		}
 		for r := 0; r < 2; r++ {
-			if !strings.Contains(outs[r], "peer rank 2 did not answer within 2s") && !strings.Contains(outs[r], "gave up on the op") {
+			if !strings.Contains(outs[r], "rank 2 is gone: its process does not answer liveness probes") && !strings.Contains(outs[r], "gave up on the op") {
 				t.Fatalf("rank %d: %s", r, outs[r])
 			}
 			t.Logf("rank %d: %s", r, strings.TrimSpace(outs[r]))

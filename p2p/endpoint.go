@@ -106,6 +106,19 @@ type peer struct {
 	consumed atomic.Uint32
 	cur      *inbound
 	creditCh chan struct{}
+
+	// liveness and incarnations (liveness.go)
+	dead      atomic.Pointer[deadErr]
+	lastAlive atomic.Int64 // unix ns of the last message or answered probe
+	segName   atomic.Pointer[string]
+	link      atomic.Pointer[link]           // what the creditor writes to
+	reset     atomic.Pointer[chan struct{}] // Reconnect asks progress to reset the receive side
+}
+
+// link is the peer's current incarnation as the creditor sees it.
+type link struct {
+	seg    uint64
+	remote uint64
 }
 
 // inbound is a message being received.
@@ -193,6 +206,10 @@ func (e *Endpoint) Connect(info Info) error {
 		return fmt.Errorf("p2p: rank %d cannot open the segment %q of rank %d: %w", e.rank, info.Segment, info.Rank, err)
 	}
 	p.seg, p.remote = seg, info.Addr
+	p.link.Store(&link{seg, info.Addr})
+	name := info.Segment
+	p.segName.Store(&name)
+	p.lastAlive.Store(time.Now().UnixNano())
 	p.connected.Store(true)
 	e.wg.Add(1)
 	go e.creditor(p)
@@ -239,7 +256,7 @@ func (e *Endpoint) isClosed() bool {
 
 // waitWord waits until cond() holds; word is the 32-bit word whose change makes it true.
 // It spins a little, then futex-waits in short slices, watching ctx and Close.
-func (e *Endpoint) waitWord(ctx context.Context, word *uint32, cond func() bool) error {
+func (e *Endpoint) waitWord(ctx context.Context, word *uint32, cond func() bool, peer int) error {
 	for i := 0; i < 64; i++ {
 		if cond() {
 			return nil
@@ -248,6 +265,7 @@ func (e *Endpoint) waitWord(ctx context.Context, word *uint32, cond func() bool)
 			runtime.Gosched()
 		}
 	}
+	lastProbe := time.Now()
 	for {
 		v := atomic.LoadUint32(word)
 		if cond() {
@@ -258,6 +276,11 @@ func (e *Endpoint) waitWord(ctx context.Context, word *uint32, cond func() bool)
 		}
 		if e.isClosed() {
 			return ErrClosed
+		}
+		if peer >= 0 {
+			if err := e.probeIfSilent(ctx, peer, &lastProbe); err != nil {
+				return err
+			}
 		}
 		d := 10 * time.Millisecond
 		if dl, ok := ctx.Deadline(); ok {
@@ -295,6 +318,9 @@ func (e *Endpoint) Send(ctx context.Context, peer int, tag uint64, data []byte) 
 	if p.broken != nil {
 		return p.broken
 	}
+	if d := p.dead.Load(); d != nil {
+		return d.err
+	}
 	p.msgID++
 	if peer == e.rank {
 		e.sendSelf(p, tag, data)
@@ -303,8 +329,8 @@ func (e *Endpoint) Send(ctx context.Context, peer int, tag uint64, data []byte) 
 	K, S := uint32(e.lay.K), e.lay.S
 	for off, first := 0, true; first || off < len(data); first = false {
 		n := min(S, len(data)-off)
-		if err := e.waitWord(ctx, p.tailWord, func() bool { return p.sent-atomic.LoadUint32(p.tailWord) < K }); err != nil {
-			if errors.Is(err, ErrClosed) {
+		if err := e.waitWord(ctx, p.tailWord, func() bool { return p.sent-atomic.LoadUint32(p.tailWord) < K }, peer); err != nil {
+			if errors.Is(err, ErrClosed) || errors.Is(err, collective.ErrPeerDead) {
 				return err
 			}
 			return fmt.Errorf("waiting for rank %d to take earlier messages: %w", peer, err)
@@ -372,6 +398,11 @@ func (e *Endpoint) progress() {
 			if p.rank == e.rank {
 				continue
 			}
+			if rc := p.reset.Load(); rc != nil {
+				e.resetRecv(p)
+				p.reset.Store(nil)
+				close(*rc)
+			}
 			h := atomic.LoadUint32(p.headWord)
 			c := p.consumed.Load()
 			if c == h {
@@ -387,6 +418,7 @@ func (e *Endpoint) progress() {
 				e.handleChunk(p, hd, slot[slotHdr:slotHdr+hd.n])
 			}
 			p.consumed.Store(c)
+			p.lastAlive.Store(time.Now().UnixNano())
 			select {
 			case p.creditCh <- struct{}{}:
 			default:
@@ -415,13 +447,24 @@ func (e *Endpoint) progress() {
 func (e *Endpoint) creditor(p *peer) {
 	defer e.wg.Done()
 	var last uint32
+	var lastLink *link
 	for {
 		c := p.consumed.Load()
-		if c != last {
+		l := p.link.Load()
+		if c != last || l != lastLink {
 			sc := memview.Bytes(p.scratch, line)
 			binary.LittleEndian.PutUint32(sc[4:], c)
-			w := [1]Write{{Src: p.scratch + 4, Dst: p.remote + uint64(e.lay.ctrl(e.rank)+4), Len: 4}}
-			if err := e.f.Write(context.Background(), p.seg, w[:]); err != nil {
+			w := [1]Write{{Src: p.scratch + 4, Dst: l.remote + uint64(e.lay.ctrl(e.rank)+4), Len: 4}}
+			if err := e.f.Write(context.Background(), l.seg, w[:]); err != nil {
+				if p.dead.Load() != nil && p.link.Load() == l {
+					// A dead peer takes no credits; wait for a new incarnation.
+					select {
+					case <-p.creditCh:
+					case <-e.closed:
+						return
+					}
+					continue
+				}
 				// The peer is gone or unreachable; its sends to us will time out.
 				select {
 				case <-e.closed:
@@ -430,7 +473,7 @@ func (e *Endpoint) creditor(p *peer) {
 				}
 				continue
 			}
-			last = c
+			last, lastLink = c, l
 			continue
 		}
 		select {
@@ -633,10 +676,37 @@ func (r *Request) cancel(err error) {
 func (r *Request) Wait(ctx context.Context) (n, src int, err error) {
 	select {
 	case <-r.done:
-	case <-ctx.Done():
-		r.cancel(ctx.Err())
+		return r.n, r.src, r.err
+	default:
 	}
-	return r.n, r.src, r.err
+	if r.peer < 0 || r.peer == r.e.rank {
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+			r.cancel(ctx.Err())
+		}
+		return r.n, r.src, r.err
+	}
+	// A receive from one peer watches that peer's liveness while it waits.
+	every := probeEvery()
+	t := time.NewTimer(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.done:
+			return r.n, r.src, r.err
+		case <-ctx.Done():
+			r.cancel(ctx.Err())
+			return r.n, r.src, r.err
+		case <-t.C:
+			var last time.Time
+			if err := r.e.probeIfSilent(ctx, r.peer, &last); err != nil {
+				r.cancel(err)
+				return r.n, r.src, r.err
+			}
+			t.Reset(every)
+		}
+	}
 }
 
 // Cancel withdraws the receive with err (if it has not finished).
@@ -671,6 +741,13 @@ func (e *Endpoint) PostRecv(peer int, tag uint64, buf []byte) *Request {
 			in.claimer = r
 			e.inflight[r] = in
 			e.mu.Unlock()
+			return r
+		}
+	}
+	if peer != collective.AnySource {
+		if d := e.peers[peer].dead.Load(); d != nil {
+			e.mu.Unlock()
+			r.finish(0, -1, d.err)
 			return r
 		}
 	}

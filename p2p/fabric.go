@@ -2,6 +2,7 @@ package p2p
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"github.com/mooncake-go/mooncake/collective"
@@ -106,4 +107,16 @@ func (f *engineFabric) Write(ctx context.Context, seg uint64, ws []Write) error 
 	err := f.e.TransferSync(ctx, reqs)
 	f.pool.Put(&reqs)
 	return err
+}
+
+// Probe implements Prober with the engine's ping.
+func (f *engineFabric) Probe(ctx context.Context, segment string) error {
+	done := make(chan error, 1)
+	go func() { done <- f.e.ProbePeer(segment) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("peer %q did not answer within the probe timeout: %w", segment, ctx.Err())
+	}
 }

@@ -30,9 +30,16 @@ func (w *Work) Op() string { return w.op }
 // Finish completes the work with err (nil: success). Only the first call counts.
 func (w *Work) Finish(err error) { w.FinishFrom(-1, err) }
 
-// FinishFrom completes a receive from source rank src.
+// FinishFrom completes a receive from source rank src. A *Degraded err completes the work
+// successfully with its failed ranks as the hint.
 func (w *Work) FinishFrom(src int, err error) {
 	w.once.Do(func() {
+		var d *Degraded
+		if errors.As(err, &d) {
+			w.source, w.failed = src, append([]int(nil), d.Failed...)
+			close(w.done)
+			return
+		}
 		w.err, w.source = err, src
 		var fr interface{ FailedRanks() []int }
 		if err != nil && errors.As(err, &fr) {
@@ -40,6 +47,15 @@ func (w *Work) FinishFrom(src int, err error) {
 		}
 		close(w.done)
 	})
+}
+
+// Degraded is what an op returns when it completed, but not with every rank it should have
+// had: the result covers the survivors, Failed lists the others. The Work then succeeds and
+// reports Failed as its failed-ranks hint (torch: get_local_success is False).
+type Degraded struct{ Failed []int }
+
+func (d *Degraded) Error() string {
+	return fmt.Sprintf("completed without ranks %v", d.Failed)
 }
 
 // Done is closed when the op finished.

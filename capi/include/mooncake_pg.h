@@ -84,7 +84,8 @@ int mc_pg_barrier(uint64_t pg, uint64_t *work);
 int mc_work_wait(uint64_t work, int64_t timeout_ms);
 /* 1 done, 0 running. */
 int mc_work_test(uint64_t work);
-/* 1 succeeded, 0 failed or running. */
+/* 1 succeeded with every rank, 0 failed, running, or completed without some ranks (the
+ * failed-ranks hint is not empty: the result covers the survivors). */
 int mc_work_is_success(uint64_t work);
 /* Copies the error message (empty if none) into buf (NUL-terminated, truncated); returns its
  * full length. */
@@ -99,6 +100,13 @@ int mc_work_free(uint64_t work);
 int mc_pg_get_active_ranks(uint64_t pg, int32_t *out, int32_t n);
 int32_t mc_pg_max_group_size(uint64_t pg);
 int64_t mc_pg_current_epoch(uint64_t pg);
+/* Elastic membership calls (mooncake_pg.activate_ranks, ...): request is a JSON object
+ * {"op": "activate"|"deactivate"|"extend"|"join"|"sync"|"peer_state"|"num_synced"|"configure",
+ *  "ranks": [...], "size": n, "collective_timeout_us": t}; the JSON answer {"status", "new_epoch",
+ * "dropped_ranks", "reject_reason", "peer_state", "num_synced"} is copied into out
+ * (NUL-terminated, truncated). Returns the answer's full length, or <0 on error. Blocks while the
+ * call runs on the group's op queue (join waits until the rank is admitted). */
+int mc_pg_membership(uint64_t pg, const char *request, char *out, int32_t outlen);
 
 #ifdef __cplusplus
 }

@@ -21,8 +21,11 @@ Elastic queries take the group objects torch returns (``dist.group.WORLD``, ``ne
 
 from __future__ import annotations
 
+import ctypes
 import enum
+import json
 import os
+from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
 import torch
@@ -46,6 +49,17 @@ if _pg_ext.TORCH_VERSION != torch.__version__:  # pragma: no cover
 
 __all__ = [
     "MooncakeBackendOptions",
+    "ProposalResponse",
+    "SyncAfterFailureResponse",
+    "get_peer_state",
+    "get_num_synced_ranks",
+    "activate_ranks",
+    "recover_ranks",
+    "deactivate_ranks",
+    "join_group",
+    "sync_after_failure",
+    "extend_group_size_to",
+    "set_collective_timeout_us",
     "ProposalStatus",
     "SyncAfterFailureStatus",
     "get_active_ranks",
@@ -132,6 +146,9 @@ class MooncakeBackendOptions:
         )
 
 
+_collective_timeout_us = int(os.environ.get("MOONCAKE_PG_COLLECTIVE_TIMEOUT_US", "0") or 0)
+
+
 def _make_creator(cuda: bool):
     device = "cuda" if cuda else "cpu"
 
@@ -155,7 +172,7 @@ def _make_creator(cuda: bool):
         timeout = dist_backend_opts.timeout
         timeout_ms = int(timeout.total_seconds() * 1000) if timeout is not None else 0
         group_name = f"{dist_backend_opts.group_id}/{device}"
-        return _pg_ext.create_backend(
+        backend = _pg_ext.create_backend(
             dist_backend_opts.store,
             rank,
             size,
@@ -167,6 +184,9 @@ def _make_creator(cuda: bool):
             opts.auto_sync_on_failure,
             cuda,
         )
+        if _collective_timeout_us > 0:
+            _call(backend, "configure", collective_timeout_us=_collective_timeout_us)
+        return backend
 
     create.__name__ = f"create_mooncake_{device}_backend"
     return create
@@ -235,3 +255,118 @@ def get_failed_ranks_hint(work: Any) -> List[int]:
 def get_local_success(work: Any) -> bool:
     """Whether the op of a completed ``Work`` succeeded on this rank with every peer."""
     return bool(_pg_ext.get_local_success(work))
+
+
+# ---------------------------------------------------------------- elastic membership
+
+
+@dataclass
+class ProposalResponse:
+    """Answer of activate_ranks / recover_ranks / deactivate_ranks / join_group /
+    extend_group_size_to."""
+
+    status: ProposalStatus
+    new_epoch: int
+    dropped_ranks: List[int] = field(default_factory=list)
+    reject_reason: str = ""
+
+
+@dataclass
+class SyncAfterFailureResponse:
+    """Answer of sync_after_failure."""
+
+    status: SyncAfterFailureStatus
+    reject_reason: str = ""
+
+
+def _call(backend: Any, op: str, **kw: Any) -> dict:
+    from mooncake import _native
+
+    lib = _native.lib()
+    fn = lib.mc_pg_membership
+    fn.argtypes = [ctypes.c_uint64, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int32]
+    fn.restype = ctypes.c_int
+    req = json.dumps(dict(op=op, **kw)).encode()
+    buf = ctypes.create_string_buffer(1 << 16)
+    n = fn(ctypes.c_uint64(backend.handle), req, buf, len(buf))
+    if n < 0:
+        raise RuntimeError(f"mooncake: {op}: {_native.last_error()}")
+    return json.loads(buf.value.decode())
+
+
+def _ranks(ranks: Any) -> List[int]:
+    if isinstance(ranks, torch.Tensor):
+        ranks = ranks.tolist()
+    if isinstance(ranks, int):
+        ranks = [ranks]
+    out = []
+    for r in ranks:
+        if isinstance(r, bool) or not isinstance(r, int):
+            raise TypeError(f"mooncake: ranks must be ints, got {r!r}")
+        out.append(int(r))
+    return out
+
+
+def _proposal(d: dict) -> ProposalResponse:
+    return ProposalResponse(ProposalStatus(d["status"]), int(d["new_epoch"]),
+                            list(d.get("dropped_ranks") or []), d.get("reject_reason", ""))
+
+
+def get_peer_state(pg: Any, ranks: Any) -> List[bool]:
+    """For each rank: alive and reachable, with a published endpoint."""
+    return [bool(x) for x in _call(get_backend(pg), "peer_state", ranks=_ranks(ranks))["peer_state"]]
+
+
+def get_num_synced_ranks(pg: Any = None) -> int:
+    """Number of ranks that take part in the group's ops (active, not failed)."""
+    return int(_call(get_backend(pg), "num_synced")["num_synced"])
+
+
+def activate_ranks(pg: Any, ranks: Any) -> ProposalResponse:
+    """Admits ranks (replacements or new ranks that called join_group) into the group.
+
+    Every active rank calls it (like every c10d call); proposals are idempotent. Ranks without a
+    live published endpoint are dropped from the proposal (AppliedWithDroppedRanks), or the
+    proposal is Rejected when none is left."""
+    return _proposal(_call(get_backend(pg), "activate", ranks=_ranks(ranks)))
+
+
+recover_ranks = activate_ranks
+
+
+def deactivate_ranks(pg: Any, ranks: Any) -> ProposalResponse:
+    """Removes ranks from the group (a new epoch); every active rank calls it."""
+    return _proposal(_call(get_backend(pg), "deactivate", ranks=_ranks(ranks)))
+
+
+def extend_group_size_to(pg: Any, size: int) -> ProposalResponse:
+    """Activates every rank below ``size`` (up to max_group_size) that is not active yet."""
+    return _proposal(_call(get_backend(pg), "extend", size=int(size)))
+
+
+def join_group(pg: Any = None) -> ProposalResponse:
+    """Called by a replacement or extension process: blocks until the group admitted it."""
+    return _proposal(_call(get_backend(pg), "join"))
+
+
+def sync_after_failure(pg: Any = None) -> SyncAfterFailureResponse:
+    """Commits pending failures (auto_deactivate_on_failure without auto_sync_on_failure):
+    the failed ranks become inactive in a new epoch."""
+    d = _call(get_backend(pg), "sync")
+    return SyncAfterFailureResponse(SyncAfterFailureStatus(d["status"]), d.get("reject_reason", ""))
+
+
+def set_collective_timeout_us(timeout_us: int) -> None:
+    """Deadline of every collective of mooncake groups created afterwards (and of the default
+    group when it exists), in microseconds; 0 restores the group's own timeout
+    (init_process_group's ``timeout``). A dead peer is found by liveness probes (every 200 ms
+    of silence, ``MC_PG_PROBE_MS``) well before any deadline; this bounds waits on peers that
+    are alive but stuck."""
+    global _collective_timeout_us
+    _collective_timeout_us = max(0, int(timeout_us))
+    if dist.is_initialized():
+        try:
+            b = get_backend(None)
+        except ValueError:
+            return
+        _call(b, "configure", collective_timeout_us=_collective_timeout_us)
