@@ -111,7 +111,7 @@ type peer struct {
 	dead      atomic.Pointer[deadErr]
 	lastAlive atomic.Int64 // unix ns of the last message or answered probe
 	segName   atomic.Pointer[string]
-	link      atomic.Pointer[link]           // what the creditor writes to
+	link      atomic.Pointer[link]          // what the creditor writes to
 	reset     atomic.Pointer[chan struct{}] // Reconnect asks progress to reset the receive side
 }
 
