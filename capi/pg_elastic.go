@@ -331,6 +331,14 @@ func (pg *pgroup) runFT(ctx context.Context, op string, inplace []byte, fn func(
 			}
 			return nil
 		}
+		var mm *collective.MismatchError
+		if errors.As(err, &mm) && mm.Membership {
+			// A member is ahead of this rank in the decision log (it saw a failure this rank
+			// did not, or a membership call this rank did not make): catch up, so the next op
+			// runs with the same view on every rank.
+			pg.catchUp()
+			return err
+		}
 		if !isPeerFailure(err) || ctx.Err() != nil {
 			return err
 		}
@@ -361,6 +369,20 @@ func (pg *pgroup) runFT(ctx context.Context, op string, inplace []byte, fn func(
 		failed = union(failed, d.Ranks)
 		if backup != nil {
 			copy(inplace, backup)
+		}
+	}
+}
+
+// catchUp applies the decisions in the log that this rank has not applied.
+func (pg *pgroup) catchUp() {
+	for {
+		k := pg.m.applied + 1
+		if ok, err := pg.st.Check(pg.key("dec", k)); err != nil || !ok {
+			return
+		}
+		d, err := pg.readDecision(k, decisionWait)
+		if err != nil || pg.apply(d) != nil {
+			return
 		}
 	}
 }

@@ -115,7 +115,11 @@ func (e *PeerError) FailedRanks() []int {
 }
 
 // MismatchError is an op whose ranks disagree on its arguments; every rank reports the same one.
-type MismatchError struct{ Msg string }
+type MismatchError struct {
+	Msg string
+	// Membership: the members had applied different numbers of membership decisions.
+	Membership bool
+}
 
 func (e *MismatchError) Error() string { return e.Msg }
 

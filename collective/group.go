@@ -351,28 +351,28 @@ func (o *opState) validate(hs []header) error {
 		name := ref.kind.String()
 		switch {
 		case h.view != ref.view:
-			return &MismatchError{fmt.Sprintf("membership mismatch at op #%d (%s): rank %d has applied %d membership decisions, rank %d has applied %d (every active rank must make the same membership calls: activate_ranks, recover_ranks, deactivate_ranks, extend_group_size_to, sync_after_failure)",
-				ref.seq, name, r, h.view, r0, ref.view)}
+			return &MismatchError{Msg: fmt.Sprintf("membership mismatch at op #%d (%s): rank %d has applied %d membership decisions, rank %d has applied %d (every active rank must make the same membership calls: activate_ranks, recover_ranks, deactivate_ranks, extend_group_size_to, sync_after_failure)",
+				ref.seq, name, r, h.view, r0, ref.view), Membership: true}
 		case h.kind != ref.kind:
-			return &MismatchError{fmt.Sprintf("collective mismatch at op #%d: rank %d called %s, rank %d called %s",
+			return &MismatchError{Msg: fmt.Sprintf("collective mismatch at op #%d: rank %d called %s, rank %d called %s",
 				ref.seq, r, h.kind, r0, ref.kind)}
 		case ref.kind.hasDType() && h.dtype != ref.dtype:
-			return &MismatchError{fmt.Sprintf("%s: rank %d has dtype %s, rank %d has %s",
+			return &MismatchError{Msg: fmt.Sprintf("%s: rank %d has dtype %s, rank %d has %s",
 				name, r, dtypeName(h.dtype), r0, dtypeName(ref.dtype))}
 		case ref.kind.hasDType() && h.op != ref.op:
-			return &MismatchError{fmt.Sprintf("%s: rank %d uses reduce op %s, rank %d uses %s",
+			return &MismatchError{Msg: fmt.Sprintf("%s: rank %d uses reduce op %s, rank %d uses %s",
 				name, r, opName(h.op), r0, opName(ref.op))}
 		case ref.kind.hasRoot() && h.root != ref.root:
-			return &MismatchError{fmt.Sprintf("%s: rank %d names root %d, rank %d names root %d",
+			return &MismatchError{Msg: fmt.Sprintf("%s: rank %d names root %d, rank %d names root %d",
 				name, r, h.root, r0, ref.root)}
 		case h.count != ref.count && ref.kind.hasDType():
-			return &MismatchError{fmt.Sprintf("%s: rank %d has %d %s elements, rank %d has %d",
+			return &MismatchError{Msg: fmt.Sprintf("%s: rank %d has %d %s elements, rank %d has %d",
 				name, r, h.count, dtypeName(ref.dtype), r0, ref.count)}
 		case h.count != ref.count:
-			return &MismatchError{fmt.Sprintf("%s: rank %d has %d bytes, rank %d has %d",
+			return &MismatchError{Msg: fmt.Sprintf("%s: rank %d has %d bytes, rank %d has %d",
 				name, r, h.count, r0, ref.count)}
 		case len(h.extra) != len(ref.extra):
-			return &MismatchError{fmt.Sprintf("%s: rank %d and rank %d disagree on the group size (%d vs %d split sizes)",
+			return &MismatchError{Msg: fmt.Sprintf("%s: rank %d and rank %d disagree on the group size (%d vs %d split sizes)",
 				name, r, r0, len(h.extra), len(ref.extra))}
 		}
 	}
@@ -386,7 +386,7 @@ func (o *opState) validate(hs []header) error {
 					continue
 				}
 				if hi.extra[rj] != hj.extra[half+ri] {
-					return &MismatchError{fmt.Sprintf("all_to_all: rank %d sends %d bytes to rank %d, which expects %d bytes from it",
+					return &MismatchError{Msg: fmt.Sprintf("all_to_all: rank %d sends %d bytes to rank %d, which expects %d bytes from it",
 						ri, hi.extra[rj], rj, hj.extra[half+ri])}
 				}
 			}

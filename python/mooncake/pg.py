@@ -14,9 +14,14 @@ auto_deactivate_on_failure, auto_sync_on_failure)`` to ``init_process_group``/``
 Without it the defaults come from ``MOONCAKE_PG_AUTO_DEACTIVATE_ON_FAILURE`` and
 ``MOONCAKE_PG_AUTO_SYNC_ON_FAILURE`` (``0``/``false``/``no``/``off`` disable; default on).
 
-Elastic queries take the group objects torch returns (``dist.group.WORLD``, ``new_group(...)``,
-``None`` for the default group): :func:`get_active_ranks`, :func:`get_current_epoch`, and, for the
+Elastic membership (docs/elastic.md): the functions take the group objects torch returns
+(``dist.group.WORLD``, ``new_group(...)``, ``None`` for the default group): queries
+(:func:`get_active_ranks`, :func:`get_current_epoch`, :func:`get_num_synced_ranks`,
+:func:`get_peer_state`), membership calls made by every active rank (:func:`activate_ranks` /
+:func:`recover_ranks`, :func:`deactivate_ranks`, :func:`extend_group_size_to`,
+:func:`sync_after_failure`), :func:`join_group` for a replacement or new process, and, for the
 ``Work`` of an ``async_op=True`` call, :func:`get_failed_ranks_hint` and :func:`get_local_success`.
+A peer that dies never fails an op: the op completes over the survivors and says so in the hint.
 """
 
 from __future__ import annotations
