@@ -643,6 +643,7 @@ func (pg *pgroup) probe(ctx context.Context, segment string) error {
 // join follows the decision log until a decision activates this rank, then waits until every
 // other member acknowledged it.
 func (pg *pgroup) join(ctx context.Context) (memberResult, error) {
+	pg.catchUp() // a rank the group deactivated learns it here
 	if pg.m.joined {
 		return memberResult{Status: statusApplied}, nil
 	}

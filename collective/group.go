@@ -402,7 +402,9 @@ func (o *opState) finish(err error) error {
 		return nil
 	}
 	var me *MismatchError
-	if o.n > 1 && !errors.As(err, &me) { // a mismatch is seen by every rank on its own
+	// An argument mismatch is seen by every rank on its own; a membership mismatch is not (the
+	// ranks disagree on who the members are), so it aborts like a failure.
+	if o.n > 1 && (!errors.As(err, &me) || me.Membership) {
 		ab := &AbortError{Peer: o.g.rank, Reason: err.Error()}
 		var fr interface{ FailedRanks() []int }
 		if errors.As(err, &fr) {
