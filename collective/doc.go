@@ -76,6 +76,17 @@
 // fail at once with that AbortError; the group then leaves the fast path for good and later ops
 // use Conn. The hot path does not allocate.
 //
+// # Membership
+//
+// SetMembership installs a view (the number of membership decisions applied, the epoch, the
+// active mask, and active ranks that ops leave out); every op header carries the number of
+// decisions, so members with different views fail the op with a MismatchError{Membership: true}
+// (which, unlike an argument mismatch, aborts the op on every member: they disagree on who the
+// members are). A view change ends the fast path. While the fast path waits on a silent peer it
+// asks the Conn (LivenessChecker) whether the peer is alive, so a dead peer fails the op at once
+// with a PeerError wrapping ErrPeerDead.
+//
 // This package does not own the transport (p2p), the op queue or timeouts (worker), the
-// membership protocol, or the reduction kernels (collective/reduce).
+// membership protocol (capi's pg_elastic.go: the decision log), or the reduction kernels
+// (collective/reduce).
 package collective

@@ -38,8 +38,13 @@
 // fail, and its queued messages are dropped.
 //
 // Failures: a failed or timed-out engine transfer to a peer fails the send with an error
-// naming the peer and marks the link broken (later sends to it fail at once). A dead peer that
-// sends nothing shows up as the receiver's timeout (the caller's context).
+// naming the peer and marks the link broken (later sends to it fail at once). A peer that
+// stays silent while a receive or a credit wait waits on it is probed (liveness.go: the
+// engine's ping, every MC_PG_PROBE_MS, default 200 ms); one that does not answer is marked dead,
+// and every wait on it and every send to it fails at once with an error wrapping
+// collective.ErrPeerDead. Endpoint implements collective.LivenessChecker for the collective
+// fast path. Reconnect points a link at a replacement process (a new incarnation of the rank):
+// both directions' ring counters restart and what the old process left is dropped.
 //
 // Fabrics that can map same-host peers' buffers implement SharedMapper (EngineFabric does);
 // NewSharedMemory turns one into the collective.SharedMemory of the collective fast path.
