@@ -238,8 +238,13 @@ def main() -> None:
     p.add_argument("-g", "--ranks", type=int, default=2, help="ranks to spawn on this node")
     p.add_argument("--timeout", type=int, default=300)
     p.add_argument("--json", default="")
+    p.add_argument("--netns", action="store_true",
+                   help="two ranks in two network namespaces joined by a veth pair (root, ip): "
+                        "two hosts as far as the engine can tell, so mooncake moves bytes over tcp")
     args = p.parse_args()
-    if "RANK" in os.environ:  # under torchrun
+    if args.netns and "RANK" not in os.environ:
+        return run_netns()
+    if "RANK" in os.environ:  # under torchrun (or --netns)
         import mooncake_pg  # noqa: F401
 
         dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
@@ -252,6 +257,47 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         init = "file://" + os.path.join(d, "rdzv")
         torch.multiprocessing.spawn(worker, args=(args, args.ranks, init), nprocs=args.ranks)
+
+
+def run_netns() -> int:
+    """Runs this benchmark with one rank in each of two fresh network namespaces."""
+    import shutil
+    import subprocess
+    import uuid
+
+    if shutil.which("ip") is None or os.geteuid() != 0:
+        raise SystemExit("--netns needs root and iproute2 (ip)")
+    tag = uuid.uuid4().hex[:6]
+    ns, veth = [f"pb{tag}a", f"pb{tag}b"], [f"pv{tag}a", f"pv{tag}b"]
+    addrs = ["10.231.19.1", "10.231.19.2"]
+
+    def ip(*a):
+        subprocess.run(["ip", *a], check=True, capture_output=True)
+
+    try:
+        for n in ns:
+            ip("netns", "add", n)
+        ip("link", "add", veth[0], "type", "veth", "peer", "name", veth[1])
+        for n, v, a in zip(ns, veth, addrs):
+            ip("link", "set", v, "netns", n)
+            ip("-n", n, "addr", "add", f"{a}/24", "dev", v)
+            ip("-n", n, "link", "set", v, "up")
+            ip("-n", n, "link", "set", "lo", "up")
+        argv = [a for a in sys.argv[1:] if a != "--netns"]
+        procs = []
+        for r in range(2):
+            env = dict(os.environ, RANK=str(r), LOCAL_RANK="0", WORLD_SIZE="2",
+                       MASTER_ADDR=addrs[0], MASTER_PORT="29611", GLOO_SOCKET_IFNAME=veth[r])
+            procs.append(subprocess.Popen(["ip", "netns", "exec", ns[r], sys.executable,
+                                           os.path.abspath(__file__), *argv], env=env,
+                                          stdout=None if r == 0 else subprocess.DEVNULL))
+        rc = 0
+        for p in procs:
+            rc |= p.wait()
+        return rc
+    finally:
+        for n in ns:
+            subprocess.run(["ip", "netns", "del", n], capture_output=True)
 
 
 if __name__ == "__main__":

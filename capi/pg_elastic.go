@@ -340,13 +340,21 @@ func (pg *pgroup) runFT(ctx context.Context, op string, inplace []byte, fn func(
 			return err
 		}
 		if !isPeerFailure(err) || ctx.Err() != nil {
+			pg.catchUp()
 			return err
 		}
 		dead := pg.deadMembers(ctx, members)
 		if len(dead) == 0 {
+			// Nobody died: the op failed for another reason (a member that aborted it, for
+			// instance because it is ahead in the decision log). Catch up and report it.
+			pg.catchUp()
 			return err
 		}
 		d, perr := pg.propose(func(cur *decision) (*decision, string) {
+			participating := without(cur.Active, cur.Excluded)
+			if len(without(dead, participating)) == len(dead) {
+				return nil, "" // already out (a decision this rank applied meanwhile)
+			}
 			cur.Kind, cur.Ranks, cur.FailedSeq = "fault", dead, seq
 			if pg.cfg.autoDeactivate && pg.cfg.autoSync {
 				cur.Epoch++
@@ -364,9 +372,13 @@ func (pg *pgroup) runFT(ctx context.Context, op string, inplace []byte, fn func(
 			return fmt.Errorf("%w; agreeing on the failed ranks failed too: %w", err, perr)
 		}
 		if !pg.m.joined {
-			return opErr{fmt.Errorf("%s on rank %d: the group declared this rank failed (decision #%d by rank %d): %w", op, pg.cfg.rank, d.Index, d.By, err)}
+			return opErr{fmt.Errorf("%s on rank %d: the group declared this rank failed (epoch %d): %w", op, pg.cfg.rank, pg.g.Epoch(), err)}
 		}
-		failed = union(failed, d.Ranks)
+		if d != nil {
+			failed = union(failed, d.Ranks)
+		} else {
+			failed = union(failed, dead)
+		}
 		if backup != nil {
 			copy(inplace, backup)
 		}
@@ -605,7 +617,8 @@ func (pg *pgroup) replaced(r int) bool {
 	if err != nil {
 		return false
 	}
-	return pg.ep.Dead(r) != nil || pg.ep.SegmentOf(r) != info.Segment
+	seg, id := pg.ep.Incarnation(r)
+	return pg.ep.Dead(r) != nil || seg != info.Segment || id != info.Engine
 }
 
 // peerState: alive and reachable, with a published endpoint.
@@ -627,15 +640,15 @@ func (pg *pgroup) peerState(ranks []int) []bool {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		out[i] = pg.probe(ctx, info.Segment) == nil
+		out[i] = pg.probe(ctx, info) == nil
 		cancel()
 	}
 	return out
 }
 
-func (pg *pgroup) probe(ctx context.Context, segment string) error {
+func (pg *pgroup) probe(ctx context.Context, info p2p.Info) error {
 	if pr, ok := pg.fabric.(p2p.Prober); ok {
-		return pr.Probe(ctx, segment)
+		return pr.Probe(ctx, info.Segment, info.Engine)
 	}
 	return nil
 }
@@ -683,34 +696,38 @@ func deadlineOf(ctx context.Context) time.Time {
 }
 
 // joiningProcess decides whether a new process for rank r joins a running group: it asked to
-// (is_extension), or an earlier process of rank r started the group and is gone while another
-// rank of the group is alive.
-func joiningProcess(cfg pgConfig, st kvStore, probe func(segment string) error) bool {
+// (is_extension), or an earlier process of rank r completed the group's set-up and is gone
+// while another rank's process that completed it is alive. Each rank records the segment of
+// the process that completed set-up (its endpoint, with the engine instance id) under
+// ".../ep/<rank>/up", after every rank published its
+// endpoint; a fresh job that reuses a store runs this check before publishing its own
+// endpoint, so its peers cannot have completed set-up yet and it never mistakes itself for a
+// replacement.
+func joiningProcess(cfg pgConfig, st kvStore, probe func(p2p.Info) error) bool {
 	if cfg.isExtension {
 		return true
 	}
-	up, err := st.Check(endpointKey(cfg.name, cfg.rank) + "/up")
-	if err != nil || !up {
-		return false
+	up := func(r int) (p2p.Info, bool) {
+		var pi p2p.Info
+		ok, err := st.Check(endpointKey(cfg.name, r) + "/up")
+		if err != nil || !ok {
+			return pi, false
+		}
+		v, err := st.Get(endpointKey(cfg.name, r)+"/up", time.Second)
+		if err != nil || json.Unmarshal(v, &pi) != nil || pi.Engine == "" {
+			return pi, false
+		}
+		return pi, true
 	}
-	v, err := st.Get(endpointKey(cfg.name, cfg.rank), time.Second)
-	if err != nil {
-		return false
+	old, ok := up(cfg.rank)
+	if !ok || probe(old) == nil {
+		return false // first start, or a re-init in the same process
 	}
-	var old p2p.Info
-	if json.Unmarshal(v, &old) != nil || probe(old.Segment) == nil {
-		return false // the earlier incarnation is alive: this is a re-init in the same process
-	}
-	for r := 0; r < cfg.size; r++ {
+	for r := 0; r < cfg.maxSize; r++ {
 		if r == cfg.rank {
 			continue
 		}
-		v, err := st.Get(endpointKey(cfg.name, r), time.Millisecond)
-		if err != nil {
-			continue
-		}
-		var pi p2p.Info
-		if json.Unmarshal(v, &pi) == nil && probe(pi.Segment) == nil {
+		if pi, ok := up(r); ok && probe(pi) == nil {
 			return true
 		}
 	}

@@ -127,11 +127,11 @@ func newPGroup(cfg pgConfig, st kvStore, f p2p.Fabric) (*pgroup, error) {
 		ep.Close()
 		return nil, err
 	}
-	joining := joiningProcess(cfg, st, func(seg string) error {
+	joining := joiningProcess(cfg, st, func(pi p2p.Info) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		if pr, ok := f.(p2p.Prober); ok {
-			return pr.Probe(ctx, seg)
+			return pr.Probe(ctx, pi.Segment, pi.Engine)
 		}
 		return nil
 	})
@@ -196,7 +196,7 @@ func newPGroup(cfg pgConfig, st kvStore, f p2p.Fabric) (*pgroup, error) {
 	if cfg.rank == 0 {
 		st.Set(cfg.name+"/mooncake/size", []byte(strconv.Itoa(cfg.size)))
 	}
-	st.Set(endpointKey(cfg.name, cfg.rank)+"/up", []byte("1"))
+	st.Set(endpointKey(cfg.name, cfg.rank)+"/up", info)
 	return pg, nil
 }
 

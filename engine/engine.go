@@ -41,6 +41,7 @@ type Engine struct {
 	port     int
 	hostID   string
 	pid      int
+	id       string // this process's engine, unique (answers pings: see ProbePeerID)
 	timeout  time.Duration
 	forceTCP bool
 	store    metadata.Store
@@ -96,6 +97,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	e := &Engine{
 		hostID:   HostID(),
 		pid:      os.Getpid(),
+		id:       fmt.Sprintf("%d-%016x", os.Getpid(), rand.Uint64()),
 		timeout:  cfg.TransferTimeout,
 		forceTCP: envBool("MC_FORCE_TCP"),
 		remotes:  make(map[SegmentID]*remoteSeg),
@@ -311,7 +313,7 @@ func (h *serverHandler) Control(op tcp.Op, payload []byte) ([]byte, error) {
 	case tcp.OpDescriptor:
 		return *e.descJSON.Load(), nil
 	case tcp.OpPing:
-		return nil, nil
+		return []byte(e.id), nil
 	case tcp.OpNotify:
 		var n Notify
 		if err := json.Unmarshal(payload, &n); err != nil {
@@ -357,9 +359,20 @@ func (e *Engine) SendNotify(target SegmentID, n Notify) error {
 	return nil
 }
 
+// ID identifies this engine instance: two processes never share one, even when a new process
+// reuses a dead one's address (and so its segment name under P2PHANDSHAKE).
+func (e *Engine) ID() string { return e.id }
+
 // ProbePeer checks that the engine named name answers.
-func (e *Engine) ProbePeer(name string) error {
+func (e *Engine) ProbePeer(name string) error { return e.ProbePeerID(name, "") }
+
+// ProbePeerID checks that the engine named name answers and, when id is not empty, that it is
+// the engine instance id (not another process that took over its address).
+func (e *Engine) ProbePeerID(name, id string) error {
 	if name == e.name {
+		if id != "" && id != e.id {
+			return fmt.Errorf("segment %q is now served by another engine (%s, not %s)", name, e.id, id)
+		}
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), min(e.timeout, 5*time.Second))
@@ -368,8 +381,12 @@ func (e *Engine) ProbePeer(name string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := e.tcp.Call(ctx, addr, tcp.OpPing, nil); err != nil {
+	got, err := e.tcp.Call(ctx, addr, tcp.OpPing, nil)
+	if err != nil {
 		return fmt.Errorf("peer %q (%s) does not answer: %w: %w", name, addr, ErrSocket, err)
+	}
+	if id != "" && string(got) != id {
+		return fmt.Errorf("segment %q is now served by another engine (%q, not %q): %w", name, got, id, ErrSocket)
 	}
 	return nil
 }

@@ -40,6 +40,9 @@ type Info struct {
 	MaxPeers  int    `json:"max_peers"`
 	Slots     int    `json:"slots"`
 	SlotBytes int    `json:"slot_bytes"`
+	// Engine identifies the process's engine instance (liveness probes check it, so a new
+	// process that took over a dead one's address is not mistaken for it).
+	Engine string `json:"engine,omitempty"`
 }
 
 const (
@@ -79,6 +82,7 @@ type Endpoint struct {
 	unexpected []*inbound
 	inflight   map[*Request]*inbound
 	aborted    map[uint64]*collective.AbortError
+	abortSent  map[uint64]bool // spaces this rank told its peers about
 	abortOrder []uint64
 
 	closed    chan struct{}
@@ -111,6 +115,7 @@ type peer struct {
 	dead      atomic.Pointer[deadErr]
 	lastAlive atomic.Int64 // unix ns of the last message or answered probe
 	segName   atomic.Pointer[string]
+	engineID  atomic.Pointer[string]
 	link      atomic.Pointer[link]          // what the creditor writes to
 	reset     atomic.Pointer[chan struct{}] // Reconnect asks progress to reset the receive side
 }
@@ -150,7 +155,8 @@ func New(f Fabric, rank, maxPeers int, opts Options) (*Endpoint, error) {
 	}
 	e := &Endpoint{f: f, rank: rank, lay: lay, base: base, mem: memview.Bytes(base, lay.size()),
 		inflight: map[*Request]*inbound{}, aborted: map[uint64]*collective.AbortError{},
-		closed: make(chan struct{})}
+		abortSent: map[uint64]bool{},
+		closed:    make(chan struct{})}
 	e.bell = memview.Uint32(base + uintptr(lay.bell()))
 	for p := 0; p < maxPeers; p++ {
 		pp := &peer{rank: p, sendSem: make(chan struct{}, 1), creditCh: make(chan struct{}, 1)}
@@ -169,8 +175,12 @@ func New(f Fabric, rank, maxPeers int, opts Options) (*Endpoint, error) {
 
 // Info describes this endpoint for its peers.
 func (e *Endpoint) Info() Info {
-	return Info{Rank: e.rank, Segment: e.f.SegmentName(), Addr: uint64(e.base), MaxPeers: e.lay.P,
+	info := Info{Rank: e.rank, Segment: e.f.SegmentName(), Addr: uint64(e.base), MaxPeers: e.lay.P,
 		Slots: e.lay.K, SlotBytes: e.lay.S}
+	if id, ok := e.f.(interface{ EngineID() string }); ok {
+		info.Engine = id.EngineID()
+	}
+	return info
 }
 
 // Rank is the local rank.
@@ -209,6 +219,7 @@ func (e *Endpoint) Connect(info Info) error {
 	p.link.Store(&link{seg, info.Addr})
 	name := info.Segment
 	p.segName.Store(&name)
+	p.engineID.Store(&info.Engine)
 	p.lastAlive.Store(time.Now().UnixNano())
 	p.connected.Store(true)
 	e.wg.Add(1)
@@ -763,10 +774,18 @@ func (e *Endpoint) Recv(ctx context.Context, peer int, tag uint64, buf []byte) (
 }
 
 // Abort implements collective.Conn.
+//
+// Peers are told even when a peer's abort already reached this rank: members that disagree on
+// the membership do not share one member list, so the first aborter may not know them all.
 func (e *Endpoint) Abort(space uint64, peers []int, ab *collective.AbortError) {
-	if !e.abortLocal(space, ab) {
+	e.abortLocal(space, ab)
+	e.mu.Lock()
+	if e.abortSent[space] {
+		e.mu.Unlock()
 		return
 	}
+	e.abortSent[space] = true
+	e.mu.Unlock()
 	msg := collective.EncodeAbort(ab)
 	if max := e.lay.S; len(msg) > max {
 		msg = msg[:max]
@@ -794,6 +813,7 @@ func (e *Endpoint) abortLocal(space uint64, ab *collective.AbortError) bool {
 	e.abortOrder = append(e.abortOrder, space)
 	if len(e.abortOrder) > 4096 {
 		delete(e.aborted, e.abortOrder[0])
+		delete(e.abortSent, e.abortOrder[0])
 		e.abortOrder = e.abortOrder[1:]
 	}
 	var fail []*Request

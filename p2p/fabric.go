@@ -109,10 +109,13 @@ func (f *engineFabric) Write(ctx context.Context, seg uint64, ws []Write) error 
 	return err
 }
 
+// EngineID is the engine instance's id (Info.Engine).
+func (f *engineFabric) EngineID() string { return f.e.ID() }
+
 // Probe implements Prober with the engine's ping.
-func (f *engineFabric) Probe(ctx context.Context, segment string) error {
+func (f *engineFabric) Probe(ctx context.Context, segment, engine string) error {
 	done := make(chan error, 1)
-	go func() { done <- f.e.ProbePeer(segment) }()
+	go func() { done <- f.e.ProbePeerID(segment, engine) }()
 	select {
 	case err := <-done:
 		return err

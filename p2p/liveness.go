@@ -22,7 +22,9 @@ import (
 // Prober is implemented by fabrics that can check that a peer's process answers
 // (EngineFabric: the engine's ping to the segment's RPC port).
 type Prober interface {
-	Probe(ctx context.Context, segment string) error
+	// Probe checks that segment answers and, when engine is not empty, that the engine
+	// instance engine (Info.Engine) serves it.
+	Probe(ctx context.Context, segment, engine string) error
 }
 
 // probeEvery is how long a wait on a silent peer lasts between two liveness probes
@@ -113,7 +115,11 @@ func (e *Endpoint) PeerAlive(ctx context.Context, rank int) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	err := pr.Probe(ctx, *seg)
+	var id string
+	if v := p.engineID.Load(); v != nil {
+		id = *v
+	}
+	err := pr.Probe(ctx, *seg, id)
 	if err == nil {
 		p.lastAlive.Store(time.Now().UnixNano())
 		return nil
@@ -180,7 +186,8 @@ func (e *Endpoint) Reconnect(info Info) error {
 	if !p.connected.Load() {
 		return e.Connect(info)
 	}
-	if cur := p.segName.Load(); cur != nil && *cur == info.Segment && p.dead.Load() == nil {
+	if cur, id := p.segName.Load(), p.engineID.Load(); cur != nil && *cur == info.Segment &&
+		id != nil && *id == info.Engine && p.dead.Load() == nil {
 		return nil
 	}
 	seg, err := e.f.OpenSegment(info.Segment)
@@ -207,6 +214,7 @@ func (e *Endpoint) Reconnect(info Info) error {
 	p.seg, p.remote = seg, info.Addr
 	name := info.Segment
 	p.segName.Store(&name)
+	p.engineID.Store(&info.Engine)
 	p.lastAlive.Store(time.Now().UnixNano())
 	p.dead.Store(nil)
 	p.link.Store(&link{seg, info.Addr})
@@ -238,13 +246,17 @@ func (e *Endpoint) resetRecv(p *peer) {
 	e.mu.Unlock()
 }
 
-// SegmentOf is the segment name of rank's current incarnation ("" when not connected).
-func (e *Endpoint) SegmentOf(rank int) string {
+// Incarnation is the segment name and engine id of the process rank's link points at
+// (empty when not connected).
+func (e *Endpoint) Incarnation(rank int) (segment, engine string) {
 	if rank < 0 || rank >= len(e.peers) {
-		return ""
+		return "", ""
 	}
 	if s := e.peers[rank].segName.Load(); s != nil {
-		return *s
+		segment = *s
 	}
-	return ""
+	if s := e.peers[rank].engineID.Load(); s != nil {
+		engine = *s
+	}
+	return segment, engine
 }
