@@ -55,6 +55,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -184,8 +185,8 @@ func elems(op string, count int64, dtype C.int32_t, rop *C.int32_t) (int64, redu
 }
 
 func (pg *pgroup) checkRank(op, what string, r C.int32_t) error {
-	if r < 0 || int(r) >= pg.cfg.size {
-		return invalid(fmt.Sprintf("%s: %s %d is not a rank of this group (size %d)", op, what, int32(r), pg.cfg.size))
+	if n := pg.extent(); r < 0 || int(r) >= n {
+		return invalid(fmt.Sprintf("%s: %s %d is not a rank of this group (size %d)", op, what, int32(r), n))
 	}
 	return nil
 }
@@ -231,9 +232,26 @@ func mc_pg_create(cfg *C.mc_pg_config, store *C.mc_store_ops, out *C.uint64_t) C
 		C.free(unsafe.Pointer(ops))
 		return setErr(err)
 	}
-	pg.release = func() { C.free(unsafe.Pointer(ops)) }
+	word := (*C.int32_t)(C.malloc(4))
+	pg.onView = func(extent int) { atomic.StoreInt32((*int32)(unsafe.Pointer(word)), int32(extent)) }
+	pg.onView(pg.extent())
+	pg.release = func() {
+		C.free(unsafe.Pointer(ops))
+		C.free(unsafe.Pointer(word))
+	}
+	pg.extentWord = unsafe.Pointer(word)
 	*out = C.uint64_t(pgs.put(pg))
 	return 0
+}
+
+//export mc_pg_extent_word
+func mc_pg_extent_word(h C.uint64_t) *C.int32_t {
+	pg, err := pgOf(h)
+	if err != nil {
+		setErr(err)
+		return nil
+	}
+	return (*C.int32_t)(pg.extentWord)
 }
 
 //export mc_pg_destroy
@@ -324,7 +342,7 @@ func mc_pg_allgather(h C.uint64_t, in unsafe.Pointer, nbytes C.int64_t, outs uns
 	if err != nil {
 		return setErr(err)
 	}
-	bs, err := cbufs(op, "outs", outs, pg.cfg.size, int64(nbytes))
+	bs, err := cbufs(op, "outs", outs, pg.extent(), int64(nbytes))
 	if err != nil {
 		return setErr(err)
 	}
@@ -350,7 +368,7 @@ func mc_pg_gather(h C.uint64_t, in unsafe.Pointer, nbytes C.int64_t, outs unsafe
 	}
 	var bs [][]byte
 	if int(root) == pg.cfg.rank {
-		if bs, err = cbufs(op, "outs", outs, pg.cfg.size, int64(nbytes)); err != nil {
+		if bs, err = cbufs(op, "outs", outs, pg.extent(), int64(nbytes)); err != nil {
 			return setErr(err)
 		}
 	}
@@ -376,7 +394,7 @@ func mc_pg_scatter(h C.uint64_t, ins unsafe.Pointer, out unsafe.Pointer, nbytes 
 	}
 	var bs [][]byte
 	if int(root) == pg.cfg.rank {
-		if bs, err = cbufs(op, "ins", ins, pg.cfg.size, int64(nbytes)); err != nil {
+		if bs, err = cbufs(op, "ins", ins, pg.extent(), int64(nbytes)); err != nil {
 			return setErr(err)
 		}
 	}
@@ -401,7 +419,7 @@ func mc_pg_reduce_scatter(h C.uint64_t, ins unsafe.Pointer, out unsafe.Pointer, 
 	if err != nil {
 		return setErr(err)
 	}
-	bs, err := cbufs(op, "ins", ins, pg.cfg.size, n)
+	bs, err := cbufs(op, "ins", ins, pg.extent(), n)
 	if err != nil {
 		return setErr(err)
 	}
@@ -421,7 +439,7 @@ func mc_pg_alltoall(h C.uint64_t, ins unsafe.Pointer, inBytes *C.int64_t, outs u
 	if ins == nil || outs == nil || inBytes == nil || outBytes == nil {
 		return setErr(invalid(op + ": ins, in_bytes, outs and out_bytes must not be NULL"))
 	}
-	n := pg.cfg.size
+	n := pg.extent()
 	ib := unsafe.Slice((*int64)(unsafe.Pointer(inBytes)), n)
 	ob := unsafe.Slice((*int64)(unsafe.Pointer(outBytes)), n)
 	ip := unsafe.Slice((*unsafe.Pointer)(ins), n)
@@ -449,7 +467,7 @@ func mc_pg_send(h C.uint64_t, buf unsafe.Pointer, nbytes C.int64_t, dst C.int32_
 		return setErr(invalid(op + ": work is NULL"))
 	}
 	if dst < 0 || int(dst) >= pg.cfg.maxSize {
-		return setErr(invalid(fmt.Sprintf("send: destination %d is not a rank of this group (size %d)", int32(dst), pg.cfg.size)))
+		return setErr(invalid(fmt.Sprintf("send: destination %d is not a rank of this group (size %d)", int32(dst), pg.extent())))
 	}
 	b, err := cbytes(op, "buf", buf, int64(nbytes))
 	if err != nil {
@@ -469,7 +487,7 @@ func mc_pg_recv(h C.uint64_t, buf unsafe.Pointer, nbytes C.int64_t, src C.int32_
 		return setErr(invalid(op + ": work is NULL"))
 	}
 	if src < -1 || int(src) >= pg.cfg.maxSize {
-		return setErr(invalid(fmt.Sprintf("recv: source %d is not a rank of this group (size %d; -1 = any)", int32(src), pg.cfg.size)))
+		return setErr(invalid(fmt.Sprintf("recv: source %d is not a rank of this group (size %d; -1 = any)", int32(src), pg.extent())))
 	}
 	b, err := cbytes(op, "buf", buf, int64(nbytes))
 	if err != nil {

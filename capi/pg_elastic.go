@@ -263,6 +263,9 @@ func (pg *pgroup) apply(d *decision) error {
 	}
 	pg.m.applied = d.Index
 	pg.m.pending = d.Pending
+	if pg.onView != nil {
+		pg.onView(pg.extent())
+	}
 	if becameMember {
 		pg.m.joined = true
 		pg.g.SetSeq(d.Seq)
@@ -278,6 +281,18 @@ func (pg *pgroup) apply(d *decision) error {
 	pg.logf("membership decision #%d by rank %d: %s %v -> epoch %d, active %v, excluded %v, pending %v (op #%d)",
 		d.Index, d.By, d.Kind, d.Ranks, d.Epoch, d.Active, d.Excluded, d.Pending, d.Seq)
 	return nil
+}
+
+// extent is the group's active extent: the highest active rank + 1 (what torch's
+// get_world_size reports for the group, through the shim).
+func (pg *pgroup) extent() int {
+	act := pg.g.ActiveRanks()
+	for r := len(act) - 1; r >= 0; r-- {
+		if act[r] {
+			return r + 1
+		}
+	}
+	return pg.cfg.size
 }
 
 // ---------------------------------------------------------------- faults during ops

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/mooncake-go/mooncake/collective"
 	"github.com/mooncake-go/mooncake/collective/reduce"
@@ -61,6 +62,8 @@ type pgroup struct {
 	release func()
 
 	m           membership   // elastic state (pg_elastic.go), owned by the queue's goroutine
+	onView      func(extent int) // told the active extent after every membership change
+	extentWord  unsafe.Pointer   // C int32 the shim reads the extent from (capi)
 	backup      []byte       // copy of an in-place op's input (runFT)
 	collTimeout atomic.Int64 // set_collective_timeout_us, ns (0: unset)
 

@@ -132,6 +132,11 @@ def scenario(a, store, out: dict) -> None:
         out["join"] = int(r.status)
         out["epoch"] = mpg.get_current_epoch(None)
         out["active"] = mpg.get_active_ranks(None).tolist()
+        out["world_size"] = dist.get_world_size()
+        if a.extension:
+            outs = [torch.zeros(4) for _ in range(dist.get_world_size())]
+            dist.all_gather(outs, torch.full((4,), float(rank)))
+            out["all_gather_after_extend"] = [o[0].item() for o in outs]
         all_reduce_sum(float(sum(mpg.get_active_ranks(None).tolist())), out, "after_join")
         x = torch.full((N,), float(rank + 1))
         dist.all_reduce(x)
@@ -150,6 +155,11 @@ def scenario(a, store, out: dict) -> None:
         wait_for(lambda: mpg.get_peer_state(None, [new])[0], "the new rank's endpoint")
         r = mpg.extend_group_size_to(None, world + 1)
         out["extend"] = [int(r.status), r.new_epoch, r.dropped_ranks]
+        out["world_size_after_extend"] = dist.get_world_size()
+        # torch sizes all_gather's output list by get_world_size(): it includes the new rank.
+        outs = [torch.zeros(4) for _ in range(dist.get_world_size())]
+        dist.all_gather(outs, torch.full((4,), float(rank)))
+        out["all_gather_after_extend"] = [o[0].item() for o in outs]
         out["active"] = mpg.get_active_ranks(None).tolist()
         all_reduce_sum(float(world + 1), out, "after_extend")
         x = torch.full((N,), float(rank + 1))
@@ -164,6 +174,7 @@ def scenario(a, store, out: dict) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     run_op(a.op, rank, world, survivors, out)
     out["active_after"] = mpg.get_active_ranks(None).tolist()
+    out["world_size_after"] = dist.get_world_size()
     out["epoch_after"] = mpg.get_current_epoch(None)
     out["synced"] = mpg.get_num_synced_ranks(None)
     out["peer_state"] = mpg.get_peer_state(None, list(range(world)))
@@ -179,6 +190,7 @@ def scenario(a, store, out: dict) -> None:
         again = mpg.deactivate_ranks(None, [victim])
         out["deactivate_again"] = int(again.status)
         out["active_after_deactivate"] = mpg.get_active_ranks(None).tolist()
+        out["world_size_after_deactivate"] = dist.get_world_size()
         all_reduce_sum(float(len(survivors)), out, "after_deactivate")
     if a.recover:
         store.set(f"survivor_{rank}_waiting", b"1")

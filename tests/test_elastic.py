@@ -123,6 +123,9 @@ def check_survivors(res: dict, victim: int, world: int, auto: bool = True) -> No
             assert o["hint"] == [victim] and o["local_success"] is False, o
         assert o["peer_state"] == [x != victim for x in range(world)], o
         assert o["synced"] == world - 1, o
+        # get_world_size() is the active extent: the highest active rank + 1.
+        extent = max(x for x in range(world) if x != victim or not auto) + 1
+        assert o["world_size_after"] == extent, o
         if auto:
             assert o["active_after"] == [int(x != victim) for x in range(world)], o
             assert o["epoch_after"] == o["epoch_before"] + 1, o
@@ -189,6 +192,7 @@ def test_manual_mode(job):
         assert o["deactivate"][0] == 1 and o["deactivate"][1] == o["epoch_before"] + 1, o
         assert o["deactivate_again"] == 1, o
         assert o["active_after_deactivate"] == [1, 1, 1, 0], o
+        assert o["world_size_after_deactivate"] == 3, o
         assert o["after_deactivate"] == {"ok": True, "hint": [], "local_success": True}, o
 
 
@@ -202,6 +206,9 @@ def test_extend_group(job):
     for r in range(3):
         o = res[r]
         assert o["extend"][0] == 1 and o["active"] == [1, 1, 1, 1], o
+        assert o["world_size_after_extend"] == 4, o
+        assert o["all_gather_after_extend"] == [0.0, 1.0, 2.0, 3.0], o
         assert o["after_extend"] == {"ok": True, "hint": [], "local_success": True}, o
         assert o["sum_after_join"] == 10.0, o
     assert new["join"] == 1 and new["sum_after_join"] == 10.0, new
+    assert new["world_size"] == 4 and new["all_gather_after_extend"] == [0.0, 1.0, 2.0, 3.0], new

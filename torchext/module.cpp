@@ -100,6 +100,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("get_current_epoch", [](const c10::intrusive_ptr<c10d::Backend>& b) {
     return asMooncake(b)->currentEpoch();
   });
+  m.def(
+      "refresh_size",
+      [](const c10::intrusive_ptr<c10d::Backend>& b) {
+        auto* mb = asMooncake(b);
+        mb->refreshSize();
+        return mb->getSize();
+      });
   m.def("get_max_group_size", [](const c10::intrusive_ptr<c10d::Backend>& b) {
     return asMooncake(b)->maxGroupSize();
   });

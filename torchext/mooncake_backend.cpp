@@ -343,7 +343,9 @@ void MooncakeWork::complete(std::exception_ptr eptr) {
 
 class MooncakeBackend::Op {
  public:
-  Op(MooncakeBackend* b, c10d::OpType type) : b_(b), type_(type), name_(opNameOf(type)) {}
+  Op(MooncakeBackend* b, c10d::OpType type) : b_(b), type_(type), name_(opNameOf(type)) {
+    b_->refreshSize();
+  }
 
   const char* name() const { return name_; }
   std::string where() const { return b_->where(name_); }
@@ -586,6 +588,8 @@ MooncakeBackend::MooncakeBackend(
       rc == 0, getBackendName(), ": creating group '", groupName_, "' failed on rank ", rank,
       " of ", size, ": ", lastError());
   maxGroupSize_ = mc_pg_max_group_size(pg_);
+  extentWord_ = mc_pg_extent_word(pg_);
+  refreshSize();
   if (maxGroupSize_ <= 0) {
     maxGroupSize_ = std::max(size, options.maxGroupSize);
   }
@@ -648,6 +652,15 @@ std::string MooncakeBackend::where(const char* op) const {
   return s.str();
 }
 
+void MooncakeBackend::refreshSize() {
+  if (extentWord_ != nullptr) {
+    int32_t n = __atomic_load_n(extentWord_, __ATOMIC_ACQUIRE);
+    if (n > 0) {
+      size_ = n;
+    }
+  }
+}
+
 void MooncakeBackend::enqueueCompletion(const c10::intrusive_ptr<MooncakeWork>& w) {
   {
     std::lock_guard<std::mutex> g(mu_);
@@ -693,6 +706,7 @@ void MooncakeBackend::completionLoop() {
 }
 
 void MooncakeBackend::finishWork(const c10::intrusive_ptr<MooncakeWork>& w) {
+  refreshSize();  // a failure during the op may have changed the membership
   std::string err = w->submitError_;
   bool localOk = err.empty();
   int source = -1;

@@ -222,6 +222,9 @@ class MooncakeBackend : public c10d::Backend {
   int32_t maxGroupSize();
   int64_t currentEpoch();
   uint64_t handle() const { return pg_; }
+  // Sets the size torch reports (ProcessGroup::getSize -> Backend::getSize) to the group's
+  // active extent (highest active rank + 1), which elastic membership changes.
+  void refreshSize();
 
   // Waits for every outstanding work and frees the group (idempotent; the destructor calls it).
   void shutdownGroup();
@@ -246,6 +249,7 @@ class MooncakeBackend : public c10d::Backend {
   int32_t maxGroupSize_ = 0;
   std::unique_ptr<StoreBridge> bridge_;
   uint64_t pg_ = 0;
+  const int32_t* extentWord_ = nullptr;  // written by libmooncake (mc_pg_extent_word)
   std::atomic<bool> closed_{false};
 
   std::mutex mu_;

@@ -100,6 +100,10 @@ int mc_work_free(uint64_t work);
 int mc_pg_get_active_ranks(uint64_t pg, int32_t *out, int32_t n);
 int32_t mc_pg_max_group_size(uint64_t pg);
 int64_t mc_pg_current_epoch(uint64_t pg);
+/* A word (valid until mc_pg_destroy) that always holds the group's active extent: the highest
+ * active rank + 1. The ops' rank and list-length checks use it; the torch shim reports it as the
+ * group size. Read it atomically. */
+int32_t *mc_pg_extent_word(uint64_t pg);
 /* Elastic membership calls (mooncake_pg.activate_ranks, ...): request is a JSON object
  * {"op": "activate"|"deactivate"|"extend"|"join"|"sync"|"peer_state"|"num_synced"|"configure",
  *  "ranks": [...], "size": n, "collective_timeout_us": t}; the JSON answer {"status", "new_epoch",

@@ -239,7 +239,9 @@ def get_backend(pg: Any = None):
 
 def get_active_ranks(pg: Any = None) -> torch.Tensor:
     """int32 tensor of length max_group_size: 1 where the rank slot is active."""
-    return _pg_ext.get_active_ranks(get_backend(pg))
+    b = get_backend(pg)
+    _pg_ext.refresh_size(b)
+    return _pg_ext.get_active_ranks(b)
 
 
 def get_current_epoch(pg: Any = None) -> int:
@@ -296,6 +298,7 @@ def _call(backend: Any, op: str, **kw: Any) -> dict:
     n = fn(ctypes.c_uint64(backend.handle), req, buf, len(buf))
     if n < 0:
         raise RuntimeError(f"mooncake: {op}: {_native.last_error()}")
+    _pg_ext.refresh_size(backend)  # dist.get_world_size() follows the active extent
     return json.loads(buf.value.decode())
 
 
