@@ -61,11 +61,11 @@ type pgroup struct {
 	q       *worker.Queue
 	release func()
 
-	m           membership   // elastic state (pg_elastic.go), owned by the queue's goroutine
+	m           membership       // elastic state (pg_elastic.go), owned by the queue's goroutine
 	onView      func(extent int) // told the active extent after every membership change
 	extentWord  unsafe.Pointer   // C int32 the shim reads the extent from (capi)
-	backup      []byte       // copy of an in-place op's input (runFT)
-	collTimeout atomic.Int64 // set_collective_timeout_us, ns (0: unset)
+	backup      []byte           // copy of an in-place op's input (runFT)
+	collTimeout atomic.Int64     // set_collective_timeout_us, ns (0: unset)
 
 	sendMu sync.Mutex
 	sendQs map[int]*worker.Queue
