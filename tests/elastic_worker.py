@@ -79,6 +79,13 @@ def run_op(op: str, rank: int, world: int, survivors: list[int], out: dict) -> N
             except Exception as e:  # noqa: BLE001
                 out["recv_from_dead"] = str(e)[:300]
             out["recv_from_dead_s"] = round(time.time() - t1, 3)
+            t1 = time.time()
+            try:
+                dist.send(torch.zeros(N), dead[0])
+                out["send_to_dead"] = "returned"
+            except Exception as e:  # noqa: BLE001
+                out["send_to_dead"] = str(e)[:300]
+            out["send_to_dead_s"] = round(time.time() - t1, 3)
         w = None
     else:
         raise ValueError(op)

@@ -147,6 +147,8 @@ def test_kill_during_op(job, op):
         assert o["correct"], o
         assert "rank 2" in o["recv_from_dead"] and "returned" != o["recv_from_dead"], o
         assert o["recv_from_dead_s"] < COLLECTIVE_TIMEOUT_S, o
+        assert "rank 2" in o["send_to_dead"] and "returned" != o["send_to_dead"], o
+        assert o["send_to_dead_s"] < COLLECTIVE_TIMEOUT_S, o
         for r in (1, 3):
             assert res[r]["correct"], res[r]
         return
