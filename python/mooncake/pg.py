@@ -238,10 +238,14 @@ def get_backend(pg: Any = None):
 
 
 def get_active_ranks(pg: Any = None) -> torch.Tensor:
-    """int32 tensor of length max_group_size: 1 where the rank slot is active."""
+    """int32 tensor of length max_group_size: 1 where the rank slot is active (on the group's
+    device: CUDA for a ``"mooncake"`` group)."""
     b = get_backend(pg)
     _pg_ext.refresh_size(b)
-    return _pg_ext.get_active_ranks(b)
+    t = _pg_ext.get_active_ranks(b)
+    if b.name() == BACKEND_CUDA and torch.cuda.is_available():
+        t = t.cuda()  # on the group's device
+    return t
 
 
 def get_current_epoch(pg: Any = None) -> int:
