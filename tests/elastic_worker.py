@@ -103,6 +103,17 @@ def all_reduce_sum(expect: float, out: dict, name: str, group=None) -> None:
                  "hint": mpg.get_failed_ranks_hint(w), "local_success": mpg.get_local_success(w)}
 
 
+def subgroup_with_new_rank(rank: int, out: dict) -> None:
+    # A subgroup made after the extension, by every rank (as torch's new_group wants), with the
+    # new rank 3 in it.
+    sub = dist.new_group([1, 3])
+    if rank not in (1, 3):
+        return
+    x = torch.full((N,), float(rank + 1))
+    dist.all_reduce(x, group=sub)
+    out["subgroup_with_new_rank"] = x[0].item()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
@@ -116,6 +127,9 @@ def main() -> int:
     ap.add_argument("--extension", action="store_true")
     ap.add_argument("--recover", action="store_true")
     a = ap.parse_args()
+    import faulthandler
+
+    faulthandler.dump_traceback_later(float(os.environ.get("MC_TEST_DUMP_S", "150")), exit=False)  # a hung rank says where it is stuck
     out: dict = {"rank": a.rank}
     try:
         store = dist.TCPStore("127.0.0.1", a.port, is_master=False, timeout=timedelta(seconds=120))
@@ -148,6 +162,8 @@ def scenario(a, store, out: dict) -> None:
         x = torch.full((N,), float(rank + 1))
         dist.all_reduce(x)
         out["sum_after_join"] = x[0].item()
+        if a.extension:
+            subgroup_with_new_rank(rank, out)
         return
 
     # Subgroups made by every rank before the failure.
@@ -172,6 +188,7 @@ def scenario(a, store, out: dict) -> None:
         x = torch.full((N,), float(rank + 1))
         dist.all_reduce(x)
         out["sum_after_join"] = x[0].item()
+        subgroup_with_new_rank(rank, out)
         return
 
     survivors = [r for r in range(world) if r != victim]

@@ -214,3 +214,5 @@ def test_extend_group(job):
         assert o["sum_after_join"] == 10.0, o
     assert new["join"] == 1 and new["sum_after_join"] == 10.0, new
     assert new["world_size"] == 4 and new["all_gather_after_extend"] == [0.0, 1.0, 2.0, 3.0], new
+    # A subgroup made after the extension includes the new rank.
+    assert res[1]["subgroup_with_new_rank"] == 6.0 and new["subgroup_with_new_rank"] == 6.0, (res[1], new)

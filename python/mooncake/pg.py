@@ -334,13 +334,32 @@ def get_num_synced_ranks(pg: Any = None) -> int:
     return int(_call(get_backend(pg), "num_synced")["num_synced"])
 
 
+def _is_world(pg: Any) -> bool:
+    return pg is None or pg is dist.group.WORLD
+
+
+def _group_count_key(epoch: int) -> str:
+    return f"mooncake/torch_group_count/{epoch}"
+
+
+def _publish_group_count(pg: Any, r: ProposalResponse) -> ProposalResponse:
+    # torch names groups made by new_group after a per-process counter (also the salt of
+    # hashed names); a process that joins later has counted fewer. The members publish theirs
+    # with the admission, and join_group adopts it, so groups created afterwards (by every rank,
+    # in the same order) get the same names everywhere.
+    if _is_world(pg) and r.status != ProposalStatus.Rejected:
+        store = dist.distributed_c10d._get_default_store()
+        store.set(_group_count_key(r.new_epoch), str(dist.distributed_c10d._world.group_count))
+    return r
+
+
 def activate_ranks(pg: Any, ranks: Any) -> ProposalResponse:
     """Admits ranks (replacements or new ranks that called join_group) into the group.
 
     Every active rank calls it (like every c10d call); proposals are idempotent. Ranks without a
     live published endpoint are dropped from the proposal (AppliedWithDroppedRanks), or the
     proposal is Rejected when none is left."""
-    return _proposal(_call(get_backend(pg), "activate", ranks=_ranks(ranks)))
+    return _publish_group_count(pg, _proposal(_call(get_backend(pg), "activate", ranks=_ranks(ranks))))
 
 
 recover_ranks = activate_ranks
@@ -353,12 +372,21 @@ def deactivate_ranks(pg: Any, ranks: Any) -> ProposalResponse:
 
 def extend_group_size_to(pg: Any, size: int) -> ProposalResponse:
     """Activates every rank below ``size`` (up to max_group_size) that is not active yet."""
-    return _proposal(_call(get_backend(pg), "extend", size=int(size)))
+    return _publish_group_count(pg, _proposal(_call(get_backend(pg), "extend", size=int(size))))
 
 
 def join_group(pg: Any = None) -> ProposalResponse:
-    """Called by a replacement or extension process: blocks until the group admitted it."""
-    return _proposal(_call(get_backend(pg), "join"))
+    """Called by a replacement or extension process: blocks until the group admitted it.
+
+    For the default group it also takes the members' torch group counter, so that groups made
+    with ``new_group`` afterwards (by every rank, in the same order) line up with theirs."""
+    r = _proposal(_call(get_backend(pg), "join"))
+    if _is_world(pg) and r.status != ProposalStatus.Rejected:
+        store = dist.distributed_c10d._get_default_store()
+        key = _group_count_key(r.new_epoch)
+        store.wait([key])
+        dist.distributed_c10d._world.group_count = int(store.get(key))
+    return r
 
 
 def sync_after_failure(pg: Any = None) -> SyncAfterFailureResponse:
