@@ -607,27 +607,26 @@ func (pg *pgroup) membershipOp(ctx context.Context, req memberRequest) (memberRe
 			cur.Pending = nil
 			return cur, ""
 		}, func(d *decision) bool { return len(without(pending, d.Active)) == len(pending) })
-		if err != nil {
-			var rj *rejection
-			if errors.As(err, &rj) {
-				return memberResult{Status: syncRejected, RejectReason: rj.reason}, nil
-			}
-			return memberResult{}, err
-		}
-		return memberResult{Status: syncReconciled}, nil
+		return outcome(err, syncReconciled, syncRejected)
 	}
 	return memberResult{}, invalid(fmt.Sprintf("unknown membership call %q", req.Op))
 }
 
-func proposalResult(d *decision, err error) (memberResult, error) {
+func proposalResult(_ *decision, err error) (memberResult, error) {
+	return outcome(err, statusApplied, statusRejected)
+}
+
+// outcome turns a proposal's error into the answer: ok, a rejection with its reason, or the
+// error itself.
+func outcome(err error, ok, rejected int) (memberResult, error) {
 	if err != nil {
 		var rj *rejection
 		if errors.As(err, &rj) {
-			return memberResult{Status: statusRejected, RejectReason: rj.reason}, nil
+			return memberResult{Status: rejected, RejectReason: rj.reason}, nil
 		}
 		return memberResult{}, err
 	}
-	return memberResult{Status: statusApplied}, nil
+	return memberResult{Status: ok}, nil
 }
 
 // replaced reports whether rank r published an endpoint other than the one this rank's link

@@ -188,12 +188,8 @@ func (e *Endpoint) Rank() int { return e.rank }
 
 // Connect opens the segment of the peer described by info.
 func (e *Endpoint) Connect(info Info) error {
-	if info.Rank < 0 || info.Rank >= e.lay.P {
-		return fmt.Errorf("p2p: peer rank %d outside a group of %d", info.Rank, e.lay.P)
-	}
-	if info.MaxPeers != e.lay.P || info.Slots != e.lay.K || info.SlotBytes != e.lay.S {
-		return fmt.Errorf("p2p: rank %d uses a layout of %d peers x %d slots x %d bytes, rank %d uses %d x %d x %d (set the same options on every rank)",
-			info.Rank, info.MaxPeers, info.Slots, info.SlotBytes, e.rank, e.lay.P, e.lay.K, e.lay.S)
+	if err := e.checkInfo(info); err != nil {
+		return err
 	}
 	if info.Rank == e.rank {
 		return nil
@@ -224,6 +220,18 @@ func (e *Endpoint) Connect(info Info) error {
 	p.connected.Store(true)
 	e.wg.Add(1)
 	go e.creditor(p)
+	return nil
+}
+
+// checkInfo checks a peer's published endpoint against this one's layout.
+func (e *Endpoint) checkInfo(info Info) error {
+	if info.Rank < 0 || info.Rank >= e.lay.P {
+		return fmt.Errorf("p2p: peer rank %d outside a group of %d", info.Rank, e.lay.P)
+	}
+	if info.MaxPeers != e.lay.P || info.Slots != e.lay.K || info.SlotBytes != e.lay.S {
+		return fmt.Errorf("p2p: rank %d uses a layout of %d peers x %d slots x %d bytes, rank %d uses %d x %d x %d (set the same options on every rank)",
+			info.Rank, info.MaxPeers, info.Slots, info.SlotBytes, e.rank, e.lay.P, e.lay.K, e.lay.S)
+	}
 	return nil
 }
 

@@ -172,12 +172,8 @@ func (e *Endpoint) probeIfSilent(ctx context.Context, peer int, last *time.Time)
 // to this endpoint before Reconnect returned (the membership layer's join acknowledgement
 // orders that). Reconnecting to the incarnation already connected is a no-op.
 func (e *Endpoint) Reconnect(info Info) error {
-	if info.Rank < 0 || info.Rank >= e.lay.P {
-		return fmt.Errorf("p2p: peer rank %d outside a group of %d", info.Rank, e.lay.P)
-	}
-	if info.MaxPeers != e.lay.P || info.Slots != e.lay.K || info.SlotBytes != e.lay.S {
-		return fmt.Errorf("p2p: rank %d uses a layout of %d peers x %d slots x %d bytes, rank %d uses %d x %d x %d (set the same options on every rank)",
-			info.Rank, info.MaxPeers, info.Slots, info.SlotBytes, e.rank, e.lay.P, e.lay.K, e.lay.S)
+	if err := e.checkInfo(info); err != nil {
+		return err
 	}
 	if info.Rank == e.rank {
 		return nil
