@@ -29,6 +29,13 @@ except ImportError:
     sys.path.insert(0, os.path.join(ROOT, "python"))
 
 os.environ["BACKEND"] = BACKEND
+# The suite's skip decorators read WORLD_SIZE when the module is imported (below), so take
+# --world-size from the command line now (spawned children inherit the environment).
+for _i, _a in enumerate(sys.argv):
+    if _a == "--world-size" and _i + 1 < len(sys.argv):
+        os.environ["WORLD_SIZE"] = sys.argv[_i + 1]
+    elif _a.startswith("--world-size="):
+        os.environ["WORLD_SIZE"] = _a.split("=", 1)[1]
 os.environ.setdefault("WORLD_SIZE", "2")
 if "TEMP_DIR" not in os.environ:
     os.environ["TEMP_DIR"] = tempfile.mkdtemp(prefix="mc-torch-suite-")
