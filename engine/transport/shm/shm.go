@@ -92,13 +92,17 @@ type mapKey struct {
 }
 
 type mapping struct {
-	mem    []byte
-	holds  int  // Hold views outstanding (under Transport.mu)
-	orphan bool // dropped from maps while held: unmap at the last release
+	mem     []byte
+	filled  filled        // chunks whose page tables are in place (populate.go)
+	bgDone  chan struct{} // closed when the background fill pass ends
+	holds   int    // Hold views outstanding (under Transport.mu)
+	orphan  bool   // dropped from maps while held: unmap at the last release
+	dropped bool   // dropped from maps (under Transport.mu)
 }
 
 // drop unmaps m now, or at its last release when views of it are held; the caller holds t.mu.
 func (m *mapping) drop() {
+	m.dropped = true
 	if m.holds > 0 {
 		m.orphan = true
 		return
@@ -180,7 +184,9 @@ func (t *Transport) ensure(info *transport.ShmInfo) error {
 	if err != nil {
 		return fmt.Errorf("shm: cannot map the peer's shared buffer: %w", err)
 	}
-	t.maps[k] = &mapping{mem: mem}
+	m := &mapping{mem: mem, filled: newFilled(len(mem)), bgDone: make(chan struct{})}
+	t.maps[k] = m
+	go t.backgroundFill(m)
 	if t.peers[info.PID] == nil {
 		pfd, err := unix.PidfdOpen(info.PID, 0)
 		if err != nil {
@@ -293,6 +299,7 @@ func (t *Transport) View(d *transport.SegmentDescriptor, addr, length uint64) ([
 		return nil, fmt.Errorf("shm: mapping of %q vanished: %w", d.Name, transport.ErrPeerGone)
 	}
 	off := addr - b.Addr
+	m.fill(off, length)
 	return m.mem[off : off+length : off+length], nil
 }
 
@@ -309,25 +316,28 @@ func (t *Transport) Hold(d *transport.SegmentDescriptor, addr, length uint64) (v
 		return nil, nil, err
 	}
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	m := t.lookup(b.Shm)
 	if m == nil {
+		t.mu.Unlock()
 		return nil, nil, fmt.Errorf("shm: mapping of %q vanished: %w", d.Name, transport.ErrPeerGone)
 	}
 	m.holds++
+	t.mu.Unlock()
 	var once sync.Once
-	release = func() {
-		once.Do(func() {
-			t.mu.Lock()
-			defer t.mu.Unlock()
-			m.holds--
-			if m.holds == 0 && m.orphan {
-				unix.Munmap(m.mem)
-			}
-		})
-	}
+	release = func() { once.Do(func() { t.release(m) }) }
 	off := addr - b.Addr
+	m.fill(off, length) // held: it stays mapped
 	return m.mem[off : off+length : off+length], release, nil
+}
+
+// release ends one hold on m, unmapping it when it was dropped meanwhile and this was the last.
+func (t *Transport) release(m *mapping) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m.holds--
+	if m.holds == 0 && m.orphan {
+		unix.Munmap(m.mem)
+	}
 }
 
 // Execute implements transport.Transport.
@@ -366,6 +376,7 @@ func (t *Transport) Execute(ctx context.Context, tg *transport.Target, reqs []tr
 			continue
 		}
 		off := q.Remote - b.Addr
+		m.fill(off, q.Length)
 		remote := m.mem[off : off+q.Length]
 		local := memview.Bytes(q.Local, int(q.Length))
 		if q.Write {
