@@ -59,6 +59,21 @@ func pattern(n int, seed byte) []byte {
 }
 
 func TestPutGetAcrossClients(t *testing.T) {
+	for _, rpc := range []string{"lane", "grpc"} {
+		t.Run(rpc, func(t *testing.T) {
+			t.Setenv("MC_STORE_RPC", rpc) // the lane is the default; gRPC must work the same
+			c := testPutGetAcrossClients(t)
+			c.cc.mu.Lock()
+			_, lane := c.cc.cc.(*api.Lane)
+			c.cc.mu.Unlock()
+			if lane != (rpc == "lane") {
+				t.Fatalf("MC_STORE_RPC=%s but the client's connection is %T", rpc, c.cc.cc)
+			}
+		})
+	}
+}
+
+func testPutGetAcrossClients(t *testing.T) *Client {
 	_, addr := startMaster(t)
 	a := newClient(t, addr, 16<<20)
 	b := newClient(t, addr, 16<<20)
@@ -143,6 +158,7 @@ func TestPutGetAcrossClients(t *testing.T) {
 	if err := a.Put(ctx, "huge", make([]byte, 17<<20), api.ReplicateConfig{}); !api.Is(err, api.NO_AVAILABLE_HANDLE) {
 		t.Fatalf("value larger than any segment: %v", err)
 	}
+	return a
 }
 
 // TestPutGetOverTCP runs the same paths with shared memory disabled (MC_FORCE_TCP), so every

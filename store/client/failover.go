@@ -47,8 +47,21 @@ type masterConn struct {
 
 	mu     sync.Mutex
 	addr   string
-	cc     *grpc.ClientConn
+	cc     rpcConn
 	closed bool
+}
+
+// rpcConn is a connection to one master: the lane (default) or gRPC (MC_STORE_RPC=grpc).
+type rpcConn interface {
+	grpc.ClientConnInterface
+	Close() error
+}
+
+func dialRPC(addr string) (rpcConn, error) {
+	if api.UseLane() {
+		return api.DialLane(addr)
+	}
+	return api.Dial(addr, dialOpts()...)
 }
 
 func dialOpts() []grpc.DialOption {
@@ -61,7 +74,7 @@ func dialOpts() []grpc.DialOption {
 func dialMaster(ctx context.Context, address, clusterID string) (*masterConn, error) {
 	m := &masterConn{display: address}
 	if !IsHAAddress(address) {
-		cc, err := api.Dial(address, dialOpts()...)
+		cc, err := dialRPC(address)
 		if err != nil {
 			return nil, err
 		}
@@ -89,7 +102,7 @@ func (m *masterConn) Leader() string {
 	return m.addr
 }
 
-func (m *masterConn) conn(ctx context.Context) (*grpc.ClientConn, error) {
+func (m *masterConn) conn(ctx context.Context) (rpcConn, error) {
 	if m.watcher == nil {
 		return m.cc, nil
 	}
@@ -112,7 +125,7 @@ func (m *masterConn) conn(ctx context.Context) (*grpc.ClientConn, error) {
 		return nil, status.Error(codes.Canceled, "master connection closed")
 	}
 	if v.Leader != m.addr || m.cc == nil {
-		cc, err := api.Dial(v.Leader, dialOpts()...)
+		cc, err := dialRPC(v.Leader)
 		if err != nil {
 			return nil, status.Errorf(codes.Unavailable, "dial master leader %s: %v", v.Leader, err)
 		}

@@ -295,11 +295,15 @@ func (s *Server) GRPCServer() *grpc.Server {
 	return g
 }
 
-// Serve serves the master service on lis until ctx ends, then stops gracefully.
+// Serve serves the master service on lis until ctx ends, then stops gracefully: gRPC, and the
+// lane (store/api/lane.go) for clients that open with its magic.
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	g := s.GRPCServer()
+	lane := api.NewLaneServer(&api.ServiceDesc, s, s.interceptor)
+	lis = api.NewLaneListener(lis, lane)
 	go func() {
 		<-ctx.Done()
+		lane.Close()
 		stopped := make(chan struct{})
 		go func() { g.GracefulStop(); close(stopped) }()
 		select {

@@ -1,0 +1,432 @@
+package api
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// The lane: the master service's unary calls over plain framed TCP, on the gRPC port.
+//
+// A gRPC unary call costs about 150-200 µs of round trip on a small machine (HTTP/2 headers,
+// flow control, and several goroutine hand-offs on each side), five times a plain socket round
+// trip, and a put is two calls. A client connection that opens with laneMagic instead of the
+// HTTP/2 preface is served by a loop that reads a request, runs the very handler (and
+// interceptor: metrics, leadership checks) that gRPC would run, and writes the reply, one call
+// at a time per connection. Messages, status codes and handlers are the gRPC service's
+// (ServiceDesc, the JSON codec, grpc/status codes), so the lane changes the framing only; the
+// master keeps serving gRPC on the same port to everything else. Clients use the lane unless
+// MC_STORE_RPC=grpc.
+//
+// Frames (integers little-endian):
+//
+//	request:  u32 n | u8 len(method) | method | JSON body           (n counts what follows it)
+//	reply:    u32 n | u8 0 | JSON body                              (success)
+//	          u32 n | u8 1 | u32 grpc code | message                (error)
+const laneMagic = "MCLANE1\n"
+
+// laneMaxFrame bounds a frame (the gRPC server's receive limit).
+const laneMaxFrame = 64 << 20
+
+// laneSniffTimeout bounds how long a new connection may take to send its first 8 bytes.
+const laneSniffTimeout = 10 * time.Second
+
+// UseLane reports whether clients call the master over the lane (MC_STORE_RPC is not "grpc").
+func UseLane() bool { return !strings.EqualFold(strings.TrimSpace(os.Getenv("MC_STORE_RPC")), "grpc") }
+
+// ---- server ----
+
+// LaneServer serves the lane for a service registered the gRPC way.
+type LaneServer struct {
+	srv     any
+	methods map[string]grpc.MethodDesc
+	icpt    grpc.UnaryServerInterceptor
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+}
+
+// NewLaneServer serves desc's unary methods on srv through icpt (nil: none).
+func NewLaneServer(desc *grpc.ServiceDesc, srv any, icpt grpc.UnaryServerInterceptor) *LaneServer {
+	l := &LaneServer{srv: srv, methods: map[string]grpc.MethodDesc{}, icpt: icpt, conns: map[net.Conn]struct{}{}}
+	for _, m := range desc.Methods {
+		l.methods["/"+desc.ServiceName+"/"+m.MethodName] = m
+	}
+	return l
+}
+
+// Close closes every lane connection; later ones are refused.
+func (l *LaneServer) Close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	for c := range l.conns {
+		c.Close()
+	}
+}
+
+func (l *LaneServer) serveConn(c net.Conn) {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		c.Close()
+		return
+	}
+	l.conns[c] = struct{}{}
+	l.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() {
+		cancel()
+		c.Close()
+		l.mu.Lock()
+		delete(l.conns, c)
+		l.mu.Unlock()
+	}()
+	r := bufio.NewReaderSize(c, 64<<10)
+	w := bufio.NewWriterSize(c, 64<<10)
+	var codec jsonCodec
+	for {
+		frame, err := readFrame(r)
+		if err != nil {
+			return // EOF, or a malformed frame: drop the connection
+		}
+		if len(frame) < 1 || len(frame) < 1+int(frame[0]) {
+			return
+		}
+		name, body := string(frame[1:1+int(frame[0])]), frame[1+int(frame[0]):]
+		var reply []byte
+		m, ok := l.methods[name]
+		var resp any
+		if !ok {
+			err = status.Errorf(codes.Unimplemented, "unknown method %q", name)
+		} else {
+			resp, err = m.Handler(l.srv, ctx, func(v any) error {
+				if err := codec.Unmarshal(body, v); err != nil {
+					return status.Error(codes.InvalidArgument, err.Error())
+				}
+				return nil
+			}, l.icpt)
+		}
+		if err == nil {
+			reply, err = codec.Marshal(resp)
+		}
+		if err != nil {
+			st := status.Convert(err)
+			reply = binary.LittleEndian.AppendUint32([]byte{1}, uint32(st.Code()))
+			reply = append(reply, st.Message()...)
+		} else {
+			reply = append([]byte{0}, reply...)
+		}
+		if err := writeFrame(w, reply); err != nil {
+			return
+		}
+	}
+}
+
+func readFrame(r *bufio.Reader) ([]byte, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return nil, err
+	}
+	n := binary.LittleEndian.Uint32(hdr[:])
+	if n > laneMaxFrame {
+		return nil, fmt.Errorf("frame of %d bytes exceeds the %d-byte limit", n, laneMaxFrame)
+	}
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return nil, err
+	}
+	return buf, nil
+}
+
+func writeFrame(w *bufio.Writer, parts ...[]byte) error {
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	w.Write(binary.LittleEndian.AppendUint32(nil, uint32(n)))
+	for _, p := range parts {
+		w.Write(p)
+	}
+	return w.Flush()
+}
+
+// LaneListener splits a listener: connections opening with the lane magic are served by lane,
+// the rest are returned by Accept (for grpc.Server.Serve).
+type LaneListener struct {
+	net.Listener
+	lane  *LaneServer
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+	mu    sync.Mutex
+	err   error // why the accept loop ended (under mu)
+}
+
+// NewLaneListener starts accepting on lis.
+func NewLaneListener(lis net.Listener, lane *LaneServer) *LaneListener {
+	l := &LaneListener{Listener: lis, lane: lane, conns: make(chan net.Conn), done: make(chan struct{})}
+	go l.acceptLoop()
+	return l
+}
+
+func (l *LaneListener) acceptLoop() {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			l.mu.Lock()
+			l.err = err
+			l.mu.Unlock()
+			l.once.Do(func() { close(l.done) })
+			return
+		}
+		go l.sniff(c)
+	}
+}
+
+func (l *LaneListener) sniff(c net.Conn) {
+	var head [len(laneMagic)]byte
+	c.SetReadDeadline(time.Now().Add(laneSniffTimeout))
+	n, err := io.ReadFull(c, head[:])
+	c.SetReadDeadline(time.Time{})
+	if err == nil && string(head[:]) == laneMagic {
+		l.lane.serveConn(c)
+		return
+	}
+	if n == 0 {
+		c.Close()
+		return
+	}
+	// Not the lane: hand it to gRPC with the bytes read so far put back in front.
+	pc := &prefixConn{Conn: c, r: io.MultiReader(bytes.NewReader(head[:n]), c)}
+	select {
+	case l.conns <- pc:
+	case <-l.done:
+		c.Close()
+	}
+}
+
+// Accept returns the next connection that is not a lane connection.
+func (l *LaneListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.err != nil {
+			return nil, l.err
+		}
+		return nil, net.ErrClosed
+	}
+}
+
+// Close stops accepting (lane connections already open are closed by LaneServer.Close).
+func (l *LaneListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+type prefixConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (p *prefixConn) Read(b []byte) (int, error) { return p.r.Read(b) }
+
+// ---- client ----
+
+// Lane is a client connection to a master over the lane: a grpc.ClientConnInterface whose
+// Invoke sends one framed request on an idle socket (dialled on demand) and waits for its reply.
+// Failures read like gRPC's: codes.Unavailable when the master cannot be reached or the
+// connection broke, codes.DeadlineExceeded when ctx ended first.
+type Lane struct {
+	addr string
+	idle chan *laneSock
+
+	mu     sync.Mutex
+	closed bool
+}
+
+type laneSock struct {
+	c net.Conn
+	r *bufio.Reader
+	w *bufio.Writer
+}
+
+// DialLane returns a lazy lane connection to addr ("host:port").
+func DialLane(addr string) (*Lane, error) {
+	if addr == "" {
+		return nil, Errorf(INVALID_PARAMS, "master address is empty")
+	}
+	return &Lane{addr: addr, idle: make(chan *laneSock, 16)}, nil
+}
+
+// Invoke implements grpc.ClientConnInterface.
+func (l *Lane) Invoke(ctx context.Context, method string, args, reply any, _ ...grpc.CallOption) error {
+	if len(method) > 255 {
+		return status.Errorf(codes.Internal, "method name %q too long", method)
+	}
+	var codec jsonCodec
+	body, err := codec.Marshal(args)
+	if err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	s, err := l.get(ctx)
+	if err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok {
+		s.c.SetDeadline(d)
+	} else {
+		s.c.SetDeadline(time.Time{})
+	}
+	stop := context.AfterFunc(ctx, func() { s.c.SetDeadline(time.Unix(1, 0)) })
+	frame, err := s.call(ctx, method, body)
+	stop()
+	if err != nil {
+		s.c.Close()
+		if ctx.Err() != nil {
+			return status.Errorf(codes.DeadlineExceeded, "master %s: %v", l.addr, ctx.Err())
+		}
+		return status.Errorf(codes.Unavailable, "master %s: %v", l.addr, err)
+	}
+	l.put(s)
+	if len(frame) == 0 {
+		return status.Errorf(codes.Internal, "master %s sent an empty reply", l.addr)
+	}
+	switch frame[0] {
+	case 0:
+		if err := codec.Unmarshal(frame[1:], reply); err != nil {
+			return status.Error(codes.Internal, err.Error())
+		}
+		return nil
+	case 1:
+		if len(frame) < 5 {
+			return status.Errorf(codes.Internal, "master %s sent a short error reply", l.addr)
+		}
+		return status.Error(codes.Code(binary.LittleEndian.Uint32(frame[1:5])), string(frame[5:]))
+	}
+	return status.Errorf(codes.Internal, "master %s sent a reply of unknown kind %d", l.addr, frame[0])
+}
+
+func (s *laneSock) call(ctx context.Context, method string, body []byte) ([]byte, error) {
+	if err := writeFrame(s.w, []byte{byte(len(method))}, []byte(method), body); err != nil {
+		return nil, err
+	}
+	s.awaitReply(ctx)
+	return readFrame(s.r)
+}
+
+// awaitReply sleeps in poll(2) until the reply is readable (or ctx ends), rather than parking
+// the goroutine on Go's network poller: the kernel then wakes this thread directly, which saves
+// a scheduler hand-off per call (the caller is often a foreign thread, e.g. Python's, that Go
+// must switch back to). Polls are bounded so that a cancelled ctx is noticed; the read that
+// follows goes through the normal, deadline-aware path either way.
+func (s *laneSock) awaitReply(ctx context.Context) {
+	if s.r.Buffered() > 0 {
+		return
+	}
+	rc, err := s.c.(syscall.Conn).SyscallConn()
+	if err != nil {
+		return
+	}
+	for ctx.Err() == nil {
+		wait := 50 * time.Millisecond
+		if d, ok := ctx.Deadline(); ok {
+			wait = min(wait, time.Until(d))
+		}
+		if wait <= 0 {
+			return
+		}
+		ready := false
+		rc.Control(func(fd uintptr) {
+			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			n, err := unix.Poll(fds, int(wait.Milliseconds())+1)
+			ready = n > 0 || (err != nil && err != unix.EINTR)
+		})
+		if ready {
+			return
+		}
+	}
+}
+
+func (l *Lane) get(ctx context.Context) (*laneSock, error) {
+	l.mu.Lock()
+	closed := l.closed
+	l.mu.Unlock()
+	if closed {
+		return nil, status.Error(codes.Canceled, "master connection closed")
+	}
+	select {
+	case s := <-l.idle:
+		return s, nil
+	default:
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", l.addr)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, status.Errorf(codes.DeadlineExceeded, "connect to master %s: %v", l.addr, err)
+		}
+		return nil, status.Errorf(codes.Unavailable, "connect to master %s: %v", l.addr, err)
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	if _, err := c.Write([]byte(laneMagic)); err != nil {
+		c.Close()
+		return nil, status.Errorf(codes.Unavailable, "connect to master %s: %v", l.addr, err)
+	}
+	return &laneSock{c: c, r: bufio.NewReaderSize(c, 64<<10), w: bufio.NewWriterSize(c, 64<<10)}, nil
+}
+
+func (l *Lane) put(s *laneSock) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.closed {
+		select {
+		case l.idle <- s:
+			return
+		default:
+		}
+	}
+	s.c.Close()
+}
+
+// NewStream implements grpc.ClientConnInterface: the master service has no streams.
+func (l *Lane) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+	return nil, errors.New("the master service has no streaming methods")
+}
+
+// Close closes the idle sockets; calls in flight finish on theirs, which are then closed.
+func (l *Lane) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	for {
+		select {
+		case s := <-l.idle:
+			s.c.Close()
+		default:
+			return nil
+		}
+	}
+}
