@@ -139,22 +139,21 @@ func TestPGroupOps(t *testing.T) {
 			t.Fatalf("rank %d: %v", r, bufs[r][:8])
 		}
 	}
-	// p2p outside the collective queue: rank 0 receives (posted first) while the others
-	// are still in a collective-free state; receives match in call order.
+	// p2p outside the collective queue: rank 0 posts an any-source and a from-rank-2 receive
+	// before anything is sent; receives match in call order, so rank 1's message (sent first)
+	// completes the any-source one and rank 2's the other.
 	a, b := make([]byte, 10), make([]byte, 10)
 	w1 := pgs[0].recv(a, -1, 3)
 	w2 := pgs[0].recv(b, 2, 3)
-	ws = []*worker.Work{pgs[2].send(bytes.Repeat([]byte{2}, 10), 0, 3), pgs[1].send(bytes.Repeat([]byte{1}, 10), 0, 3)}
-	waitAll(t, ws...)
-	waitAll(t, w1, w2)
-	if w1.Source() == 2 && a[0] != 2 || w1.Source() == 1 && a[0] != 1 {
-		t.Fatalf("any-source from %d got %v", w1.Source(), a)
+	waitAll(t, pgs[1].send(bytes.Repeat([]byte{1}, 10), 0, 3))
+	waitAll(t, w1)
+	if w1.Source() != 1 || a[0] != 1 {
+		t.Fatalf("any-source receive got %v from %d, want rank 1's message", a, w1.Source())
 	}
+	waitAll(t, pgs[2].send(bytes.Repeat([]byte{2}, 10), 0, 3))
+	waitAll(t, w2)
 	if w2.Source() != 2 || b[0] != 2 {
-		// rank 2's only message may have gone to the any-source receive
-		if w1.Source() != 2 {
-			t.Fatalf("recv from 2: source %d data %v", w2.Source(), b)
-		}
+		t.Fatalf("recv from 2: source %d data %v", w2.Source(), b)
 	}
 }
 
