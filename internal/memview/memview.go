@@ -1,6 +1,7 @@
 // Package memview turns raw addresses (tensor data, registered buffers, mmaps that are not Go
 // memory) into slices and pointers. It is the one place that converts a uintptr back to a
-// pointer, so `go vet`'s unsafeptr check stays meaningful elsewhere.
+// pointer, so `go vet`'s unsafeptr check stays meaningful elsewhere. It also faults such
+// memory in ahead of use and asks which of its pages are resident (populate.go).
 //
 // The rule for callers: the memory must stay mapped while the returned slice is used, and it
 // must not be Go-heap memory (which the garbage collector may move or free).

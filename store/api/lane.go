@@ -111,9 +111,8 @@ func (l *LaneServer) serveConn(c net.Conn) {
 			return
 		}
 		name, body := string(frame[1:1+int(frame[0])]), frame[1+int(frame[0]):]
-		var reply []byte
-		m, ok := l.methods[name]
 		var resp any
+		m, ok := l.methods[name]
 		if !ok {
 			err = status.Errorf(codes.Unimplemented, "unknown method %q", name)
 		} else {
@@ -124,17 +123,17 @@ func (l *LaneServer) serveConn(c net.Conn) {
 				return nil
 			}, l.icpt)
 		}
+		var out []byte
 		if err == nil {
-			reply, err = codec.Marshal(resp)
+			out, err = codec.Marshal(resp)
+		}
+		if err == nil {
+			err = writeFrame(w, []byte{0}, out)
+		} else {
+			st := status.Convert(err)
+			err = writeFrame(w, binary.LittleEndian.AppendUint32([]byte{1}, uint32(st.Code())), []byte(st.Message()))
 		}
 		if err != nil {
-			st := status.Convert(err)
-			reply = binary.LittleEndian.AppendUint32([]byte{1}, uint32(st.Code()))
-			reply = append(reply, st.Message()...)
-		} else {
-			reply = append([]byte{0}, reply...)
-		}
-		if err := writeFrame(w, reply); err != nil {
 			return
 		}
 	}

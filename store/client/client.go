@@ -170,7 +170,7 @@ func NewWithEngine(ctx context.Context, eng Engine, cfg Config) (*Client, error)
 			return fail(api.Errorf(api.INTERNAL_ERROR, "allocate %d-byte global segment: %v", cfg.GlobalSegmentSize, err))
 		}
 		if prefaultSegment(cfg.GlobalSegmentSize) {
-			populate(base, cfg.GlobalSegmentSize, true)
+			memview.Populate(base, cfg.GlobalSegmentSize, true)
 		}
 		c.segment = &api.Segment{ID: c.id + "/0", Name: eng.SegmentName(), Base: uint64(base), Size: cfg.GlobalSegmentSize}
 		if err := c.mount(ctx); err != nil {

@@ -4,14 +4,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
-	"unsafe"
-)
 
-// Linux madvise advice values (5.14+) that fault a range in with one system call.
-const (
-	madvPopulateRead  = 22
-	madvPopulateWrite = 23
+	"github.com/mooncake-go/mooncake/internal/memview"
 )
 
 // populateMin is the smallest destination populated before a copy. Smaller buffers mostly come
@@ -19,28 +13,10 @@ const (
 // walk; from 32 MiB on (glibc's largest mmap threshold) a buffer is a fresh mapping every time.
 const populateMin = 32 << 20
 
-var pageSize = uintptr(os.Getpagesize())
-
-// populate faults [addr, addr+n) in (page tables and, for write, backing pages) with one
-// madvise instead of one fault per 4 KiB page during a copy. Best effort: kernels without
-// MADV_POPULATE_* (before 5.14) return EINVAL and the copy faults pages in as before.
-func populate(addr uintptr, n uint64, write bool) {
-	if n == 0 {
-		return
-	}
-	start := addr &^ (pageSize - 1)
-	end := (addr + uintptr(n) + pageSize - 1) &^ (pageSize - 1)
-	advice := madvPopulateRead
-	if write {
-		advice = madvPopulateWrite
-	}
-	syscall.Syscall(syscall.SYS_MADVISE, start, end-start, uintptr(advice))
-}
-
-// populateView is populate over a slice.
+// populateView faults a large copy destination in with one call (best effort).
 func populateView(b []byte, write bool) {
 	if len(b) >= populateMin {
-		populate(uintptr(unsafe.Pointer(unsafe.SliceData(b))), uint64(len(b)), write)
+		memview.Populate(memview.Addr(b), uint64(len(b)), write)
 	}
 }
 

@@ -2,9 +2,10 @@ package shm
 
 import (
 	"sync/atomic"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mooncake-go/mooncake/internal/memview"
 )
 
 // Page tables of a peer's buffer.
@@ -25,7 +26,6 @@ import (
 
 const (
 	fillChunk          = 1 << 20
-	madvPopulateWrite  = 23
 	backgroundFillStep = 16 << 20 // the background pass takes the mapping's lock once per step
 )
 
@@ -43,41 +43,46 @@ func newFilled(size int) filled {
 func (f filled) has(c int) bool { return f[c/64].Load()&(1<<(c%64)) != 0 }
 func (f filled) set(c int)      { f[c/64].Or(1 << (c % 64)) }
 
+// chunk returns the bytes of chunk c of m.
+func (m *mapping) chunk(c int) []byte {
+	return m.mem[c*fillChunk : min((c+1)*fillChunk, len(m.mem))]
+}
+
 // fill makes sure the page tables of mem[off:off+n] are in place, populating whole chunks that
 // are not marked yet. mem must stay mapped during the call (the caller holds the mapping).
 func (m *mapping) fill(off, n uint64) {
-	if n == 0 || fillUnsupported.Load() || m.filled == nil {
+	if n == 0 || fillUnsupported.Load() {
 		return
 	}
 	for c := int(off / fillChunk); uint64(c)*fillChunk < off+n; c++ {
 		if m.filled.has(c) {
 			continue
 		}
-		lo := uint64(c) * fillChunk
-		hi := min(lo+fillChunk, uint64(len(m.mem)))
-		if err := populateWrite(m.mem[lo:hi]); err != nil {
-			if err == unix.EINVAL {
-				fillUnsupported.Store(true)
-			}
+		if !populateWrite(m.chunk(c)) {
 			return
 		}
 		m.filled.set(c)
 	}
 }
 
-func populateWrite(b []byte) error {
-	return unix.Madvise(b, madvPopulateWrite)
+// populateWrite populates b for writing and reports whether that worked; a kernel that does not
+// know MADV_POPULATE_WRITE turns filling off for the process.
+func populateWrite(b []byte) bool {
+	err := memview.Populate(memview.Addr(b), uint64(len(b)), true)
+	if err == unix.EINVAL {
+		fillUnsupported.Store(true)
+	}
+	return err == nil
 }
 
 // residentRuns calls fn for each maximal run of resident pages of b (page-aligned) and reports
 // whether all of b was resident.
 func residentRuns(b []byte, fn func([]byte)) bool {
-	page := unix.Getpagesize()
-	vec := make([]byte, (len(b)+page-1)/page)
-	_, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)), uintptr(unsafe.Pointer(unsafe.SliceData(vec))))
-	if e != 0 {
+	vec, err := memview.Resident(b)
+	if err != nil {
 		return false
 	}
+	page := unix.Getpagesize()
 	all := true
 	start := -1
 	for i := 0; i <= len(vec); i++ {
@@ -97,32 +102,24 @@ func residentRuns(b []byte, fn func([]byte)) bool {
 }
 
 // backgroundFill fills m's resident pages, step by step, while m stays in use; it holds m (so
-// it cannot be unmapped under the pass) only during each step, and ends when m is dropped.
+// it cannot be unmapped under the pass) only during each step, and ends when m is dropped
+// (Close drops every mapping).
 func (t *Transport) backgroundFill(m *mapping) {
 	defer close(m.bgDone)
 	for lo := 0; lo < len(m.mem) && !fillUnsupported.Load(); lo += backgroundFillStep {
 		t.mu.Lock()
-		if t.closed || m.orphan || m.dropped {
+		if m.dropped {
 			t.mu.Unlock()
 			return
 		}
 		m.holds++
 		t.mu.Unlock()
-		hi := min(lo+backgroundFillStep, len(m.mem))
-		for c := lo / fillChunk; c*fillChunk < hi; c++ {
+		for c := lo / fillChunk; c*fillChunk < min(lo+backgroundFillStep, len(m.mem)); c++ {
 			if m.filled.has(c) {
 				continue
 			}
-			chunk := m.mem[c*fillChunk : min((c+1)*fillChunk, len(m.mem))]
 			ok := true
-			all := residentRuns(chunk, func(run []byte) {
-				if err := populateWrite(run); err != nil {
-					ok = false
-					if err == unix.EINVAL {
-						fillUnsupported.Store(true)
-					}
-				}
-			})
+			all := residentRuns(m.chunk(c), func(run []byte) { ok = populateWrite(run) && ok })
 			if all && ok {
 				m.filled.set(c)
 			}

@@ -5,9 +5,6 @@ import (
 	"context"
 	"testing"
 	"time"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/mooncake-go/mooncake/engine/transport"
 	"github.com/mooncake-go/mooncake/internal/memview"
@@ -16,10 +13,9 @@ import (
 // resident reports, per page of b, whether it is in memory.
 func resident(t *testing.T, b []byte) []bool {
 	t.Helper()
-	page := unix.Getpagesize()
-	vec := make([]byte, (len(b)+page-1)/page)
-	if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
-		t.Fatal(e)
+	vec, err := memview.Resident(b)
+	if err != nil {
+		t.Fatal(err)
 	}
 	out := make([]bool, len(vec))
 	for i, v := range vec {

@@ -95,9 +95,9 @@ type mapping struct {
 	mem     []byte
 	filled  filled        // chunks whose page tables are in place (populate.go)
 	bgDone  chan struct{} // closed when the background fill pass ends
-	holds   int    // Hold views outstanding (under Transport.mu)
-	orphan  bool   // dropped from maps while held: unmap at the last release
-	dropped bool   // dropped from maps (under Transport.mu)
+	holds   int           // Hold views outstanding (under Transport.mu)
+	orphan  bool          // dropped from maps while held: unmap at the last release
+	dropped bool          // dropped from maps (under Transport.mu)
 }
 
 // drop unmaps m now, or at its last release when views of it are held; the caller holds t.mu.
