@@ -302,8 +302,10 @@ func (l *Lane) Invoke(ctx context.Context, method string, args, reply any, _ ...
 	stop()
 	if err != nil {
 		s.c.Close()
-		if ctx.Err() != nil {
-			return status.Errorf(codes.DeadlineExceeded, "master %s: %v", l.addr, ctx.Err())
+		// The socket's deadline comes only from ctx (its deadline, or AfterFunc on cancel), and
+		// it can fire a moment before ctx itself reports the end.
+		if ctx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			return status.Errorf(codes.DeadlineExceeded, "master %s: %v", l.addr, err)
 		}
 		return status.Errorf(codes.Unavailable, "master %s: %v", l.addr, err)
 	}
