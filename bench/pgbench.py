@@ -62,7 +62,7 @@ def make_op(coll: str, size: int, dtype: torch.dtype, op, group, rank: int, n: i
         t.fill_(value)
 
     if coll == "all_reduce":
-        buf = torch.empty(count, dtype=dtype)
+        buf = torch.ones(count, dtype=dtype)
 
         def run():
             dist.all_reduce(buf, op=op, group=group)
@@ -79,8 +79,8 @@ def make_op(coll: str, size: int, dtype: torch.dtype, op, group, rank: int, n: i
             return int((buf.double() != float(exp)).sum())
         return run, check, count
     if coll == "all_gather":
-        inp = torch.empty(per, dtype=dtype)
-        out = torch.empty(per * n, dtype=dtype)
+        inp = torch.ones(per, dtype=dtype)
+        out = torch.ones(per * n, dtype=dtype)
 
         def run():
             dist.all_gather_into_tensor(out, inp, group=group)
@@ -92,8 +92,8 @@ def make_op(coll: str, size: int, dtype: torch.dtype, op, group, rank: int, n: i
             return int((out.double() != exp).sum())
         return run, check, count
     if coll == "reduce_scatter":
-        inp = torch.empty(per * n, dtype=dtype)
-        out = torch.empty(per, dtype=dtype)
+        inp = torch.ones(per * n, dtype=dtype)
+        out = torch.ones(per, dtype=dtype)
 
         def run():
             dist.reduce_scatter_tensor(out, inp, op=op, group=group)
@@ -104,8 +104,8 @@ def make_op(coll: str, size: int, dtype: torch.dtype, op, group, rank: int, n: i
             return int((out.double() != float(n * (n + 1) // 2)).sum())
         return run, check, count
     if coll == "all_to_all":
-        inp = torch.empty(per * n, dtype=dtype)
-        out = torch.empty(per * n, dtype=dtype)
+        inp = torch.ones(per * n, dtype=dtype)
+        out = torch.ones(per * n, dtype=dtype)
 
         def run():
             dist.all_to_all_single(out, inp, group=group)
@@ -119,7 +119,7 @@ def make_op(coll: str, size: int, dtype: torch.dtype, op, group, rank: int, n: i
             return int((out.double() != exp).sum())
         return run, check, count
     if coll == "broadcast":
-        buf = torch.empty(count, dtype=dtype)
+        buf = torch.ones(count, dtype=dtype)
         root = dist.get_global_rank(group, 0) if group is not None else 0
 
         def run():
@@ -131,8 +131,8 @@ def make_op(coll: str, size: int, dtype: torch.dtype, op, group, rank: int, n: i
             return int((buf.double() != 7).sum())
         return run, check, count
     if coll == "sendrecv":
-        sbuf = torch.empty(count, dtype=dtype)
-        rbuf = torch.empty(count, dtype=dtype)
+        sbuf = torch.ones(count, dtype=dtype)
+        rbuf = torch.ones(count, dtype=dtype)
         ranks = dist.get_process_group_ranks(group)
         nxt, prv = ranks[(rank + 1) % n], ranks[(rank - 1) % n]
 

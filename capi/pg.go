@@ -31,6 +31,9 @@ typedef struct mc_pg_config {
   const char *group_name;
 } mc_pg_config;
 
+typedef void (*mc_work_hook)(void *arg);
+static inline void mc_call_work_hook(mc_work_hook fn, void *arg) { fn(arg); }
+
 static inline int mc_pg_store_set(const mc_store_ops *s, const char *key, const uint8_t *val, size_t len) {
   if (s->set == NULL) return -100;
   return s->set(s->ctx, key, val, len);
@@ -128,6 +131,29 @@ func workOf(h C.uint64_t) (*workRef, error) {
 
 func putWork(pg *pgroup, w *worker.Work, out *C.uint64_t) C.int {
 	*out = C.uint64_t(works.put(&workRef{w: w, timeout: pg.cfg.timeout}))
+	if hk := pg.hook.Load(); hk != nil {
+		w.OnFinish(func() { C.mc_call_work_hook(hk.fn, hk.arg) })
+	}
+	return 0
+}
+
+// workHook is the shim's completion callback (mc_pg_set_completion_hook).
+type workHook struct {
+	fn  C.mc_work_hook
+	arg unsafe.Pointer
+}
+
+//export mc_pg_set_completion_hook
+func mc_pg_set_completion_hook(h C.uint64_t, fn C.mc_work_hook, arg unsafe.Pointer) C.int {
+	pg, err := pgOf(h)
+	if err != nil {
+		return setErr(err)
+	}
+	if fn == nil {
+		pg.hook.Store(nil)
+	} else {
+		pg.hook.Store(&workHook{fn: fn, arg: arg})
+	}
 	return 0
 }
 
@@ -535,6 +561,38 @@ func mc_work_test(h C.uint64_t) C.int {
 	if wr.w.Completed() {
 		return 1
 	}
+	return 0
+}
+
+//export mc_work_run
+func mc_work_run(h C.uint64_t) C.int {
+	wr, err := workOf(h)
+	if err != nil {
+		return setErr(err)
+	}
+	if wr.w.RunHere() {
+		return 1
+	}
+	return 0
+}
+
+//export mc_work_start
+func mc_work_start(h C.uint64_t) C.int {
+	wr, err := workOf(h)
+	if err != nil {
+		return setErr(err)
+	}
+	wr.w.Start()
+	return 0
+}
+
+//export mc_pg_set_held_starts
+func mc_pg_set_held_starts(h C.uint64_t, on C.int) C.int {
+	pg, err := pgOf(h)
+	if err != nil {
+		return setErr(err)
+	}
+	pg.heldStarts.Store(on != 0)
 	return 0
 }
 

@@ -325,22 +325,23 @@ func (pg *pgroup) deadMembers(ctx context.Context, members []int) []int {
 
 // runFT runs a collective so that peer failures do not fail it: see the file comment.
 // inplace is the buffer the op overwrites with its result (nil when inputs and outputs are
-// separate); it is copied before the first attempt unless MOONCAKE_PG_FT_INPUT_COPY=0 (then a
-// peer failure during an all_reduce or reduce fails it, after the group agreed on the failure).
-func (pg *pgroup) runFT(ctx context.Context, op string, inplace []byte, fn func(ctx context.Context) error) error {
+// separate); fn gets a save buffer for it (collective.Group.AllReduceOrRestore: a failed
+// attempt leaves the input in place, and the same-host path saves it chunk by chunk as it
+// reads it) unless MOONCAKE_PG_FT_INPUT_COPY=0 (then save is nil, and a peer failure during
+// an all_reduce or reduce fails it, after the group agreed on the failure).
+func (pg *pgroup) runFT(ctx context.Context, op string, inplace []byte, fn func(ctx context.Context, save []byte) error) error {
 	if !pg.m.joined {
 		return opErr{fmt.Errorf("%s on rank %d: this rank is not an active member of the group (call join_group, or it was deactivated)", op, pg.cfg.rank)}
 	}
-	var backup []byte
+	var save []byte
 	if len(inplace) > 0 && len(pg.g.Members()) > 1 && os.Getenv("MOONCAKE_PG_FT_INPUT_COPY") != "0" {
-		backup = pg.scratch(len(inplace))
-		copy(backup, inplace)
+		save = pg.scratch(len(inplace))
 	}
 	var failed []int
 	for {
 		members := pg.g.Members()
 		seq := pg.g.Seq()
-		err := fn(ctx)
+		err := fn(ctx, save)
 		if err == nil {
 			if x := union(failed, pg.g.Excluded()); len(x) > 0 {
 				return &worker.Degraded{Failed: x}
@@ -395,9 +396,7 @@ func (pg *pgroup) runFT(ctx context.Context, op string, inplace []byte, fn func(
 		} else {
 			failed = union(failed, dead)
 		}
-		if backup != nil {
-			copy(inplace, backup)
-		} else if len(inplace) > 0 {
+		if save == nil && len(inplace) > 0 {
 			// MOONCAKE_PG_FT_INPUT_COPY=0: the input may be half overwritten; the group
 			// moved on without the dead ranks, this op reports the failure.
 			return fmt.Errorf("%w (MOONCAKE_PG_FT_INPUT_COPY=0: the op is not rerun over the survivors)", err)

@@ -61,11 +61,13 @@ type pgroup struct {
 	q       *worker.Queue
 	release func()
 
-	m           membership       // elastic state (pg_elastic.go), owned by the queue's goroutine
-	onView      func(extent int) // told the active extent after every membership change
-	extentWord  unsafe.Pointer   // C int32 the shim reads the extent from (capi)
-	backup      []byte           // copy of an in-place op's input (runFT)
-	collTimeout atomic.Int64     // set_collective_timeout_us, ns (0: unset)
+	m           membership               // elastic state (pg_elastic.go), owned by the queue's goroutine
+	onView      func(extent int)         // told the active extent after every membership change
+	extentWord  unsafe.Pointer           // C int32 the shim reads the extent from (capi)
+	backup      []byte                   // copy of an in-place op's input (runFT)
+	collTimeout atomic.Int64             // set_collective_timeout_us, ns (0: unset)
+	hook        atomic.Pointer[workHook] // called when a work finishes (the shim's completion thread)
+	heldStarts  atomic.Bool              // ops wait for mc_work_start / mc_work_run (the torch shim)
 
 	sendMu sync.Mutex
 	sendQs map[int]*worker.Queue
@@ -205,12 +207,21 @@ func newPGroup(cfg pgConfig, st kvStore, f p2p.Fabric) (*pgroup, error) {
 
 // submit queues a collective; peer failures are handled by runFT (pg_elastic.go).
 func (pg *pgroup) submit(op string, fn func(ctx context.Context) error) *worker.Work {
-	return pg.submitInPlace(op, nil, fn)
+	return pg.submitInPlace(op, nil, func(ctx context.Context, _ []byte) error { return fn(ctx) })
 }
 
-// submitInPlace queues a collective that overwrites inplace with its result.
-func (pg *pgroup) submitInPlace(op string, inplace []byte, fn func(ctx context.Context) error) *worker.Work {
-	return pg.q.Submit(op, func(ctx context.Context) error {
+// submitTo queues an op on q; with held starts (mc_pg_set_held_starts) the caller starts it.
+func (pg *pgroup) submitTo(q *worker.Queue, op string, fn func(ctx context.Context) error) *worker.Work {
+	if pg.heldStarts.Load() {
+		return q.SubmitHeld(op, fn)
+	}
+	return q.Submit(op, fn)
+}
+
+// submitInPlace queues a collective that overwrites inplace with its result; fn gets the
+// buffer that saves the input for a rerun (see runFT).
+func (pg *pgroup) submitInPlace(op string, inplace []byte, fn func(ctx context.Context, save []byte) error) *worker.Work {
+	return pg.submitTo(pg.q, op, func(ctx context.Context) error {
 		if d := pg.collectiveTimeout(); d < pg.cfg.timeout {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, d)
@@ -245,7 +256,7 @@ func (pg *pgroup) send(buf []byte, dst int, tag int32) *worker.Work {
 		pg.sendQs[dst] = q
 	}
 	pg.sendMu.Unlock()
-	return q.Submit("send", func(ctx context.Context) error {
+	return pg.submitTo(q, "send", func(ctx context.Context) error {
 		if err := pg.p2pCheck("send", dst); err != nil {
 			return err
 		}
@@ -307,11 +318,21 @@ func (pg *pgroup) broadcast(buf []byte, root int) *worker.Work {
 }
 
 func (pg *pgroup) allreduce(buf []byte, dt reduce.DType, op reduce.Op) *worker.Work {
-	return pg.submitInPlace("all_reduce", buf, func(ctx context.Context) error { return pg.g.AllReduce(ctx, buf, dt, op) })
+	return pg.submitInPlace("all_reduce", buf, func(ctx context.Context, save []byte) error {
+		if save == nil {
+			return pg.g.AllReduce(ctx, buf, dt, op)
+		}
+		return pg.g.AllReduceOrRestore(ctx, buf, save, dt, op)
+	})
 }
 
 func (pg *pgroup) reduce(buf []byte, dt reduce.DType, op reduce.Op, root int) *worker.Work {
-	return pg.submitInPlace("reduce", buf, func(ctx context.Context) error { return pg.g.Reduce(ctx, buf, dt, op, root) })
+	return pg.submitInPlace("reduce", buf, func(ctx context.Context, save []byte) error {
+		if save == nil {
+			return pg.g.Reduce(ctx, buf, dt, op, root)
+		}
+		return pg.g.ReduceOrRestore(ctx, buf, save, dt, op, root)
+	})
 }
 
 func (pg *pgroup) allgather(in []byte, outs [][]byte) *worker.Work {

@@ -9,12 +9,25 @@ import (
 // Reduce reduces buf with op across the group into root's buf; the other ranks' buffers are
 // left as they were.
 func (g *Group) Reduce(ctx context.Context, buf []byte, dt reduce.DType, op reduce.Op, root int) error {
+	return g.reduceTo(ctx, buf, nil, dt, op, root)
+}
+
+// ReduceOrRestore is Reduce that leaves root's buf holding its input when it fails (see
+// AllReduceOrRestore).
+func (g *Group) ReduceOrRestore(ctx context.Context, buf, save []byte, dt reduce.DType, op reduce.Op, root int) error {
+	if len(save) < len(buf) {
+		return invalidSave("reduce", len(save), len(buf))
+	}
+	return g.reduceTo(ctx, buf, save[:len(buf)], dt, op, root)
+}
+
+func (g *Group) reduceTo(ctx context.Context, buf, save []byte, dt reduce.DType, op reduce.Op, root int) (err error) {
 	es, err := checkReduce("reduce", len(buf), dt, op)
 	if err != nil {
 		return err
 	}
 	if p := g.path(); p != nil && root >= 0 {
-		return p.allReduce(ctx, buf, dt, op, es, root)
+		return p.allReduce(ctx, buf, save, dt, op, es, root)
 	}
 	o, err := g.begin(ctx, header{kind: kindReduce, dtype: dt, op: op, root: int32(root), count: int64(len(buf) / es)})
 	if err != nil {
@@ -31,7 +44,14 @@ func (g *Group) Reduce(ctx context.Context, buf []byte, dt reduce.DType, op redu
 		return nil
 	}
 	acc := buf
-	if o.idx != ri {
+	if o.idx == ri {
+		copy(save, buf)
+		defer func() {
+			if err != nil {
+				copy(buf, save)
+			}
+		}()
+	} else {
 		acc = g.pool.get(len(buf))
 		defer g.pool.put(acc)
 		copy(acc, buf)

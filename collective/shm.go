@@ -37,6 +37,12 @@ type SharedMemory interface {
 	Map(rank int, handle uint64, n int) (view []byte, release func(), ok bool, err error)
 }
 
+// ranksShareProcess is implemented by SharedMemory implementations whose ranks are goroutines
+// of one process (tests): waits then also yield to the Go scheduler. Between processes they
+// must not: an op may run on a C thread that called into Go (the torch shim runs ops on the
+// thread that waits for them), where every runtime.Gosched costs two thread hand-offs.
+type ranksShareProcess interface{ RanksShareProcess() bool }
+
 // SharedOptions tunes the fast path. Zero values take the defaults (and the environment).
 type SharedOptions struct {
 	// ChunkBytes is the pipelining unit and the size of each of an arena's two data halves.
@@ -125,6 +131,7 @@ type shmPath struct {
 	rank    int
 	chunk   int
 	spin    time.Duration
+	goYield bool // yield to the Go scheduler while spinning (ranks in one process)
 	hdrSize int
 	dataOff int
 
@@ -144,6 +151,10 @@ type shmPath struct {
 	hs      []header
 	srcs    [][]byte
 	lag     []int
+
+	// testRound, when set (tests only), runs at the start of each round of a large all_reduce;
+	// an error fails the op there, as a rank that gives up mid-op would.
+	testRound func(round int) error
 }
 
 // shmOp is the op running on the path.
@@ -198,6 +209,9 @@ func (g *Group) EnableSharedMemory(ctx context.Context, sm SharedMemory, opts Sh
 	p := &shmPath{g: g, rank: g.rank, chunk: opts.ChunkBytes, spin: opts.Spin,
 		hdrSize: hdrBytes(g.maxSize), dataOff: dataOffset(g.maxSize),
 		views: make([][]byte, g.maxSize)}
+	if rs, ok := sm.(ranksShareProcess); ok && rs.RanksShareProcess() {
+		p.goYield = true
+	}
 	releaseAll := func() {
 		for _, r := range p.releases {
 			r()
@@ -401,9 +415,11 @@ func (o *shmOp) wait(target uint32) error {
 			}
 		}
 		if i >= 32 {
-			// Let other goroutines (ranks of this process, in tests) and other processes
-			// (ranks that outnumber the CPUs) run.
-			runtime.Gosched()
+			// Let other processes (ranks that outnumber the CPUs) and, in tests, other
+			// goroutines (ranks of this process) run.
+			if p.goYield {
+				runtime.Gosched()
+			}
 			schedYield()
 		}
 	}

@@ -24,6 +24,9 @@ func BenchmarkShmAllReduce(b *testing.B) {
 				bufs := make([][]byte, n)
 				for r := range bufs {
 					bufs[r] = make([]byte, size)
+					for i := range bufs[r] {
+						bufs[r][i] = [4]byte{0, 0, 0x80, 0x3f}[i%4] // float32 1.0
+					}
 				}
 				ctx := context.Background()
 				var wg sync.WaitGroup

@@ -67,7 +67,8 @@ func (p *shmPath) barrier(ctx context.Context) error {
 
 // allReduce reduces buf across the members; with root >= 0 (reduce) only root's buf takes the
 // result.
-func (p *shmPath) allReduce(ctx context.Context, buf []byte, dt reduce.DType, op reduce.Op, es, root int) error {
+// save (nil, or len(buf) bytes): see Group.AllReduceOrRestore.
+func (p *shmPath) allReduce(ctx context.Context, buf, save []byte, dt reduce.DType, op reduce.Op, es, root int) error {
 	kind := kindAllReduce
 	if root >= 0 {
 		kind = kindReduce
@@ -79,7 +80,7 @@ func (p *shmPath) allReduce(ctx context.Context, buf []byte, dt reduce.DType, op
 	if len(buf) <= p.chunk && (len(buf) <= p.g.opts.SmallBytes || len(buf)/es < 2*o.n) {
 		err = o.reduceSmall(buf, dt, op, root)
 	} else {
-		err = o.reduceLarge(buf, dt, op, es, root)
+		err = o.reduceLarge(buf, save, dt, op, es, root)
 	}
 	if err == nil && root >= 0 && o.indexOf(root) < 0 {
 		err = &MismatchError{Msg: "reduce: root rank is not an active member of the group"}
@@ -126,13 +127,31 @@ func (o *shmOp) reduceSmall(buf []byte, dt reduce.DType, op reduce.Op, root int)
 // peers' inputs published in round r-1, one reduce.ReduceMany pass) into the result area of
 // its current half, and publishes the slices of chunk r that the other members reduce. With
 // root >= 0 (reduce) only root copies results out.
-func (o *shmOp) reduceLarge(buf []byte, dt reduce.DType, op reduce.Op, es, root int) error {
+//
+// With save, round r also copies chunk r into save (it is being read anyway); results
+// overwrite chunk r only in round r+2, so on failure buf[:saved] is restored from save and the
+// rest of buf was never written.
+func (o *shmOp) reduceLarge(buf, save []byte, dt reduce.DType, op reduce.Op, es, root int) (err error) {
 	p := o.p
 	cb := max(p.chunk/2/es*es, es)
 	nc := (len(buf) + cb - 1) / cb
 	out := root < 0 || p.rank == root
 	chunk := func(k int) []byte { return buf[k*cb : min((k+1)*cb, len(buf))] }
+	if !out {
+		save = nil
+	}
+	saved := 0
+	defer func() {
+		if err != nil {
+			copy(buf[:saved], save)
+		}
+	}()
 	for r := 0; r <= nc; r++ {
+		if p.testRound != nil {
+			if err := p.testRound(r); err != nil {
+				return err
+			}
+		}
 		par := o.par()
 		mine := o.halfOf(p.rank, par)
 		if r >= 2 && out {
@@ -163,6 +182,12 @@ func (o *shmOp) reduceLarge(buf []byte, dt reduce.DType, op reduce.Op, es, root 
 		}
 		if r < nc {
 			c := chunk(r)
+			if save != nil {
+				// Non-temporal: the save is read only if the op fails, so it should
+				// neither read its lines in first nor push the pipeline out of cache
+				// (16 MiB all_reduce: ~4.0 ms against ~4.7 ms with copy).
+				saved += reduce.CopyStream(save[r*cb:], c)
+			}
 			count := len(c) / es
 			for i := range o.members {
 				if i != o.idx {

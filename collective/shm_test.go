@@ -38,6 +38,8 @@ func (m *memShared) Alloc(n int) ([]byte, uint64, error) {
 	return b, h, nil
 }
 
+func (m *memShared) RanksShareProcess() bool { return true }
+
 func (m *memShared) Free([]byte, uint64) {} // unmapped by close, once every group is closed
 
 func (m *memShared) Map(rank int, h uint64, n int) ([]byte, func(), bool, error) {
@@ -411,5 +413,56 @@ func TestShmNoAllocs(t *testing.T) {
 	<-done
 	if allocs > 0.5 {
 		t.Fatalf("%v allocations per op pair", allocs)
+	}
+}
+
+// TestShmAllReduceOrRestore: rank 1 gives up in round 10 of a 40-round all_reduce, after
+// rank 0 has written the results of the first chunks into its buffer; both fail and both
+// buffers hold their inputs again. Without a save buffer rank 0's input is half overwritten.
+func TestShmAllReduceOrRestore(t *testing.T) {
+	for _, withSave := range []bool{true, false} {
+		t.Run(fmt.Sprint("save=", withSave), func(t *testing.T) {
+			gs, _ := shmGroups(t, 2, 256) // 128-byte chunks: 40 rounds for 5120 bytes
+			gs[1].shm.Load().testRound = func(r int) error {
+				if r == 10 {
+					return errors.New("rank 1 gives up")
+				}
+				return nil
+			}
+			const count = 1280
+			ins := make([][]byte, 2)
+			bufs := make([][]byte, 2)
+			for r := range bufs {
+				ins[r] = fill(reduce.Float32, reduce.Sum, r, count, 0)
+				bufs[r] = append([]byte(nil), ins[r]...)
+			}
+			errs := runEach(gs, 10*time.Second, func(ctx context.Context, g *Group) error {
+				b := bufs[g.Rank()]
+				if !withSave {
+					return g.AllReduce(ctx, b, reduce.Float32, reduce.Sum)
+				}
+				return g.AllReduceOrRestore(ctx, b, make([]byte, len(b)+8), reduce.Float32, reduce.Sum)
+			})
+			for r := range gs {
+				if errs[r] == nil {
+					t.Fatalf("rank %d: the all_reduce succeeded", r)
+				}
+				same := bytes.Equal(bufs[r], ins[r])
+				if withSave && !same {
+					t.Fatalf("rank %d: input not restored after %v", r, errs[r])
+				}
+				if !withSave && r == 0 && same {
+					t.Fatalf("rank 0: no result was written before the failure; the test does not test the restore")
+				}
+			}
+			var ae *AbortError
+			if !errors.As(errs[0], &ae) || ae.Peer != 1 {
+				t.Fatalf("rank 0: %v", errs[0])
+			}
+		})
+	}
+	gs, _ := shmGroups(t, 2, 256)
+	if err := gs[0].AllReduceOrRestore(context.Background(), make([]byte, 64), make([]byte, 60), reduce.Float32, reduce.Sum); err == nil || !strings.Contains(err.Error(), "restore buffer has 60 bytes") {
+		t.Fatalf("short save buffer: %v", err)
 	}
 }

@@ -303,7 +303,43 @@ void MooncakeWork::synchronize() {
 #endif
 }
 
+void MooncakeWork::runHere() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("MOONCAKE_PG_RUN_IN_WAIT");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  if (!enabled || backend_ == nullptr || backend_->closed_.load() || isCompleted()) {
+    return;
+  }
+  for (uint64_t h : handles_) {
+    if (mc_work_run(h) < 0) {
+      return;  // freed: the completion thread finished the work already
+    }
+  }
+  if (!partsDone()) {
+    return;  // a part runs on its queue's thread: the completion thread finishes the work
+  }
+  if (!finishClaimed_.exchange(true)) {
+    backend_->finishWork(c10::intrusive_ptr<MooncakeWork>::reclaim_copy(this));
+    backend_->forget(this);
+  }
+}
+
+bool MooncakeWork::partsDone() const {
+  for (uint64_t h : handles_) {
+    if (mc_work_test(h) != 1) {
+      return false;
+    }
+  }
+  return true;
+}
+
 bool MooncakeWork::wait(std::chrono::milliseconds timeout) {
+  // Running the ops here blocks until they finish (bounded by the group's op timeout), so only
+  // when the caller would wait at least that long anyway.
+  if (timeout == kNoTimeout || timeout >= timeout_) {
+    runHere();
+  }
   std::unique_lock<std::mutex> lock(mutex_);
   // CUDA work: only wait until the result copies are enqueued behind the stream-side gate
   // (immediately, with stream memory operations), then order the current stream after them.
@@ -341,8 +377,27 @@ void MooncakeWork::complete(std::exception_ptr eptr) {
 
 // ---------------------------------------------------------------- Op builder
 
+// Whether torch will wait on the op at once (c10d's asyncOp=False, the default of every
+// collective call); false on torch versions whose options have no asyncOp.
+template <typename O>
+auto isSyncImpl(const O& o, int) -> decltype(o.asyncOp, bool()) {
+  return !o.asyncOp;
+}
+template <typename O>
+bool isSyncImpl(const O&, long) {
+  return false;
+}
+template <typename O>
+bool isSync(const O& o) {
+  return isSyncImpl(o, 0);
+}
+
 class MooncakeBackend::Op {
  public:
+  // A synchronous CPU op runs on the calling thread (torch waits for it right away): no
+  // hand-off to the group's op thread and back through the completion thread.
+  void setSync(bool s) { sync_ = s; }
+
   Op(MooncakeBackend* b, c10d::OpType type) : b_(b), type_(type), name_(opNameOf(type)) {
     b_->refreshSize();
   }
@@ -462,7 +517,21 @@ class MooncakeBackend::Op {
       }
       TORCH_CHECK(false, err);
     }
-    b_->enqueueCompletion(w);
+    w->backend_ = b_;
+    if (sync_ && runInline()) {
+      bool ran = true;
+      for (uint64_t h : w->handles_) {
+        ran = mc_work_run(h) >= 0 && ran;
+      }
+      if (ran && w->partsDone() && !w->finishClaimed_.exchange(true)) {
+        b_->finishWork(w);
+        return w;
+      }
+    }
+    for (uint64_t h : w->handles_) {
+      mc_work_start(h);
+    }
+    b_->enqueueCompletion(w, /*notify=*/false);
     return w;
   }
 
@@ -534,7 +603,16 @@ class MooncakeBackend::Op {
     return w;
   }
 
+  static bool runInline() {
+    static const bool on = [] {
+      const char* v = std::getenv("MOONCAKE_PG_RUN_INLINE");
+      return v == nullptr || std::string(v) != "0";
+    }();
+    return on;
+  }
+
   MooncakeBackend* b_;
+  bool sync_ = false;
   c10d::OpType type_;
   const char* name_;
   bool deviceSet_ = false;
@@ -593,6 +671,10 @@ MooncakeBackend::MooncakeBackend(
   if (maxGroupSize_ <= 0) {
     maxGroupSize_ = std::max(size, options.maxGroupSize);
   }
+  mc_pg_set_completion_hook(pg_, &MooncakeBackend::onWorkDone, this);
+  if (!cuda_) {
+    mc_pg_set_held_starts(pg_, 1);  // launchCpu starts each op or runs it inline
+  }
   completion_ = std::thread([this] { completionLoop(); });
   if (cuda_) {
     submitter_ = std::thread([this] { submitLoop(); });
@@ -641,6 +723,7 @@ void MooncakeBackend::shutdownGroup() {
     completion_.join();
   }
   if (pg_ != 0) {
+    mc_pg_set_completion_hook(pg_, nullptr, nullptr);
     mc_pg_destroy(pg_);
     pg_ = 0;
   }
@@ -661,12 +744,38 @@ void MooncakeBackend::refreshSize() {
   }
 }
 
-void MooncakeBackend::enqueueCompletion(const c10::intrusive_ptr<MooncakeWork>& w) {
+void MooncakeBackend::enqueueCompletion(const c10::intrusive_ptr<MooncakeWork>& w, bool notify) {
   {
     std::lock_guard<std::mutex> g(mu_);
     pending_.push_back(w);
+    // A part that finished before the work was queued here signalled too early to be seen.
+    if (notify || w->partsDone()) {
+      signaled_ = true;
+      notify = true;
+    }
   }
-  cv_.notify_one();
+  if (notify) {
+    cv_.notify_one();
+  }
+}
+
+void MooncakeBackend::forget(MooncakeWork* w) {
+  std::lock_guard<std::mutex> g(mu_);
+  for (auto it = pending_.rbegin(); it != pending_.rend(); ++it) {
+    if (it->get() == w) {
+      pending_.erase(std::next(it).base());
+      return;
+    }
+  }
+}
+
+void MooncakeBackend::onWorkDone(void* self) {
+  auto* b = static_cast<MooncakeBackend*>(self);
+  {
+    std::lock_guard<std::mutex> g(b->mu_);
+    b->signaled_ = true;
+  }
+  b->cv_.notify_one();
 }
 
 void MooncakeBackend::submitLoop() {
@@ -689,19 +798,38 @@ void MooncakeBackend::submitLoop() {
   }
 }
 
+// Sleeps until a work finishes in libmooncake (the completion hook) or the group stops, then
+// finishes, in submission order, every pending work whose parts are all done; when stopping,
+// it waits for the rest. Works that their waiter finished (MooncakeWork::runHere) are skipped.
 void MooncakeBackend::completionLoop() {
+  std::vector<c10::intrusive_ptr<MooncakeWork>> ready;
   for (;;) {
-    c10::intrusive_ptr<MooncakeWork> w;
+    bool stopping;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !pending_.empty(); });
-      if (pending_.empty()) {
+      cv_.wait(lock, [&] { return stop_ || signaled_; });
+      signaled_ = false;
+      stopping = stop_;
+      if (stopping && pending_.empty()) {
         return;
       }
-      w = pending_.front();
-      pending_.pop_front();
+      for (auto it = pending_.begin(); it != pending_.end();) {
+        if ((*it)->finishClaimed_.load()) {
+          it = pending_.erase(it);
+        } else if (stopping || (*it)->partsDone()) {
+          ready.push_back(std::move(*it));
+          it = pending_.erase(it);
+        } else {
+          ++it;
+        }
+      }
     }
-    finishWork(w);
+    for (auto& w : ready) {
+      if (!w->finishClaimed_.exchange(true)) {
+        finishWork(w);  // waits for its parts when stopping
+      }
+    }
+    ready.clear();
   }
 }
 
@@ -892,6 +1020,7 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::broadcast(
     std::vector<at::Tensor>& tensors,
     const c10d::BroadcastOptions& opts) {
   Op op(this, c10d::OpType::BROADCAST);
+  op.setSync(isSync(opts));
   checkSingle(op.where(), tensors, "input");
   op.check(tensors[0], "tensor");
   TORCH_CHECK(opts.rootTensor == 0, op.where(), ": rootTensor must be 0");
@@ -909,6 +1038,7 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::allreduce(
     std::vector<at::Tensor>& tensors,
     const c10d::AllreduceOptions& opts) {
   Op op(this, c10d::OpType::ALLREDUCE);
+  op.setSync(isSync(opts));
   checkSingle(op.where(), tensors, "input");
   op.check(tensors[0], "tensor");
   ReduceArgs ra = reduceArgs(op.where(), tensors[0], opts.reduceOp);
@@ -923,6 +1053,7 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors,
     const c10d::AllreduceCoalescedOptions& opts) {
   Op op(this, c10d::OpType::ALLREDUCE_COALESCED);
+  op.setSync(isSync(opts));
   TORCH_CHECK(!tensors.empty(), op.where(), ": expects at least one tensor");
   uint64_t pg = pg_;
   std::vector<ReduceArgs> args;
@@ -943,6 +1074,7 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::reduce(
     std::vector<at::Tensor>& tensors,
     const c10d::ReduceOptions& opts) {
   Op op(this, c10d::OpType::REDUCE);
+  op.setSync(isSync(opts));
   checkSingle(op.where(), tensors, "input");
   op.check(tensors[0], "tensor");
   TORCH_CHECK(opts.rootTensor == 0, op.where(), ": rootTensor must be 0");
@@ -961,8 +1093,9 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::reduce(
 c10::intrusive_ptr<c10d::Work> MooncakeBackend::allgather(
     std::vector<std::vector<at::Tensor>>& outputTensors,
     std::vector<at::Tensor>& inputTensors,
-    const c10d::AllgatherOptions& /*opts*/) {
+    const c10d::AllgatherOptions& opts) {
   Op op(this, c10d::OpType::ALLGATHER);
+  op.setSync(isSync(opts));
   checkSingle(op.where(), inputTensors, "input");
   TORCH_CHECK(
       outputTensors.size() == 1, op.where(), ": expects one output tensor list, got ",
@@ -995,8 +1128,9 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::allgather(
 c10::intrusive_ptr<c10d::Work> MooncakeBackend::_allgather_base(
     at::Tensor& outputBuffer,
     at::Tensor& inputBuffer,
-    const c10d::AllgatherOptions& /*opts*/) {
+    const c10d::AllgatherOptions& opts) {
   Op op(this, c10d::OpType::_ALLGATHER_BASE);
+  op.setSync(isSync(opts));
   op.check(inputBuffer, "input");
   op.check(outputBuffer, "output");
   checkSameType(op.where(), outputBuffer, inputBuffer, "output", "input");
@@ -1021,8 +1155,9 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::_allgather_base(
 c10::intrusive_ptr<c10d::Work> MooncakeBackend::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputTensorLists,
     std::vector<at::Tensor>& inputTensors,
-    const c10d::AllgatherOptions& /*opts*/) {
+    const c10d::AllgatherOptions& opts) {
   Op op(this, c10d::OpType::ALLGATHER_COALESCED);
+  op.setSync(isSync(opts));
   TORCH_CHECK(
       static_cast<int>(outputTensorLists.size()) == size_, op.where(), ": got ",
       outputTensorLists.size(), " output lists, expected the group size ", size_);
@@ -1063,8 +1198,9 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::allgather_coalesced(
 c10::intrusive_ptr<c10d::Work> MooncakeBackend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs,
     std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions& /*opts*/) {
+    const c10d::AllgatherOptions& opts) {
   Op op(this, c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED);
+  op.setSync(isSync(opts));
   TORCH_CHECK(
       outputs.size() == inputs.size(), op.where(), ": got ", outputs.size(), " outputs for ",
       inputs.size(), " inputs");
@@ -1098,6 +1234,7 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::gather(
     std::vector<at::Tensor>& inputTensors,
     const c10d::GatherOptions& opts) {
   Op op(this, c10d::OpType::GATHER);
+  op.setSync(isSync(opts));
   checkSingle(op.where(), inputTensors, "input");
   checkRank(op.where(), opts.rootRank, size_, "root");
   auto& in = inputTensors[0];
@@ -1144,6 +1281,7 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::scatter(
     std::vector<std::vector<at::Tensor>>& inputTensors,
     const c10d::ScatterOptions& opts) {
   Op op(this, c10d::OpType::SCATTER);
+  op.setSync(isSync(opts));
   checkSingle(op.where(), outputTensors, "output");
   checkRank(op.where(), opts.rootRank, size_, "root");
   auto& out = outputTensors[0];
@@ -1190,6 +1328,7 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::reduce_scatter(
     std::vector<std::vector<at::Tensor>>& inputTensors,
     const c10d::ReduceScatterOptions& opts) {
   Op op(this, c10d::OpType::REDUCE_SCATTER);
+  op.setSync(isSync(opts));
   checkSingle(op.where(), outputTensors, "output");
   TORCH_CHECK(
       inputTensors.size() == 1, op.where(), ": expects one input tensor list, got ",
@@ -1225,6 +1364,7 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::_reduce_scatter_base(
     at::Tensor& inputBuffer,
     const c10d::ReduceScatterOptions& opts) {
   Op op(this, c10d::OpType::_REDUCE_SCATTER_BASE);
+  op.setSync(isSync(opts));
   op.check(inputBuffer, "input");
   op.check(outputBuffer, "output");
   checkSameType(op.where(), outputBuffer, inputBuffer, "output", "input");
@@ -1254,6 +1394,7 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
   Op op(this, c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED);
+  op.setSync(isSync(opts));
   TORCH_CHECK(
       outputs.size() == inputs.size(), op.where(), ": got ", outputs.size(), " outputs for ",
       inputs.size(), " inputs");
@@ -1293,8 +1434,9 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::alltoall_base(
     at::Tensor& inputBuffer,
     std::vector<int64_t>& outputSplitSizes,
     std::vector<int64_t>& inputSplitSizes,
-    const c10d::AllToAllOptions& /*opts*/) {
+    const c10d::AllToAllOptions& opts) {
   Op op(this, c10d::OpType::ALLTOALL_BASE);
+  op.setSync(isSync(opts));
   op.check(inputBuffer, "input");
   op.check(outputBuffer, "output");
   checkSameType(op.where(), outputBuffer, inputBuffer, "output", "input");
@@ -1349,8 +1491,9 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::alltoall_base(
 c10::intrusive_ptr<c10d::Work> MooncakeBackend::alltoall(
     std::vector<at::Tensor>& outputTensors,
     std::vector<at::Tensor>& inputTensors,
-    const c10d::AllToAllOptions& /*opts*/) {
+    const c10d::AllToAllOptions& opts) {
   Op op(this, c10d::OpType::ALLTOALL);
+  op.setSync(isSync(opts));
   TORCH_CHECK(
       static_cast<int>(inputTensors.size()) == size_, op.where(), ": input tensor list has ",
       inputTensors.size(), " tensors, expected the group size ", size_);
@@ -1430,8 +1573,9 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::recvAnysource(
   return op.launch(tensors);
 }
 
-c10::intrusive_ptr<c10d::Work> MooncakeBackend::barrier(const c10d::BarrierOptions& /*opts*/) {
+c10::intrusive_ptr<c10d::Work> MooncakeBackend::barrier(const c10d::BarrierOptions& opts) {
   Op op(this, c10d::OpType::BARRIER);
+  op.setSync(isSync(opts));
   uint64_t pg = pg_;
   op.call([=](uint64_t* h) { return mc_pg_barrier(pg, h); });
   return op.launch({});

@@ -64,6 +64,8 @@ struct StoreBridge {
   explicit StoreBridge(c10::intrusive_ptr<c10d::Store> s);
 };
 
+class MooncakeBackend;
+
 class MooncakeWork : public c10d::Work {
  public:
   MooncakeWork(
@@ -94,6 +96,15 @@ class MooncakeWork : public c10d::Work {
  private:
   friend class MooncakeBackend;
   void complete(std::exception_ptr eptr);
+  void runHere();
+  bool partsDone() const;  // every submitted part finished in libmooncake
+
+  // CPU works: the backend whose completion thread would finish this work. A thread that
+  // waits on the work runs its ops itself when they have not started (mc_work_run) and then
+  // finishes it, instead of two hand-offs (to the op queue's thread and back through the
+  // completion thread); finishClaimed_ makes sure only one of them finishes it.
+  MooncakeBackend* backend_ = nullptr;
+  std::atomic<bool> finishClaimed_{false};
 
   std::string opName_;
   std::string backendName_;
@@ -233,10 +244,15 @@ class MooncakeBackend : public c10d::Backend {
   void shutdown() { shutdownGroup(); }
 
  private:
+  friend class MooncakeWork;
   class Op;  // builds one work: staging, pointers, submission
   friend class Op;
 
-  void enqueueCompletion(const c10::intrusive_ptr<MooncakeWork>& w);
+  // notify=false: the work's parts wake the completion thread when they finish (the
+  // completion hook), so a work that its waiter runs and finishes wakes nobody.
+  void enqueueCompletion(const c10::intrusive_ptr<MooncakeWork>& w, bool notify = true);
+  void forget(MooncakeWork* w);  // drops a work its waiter finished from pending_
+  static void onWorkDone(void* self);  // mc_pg_set_completion_hook callback
   void completionLoop();
   void finishWork(const c10::intrusive_ptr<MooncakeWork>& w);
   void submitLoop();
@@ -255,6 +271,7 @@ class MooncakeBackend : public c10d::Backend {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<c10::intrusive_ptr<MooncakeWork>> pending_;
+  bool signaled_ = false;  // a work finished since the completion thread last looked
   bool stop_ = false;
   std::thread completion_;
 

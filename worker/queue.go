@@ -28,11 +28,12 @@ type Queue struct {
 	name    string
 	timeout time.Duration
 
-	mu     sync.Mutex
-	items  []item
-	closed bool
-	wake   chan struct{}
-	done   chan struct{}
+	mu      sync.Mutex
+	items   []item // items[0] is running when running is set
+	running bool
+	closed  bool
+	wake    chan struct{}
+	done    chan struct{}
 }
 
 // NewQueue starts a queue whose ops each get timeout (<= 0: none). name prefixes errors.
@@ -48,7 +49,20 @@ func (q *Queue) Timeout() time.Duration { return q.timeout }
 // Submit queues fn as op and returns its handle at once. fn runs after every op submitted
 // before it finished; it gets a context carrying the op timeout.
 func (q *Queue) Submit(op string, fn func(ctx context.Context) error) *Work {
+	return q.submit(op, fn, true)
+}
+
+// SubmitHeld is Submit for a caller that starts the op itself: the queue's goroutine is not
+// woken for it. Work.RunHere runs it on the caller (a synchronous op: no hand-off to another
+// thread and back), Work.Start hands it to the queue; an op queued behind others runs when its
+// turn comes either way.
+func (q *Queue) SubmitHeld(op string, fn func(ctx context.Context) error) *Work {
+	return q.submit(op, fn, false)
+}
+
+func (q *Queue) submit(op string, fn func(ctx context.Context) error, wake bool) *Work {
 	w := NewWork(op)
+	w.q = q
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
@@ -57,11 +71,18 @@ func (q *Queue) Submit(op string, fn func(ctx context.Context) error) *Work {
 	}
 	q.items = append(q.items, item{w, fn})
 	q.mu.Unlock()
+	if wake {
+		q.kick()
+	}
+	return w
+}
+
+// kick wakes the queue's goroutine.
+func (q *Queue) kick() {
 	select {
 	case q.wake <- struct{}{}:
 	default:
 	}
-	return w
 }
 
 // Pending is the number of ops queued or running.
@@ -77,10 +98,7 @@ func (q *Queue) Close() {
 	q.mu.Lock()
 	q.closed = true
 	q.mu.Unlock()
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
+	q.kick()
 	<-q.done
 }
 
@@ -88,8 +106,8 @@ func (q *Queue) run() {
 	defer close(q.done)
 	for {
 		q.mu.Lock()
-		if len(q.items) == 0 {
-			closed := q.closed
+		if len(q.items) == 0 || q.running {
+			closed := q.closed && len(q.items) == 0
 			q.mu.Unlock()
 			if closed {
 				return
@@ -98,13 +116,41 @@ func (q *Queue) run() {
 			continue
 		}
 		it := q.items[0]
+		q.running = true
 		q.mu.Unlock()
 		q.exec(it)
-		q.mu.Lock()
-		q.items[0] = item{}
-		q.items = q.items[1:]
-		q.mu.Unlock()
+		q.pop()
 	}
+}
+
+// pop removes the op that ran and lets the run loop go on.
+func (q *Queue) pop() {
+	q.mu.Lock()
+	q.items[0] = item{}
+	q.items = q.items[1:]
+	q.running = false
+	more := len(q.items) > 0
+	q.mu.Unlock()
+	if more {
+		q.kick() // ops queued behind a RunHere op (the run loop itself would loop anyway)
+	}
+}
+
+// runHere runs w on the calling goroutine if it is next in line and has not started; see
+// Work.RunHere.
+func (q *Queue) runHere(w *Work) bool {
+	q.mu.Lock()
+	if q.running || len(q.items) == 0 || q.items[0].w != w {
+		q.mu.Unlock()
+		return false
+	}
+	it := q.items[0]
+	q.running = true
+	q.mu.Unlock()
+	w.ranHere.Store(true)
+	q.exec(it)
+	q.pop()
+	return true
 }
 
 func (q *Queue) exec(it item) {

@@ -86,3 +86,63 @@ func TestPanicBecomesError(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRunHere: a caller runs the next op itself; an op behind another, or already running,
+// is left to the queue; order is kept either way.
+func TestRunHere(t *testing.T) {
+	q := NewQueue("test", time.Second)
+	defer q.Close()
+	var order []int
+	var mu sync.Mutex
+	note := func(i int) {
+		mu.Lock()
+		order = append(order, i)
+		mu.Unlock()
+	}
+	gate := make(chan struct{})
+	started := make(chan struct{})
+	w1 := q.Submit("one", func(context.Context) error { close(started); <-gate; note(1); return nil })
+	<-started
+	w2 := q.Submit("two", func(context.Context) error { note(2); return nil })
+	if w1.RunHere() {
+		t.Fatal("ran an op that was already running")
+	}
+	if w2.RunHere() {
+		t.Fatal("ran an op that is not next in line")
+	}
+	close(gate)
+	if err := w2.Wait(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// The queue is idle: submit and run on this goroutine (the queue's goroutine may win the
+	// race for some; every op runs exactly once either way).
+	ran := 0
+	for i := 3; i < 203; i++ {
+		w := q.Submit("op", func(context.Context) error { note(i); return nil })
+		if w.RunHere() {
+			ran++
+			if !w.Completed() {
+				t.Fatal("RunHere returned before the op finished")
+			}
+		}
+		if err := w.Wait(time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, v := range order {
+		if v != i+1 {
+			t.Fatalf("order %v", order)
+		}
+	}
+	if len(order) != 202 {
+		t.Fatalf("%d ops ran", len(order))
+	}
+	t.Logf("%d of 200 ran on the caller", ran)
+	werr := q.Submit("fail", func(context.Context) error { return errors.New("boom") })
+	werr.RunHere()
+	if err := werr.Wait(time.Second); err == nil || !strings.Contains(err.Error(), "boom") {
+		t.Fatalf("error not kept: %v", err)
+	}
+}

@@ -78,12 +78,30 @@ int mc_pg_send(uint64_t pg, const void *buf, int64_t nbytes, int32_t dst, int32_
 int mc_pg_recv(uint64_t pg, void *buf, int64_t nbytes, int32_t src, int32_t tag, uint64_t *work);
 int mc_pg_barrier(uint64_t pg, uint64_t *work);
 
+/* Completion hook: fn(arg) is called (on a runtime thread) each time a work of this group
+ * finishes, except works that mc_work_run ran (its caller knows); NULL removes it. Set before
+ * the first op; fn must be quick and must not call back into the library. */
+typedef void (*mc_work_hook)(void *arg);
+int mc_pg_set_completion_hook(uint64_t pg, mc_work_hook fn, void *arg);
+
+/* on != 0: ops submitted later wait until mc_work_start (hand it to the group's op thread)
+ * or mc_work_run (run it on the calling thread) instead of starting at once; an op queued
+ * behind others still runs in its turn. For a caller that knows at submission whether it is
+ * about to wait (torch's asyncOp=False). */
+int mc_pg_set_held_starts(uint64_t pg, int on);
+
 /* Work handles. */
 /* Blocks until done or timeout_ms (<0: the group's op timeout). 0 success; <0 error with
  * mooncake_last_error() saying what failed (op, rank, reason); -2 still running at timeout. */
 int mc_work_wait(uint64_t work, int64_t timeout_ms);
 /* 1 done, 0 running. */
 int mc_work_test(uint64_t work);
+/* Runs the op on the calling thread when it is next in its queue and has not started (a
+ * caller about to wait saves two thread hand-offs); returns 1 when it ran it (the work is then
+ * done), 0 when the queue's own thread has it or it is done, <0 for a bad handle. */
+int mc_work_run(uint64_t work);
+/* Starts an op submitted with held starts (see mc_pg_set_held_starts); 0, or <0 bad handle. */
+int mc_work_start(uint64_t work);
 /* 1 succeeded with every rank, 0 failed, running, or completed without some ranks (the
  * failed-ranks hint is not empty: the result covers the survivors). */
 int mc_work_is_success(uint64_t work);

@@ -10,6 +10,8 @@ package reduce
 #cgo nocallback mc_red_reduce2
 #cgo noescape mc_red_divide
 #cgo nocallback mc_red_divide
+#cgo noescape mc_copy_stream
+#cgo nocallback mc_copy_stream
 #cgo noescape mc_red_narrow
 #cgo nocallback mc_red_narrow
 #include "kernels.h"
@@ -84,4 +86,8 @@ func cNarrow(dst []byte, src []float32, dt DType, l level) {
 		C.size_t(len(src)), C.int(dt), C.int(l)) != 0 {
 		panic("reduce: bad narrow arguments")
 	}
+}
+
+func cCopyStream(dst, src []byte) {
+	C.mc_copy_stream(unsafe.Pointer(unsafe.SliceData(dst)), unsafe.Pointer(unsafe.SliceData(src)), C.size_t(len(dst)))
 }

@@ -17,3 +17,5 @@ func cReduceMany(dst []byte, srcs [][]byte, dt DType, op Op, _ level) {
 func cDivide(dst []byte, dt DType, n int, _ level) { goDivide(dst, dt, n) }
 
 func cNarrow(dst []byte, src []float32, dt DType, _ level) { goNarrow(dst, src, dt) }
+
+func cCopyStream(dst, src []byte) { copy(dst, src) }

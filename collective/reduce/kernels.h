@@ -32,4 +32,8 @@ int mc_red_divide(void *dst, size_t n, int dtype, double divisor, int level);
 /* Test hooks: float32 -> float16/bfloat16 narrowing with the level's conversion code. */
 int mc_red_narrow(void *dst, const float *src, size_t n, int dtype, int level);
 
+/* memcpy with non-temporal stores (x86-64; plain memcpy elsewhere): for copies that are not
+ * read again soon, so they neither read the destination's lines first nor evict the cache. */
+void mc_copy_stream(void *dst, const void *src, size_t n);
+
 #endif

@@ -395,3 +395,32 @@ int mc_red_narrow(void *dst, const float *src, size_t n, int dtype, int level) {
   }
   return -1;
 }
+
+#if defined(__x86_64__)
+#include <emmintrin.h>
+void mc_copy_stream(void *dst, const void *src, size_t n) {
+  uint8_t *d = dst;
+  const uint8_t *s = src;
+  size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+  if (n < head + 64) {
+    memcpy(d, s, n);
+    return;
+  }
+  memcpy(d, s, head);
+  d += head, s += head, n -= head;
+  for (; n >= 64; d += 64, s += 64, n -= 64) {
+    __m128i a = _mm_loadu_si128((const __m128i *)s);
+    __m128i b = _mm_loadu_si128((const __m128i *)(s + 16));
+    __m128i c = _mm_loadu_si128((const __m128i *)(s + 32));
+    __m128i e = _mm_loadu_si128((const __m128i *)(s + 48));
+    _mm_stream_si128((__m128i *)d, a);
+    _mm_stream_si128((__m128i *)(d + 16), b);
+    _mm_stream_si128((__m128i *)(d + 32), c);
+    _mm_stream_si128((__m128i *)(d + 48), e);
+  }
+  _mm_sfence();
+  memcpy(d, s, n);
+}
+#else
+void mc_copy_stream(void *dst, const void *src, size_t n) { memcpy(dst, src, n); }
+#endif

@@ -209,3 +209,16 @@ func Divide(dst []byte, dt DType, n int) error {
 	cDivide(dst, dt, n, active)
 	return nil
 }
+
+// CopyStream copies min(len(dst), len(src)) bytes like copy, with non-temporal stores where
+// the CPU has them: for data that is not read again soon (a backup of an op's input), it
+// skips reading the destination's lines into the cache first and leaves the cache to the
+// data that is. Returns the number of bytes copied.
+func CopyStream(dst, src []byte) int {
+	n := min(len(dst), len(src))
+	if n < 4096 {
+		return copy(dst, src)
+	}
+	cCopyStream(dst[:n], src[:n])
+	return n
+}

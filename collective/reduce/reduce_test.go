@@ -1,6 +1,7 @@
 package reduce
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -433,4 +434,30 @@ func TestNames(t *testing.T) {
 		}
 	}
 	t.Logf("kernel: %s, available: %v", Kernel(), availableLevels())
+}
+
+func TestCopyStream(t *testing.T) {
+	src := make([]byte, 70003)
+	for i := range src {
+		src[i] = byte(i * 7)
+	}
+	for _, n := range []int{0, 1, 100, 4095, 4096, 5000, 65536, 69999} {
+		for _, off := range []int{0, 1, 15, 33} {
+			dst := make([]byte, n+off+8)
+			for i := range dst {
+				dst[i] = 0xee
+			}
+			if got := CopyStream(dst[off:off+n], src[3:]); got != n {
+				t.Fatalf("n=%d off=%d: copied %d", n, off, got)
+			}
+			if !bytes.Equal(dst[off:off+n], src[3:3+n]) {
+				t.Fatalf("n=%d off=%d: wrong bytes", n, off)
+			}
+			for i, b := range append(dst[:off:off], dst[off+n:]...) {
+				if b != 0xee {
+					t.Fatalf("n=%d off=%d: byte %d outside the copy written", n, off, i)
+				}
+			}
+		}
+	}
 }
