@@ -10,6 +10,10 @@ nccl-tests: all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n 
 being the whole gathered/scattered buffer; broadcast and sendrecv 1.
 Every backend runs on a group of its own (new_group) over the same processes, size by size,
 so the figures compare like with like. --json writes the rows for tooling.
+
+Before the sweep rank 0 measures single-thread memcpy bandwidth of the largest size (at least
+1 MiB) while the other ranks wait, and each row reports busbw as a percentage of it
+("%memcpy"), the reference the issue's all_reduce goal is stated against.
 """
 
 from __future__ import annotations
@@ -152,6 +156,22 @@ def make_op(coll: str, size: int, dtype: torch.dtype, op, group, rank: int, n: i
     raise ValueError(f"unknown collective {coll}")
 
 
+def memcpy_gbps(nbytes: int, reps: int = 5) -> float:
+    """Best single-thread libc memcpy bandwidth of nbytes between two touched buffers (GB/s,
+    bytes copied per second)."""
+    import ctypes
+
+    src = torch.ones(nbytes, dtype=torch.uint8)
+    dst = torch.zeros(nbytes, dtype=torch.uint8)
+    ctypes.memmove(dst.data_ptr(), src.data_ptr(), nbytes)
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        ctypes.memmove(dst.data_ptr(), src.data_ptr(), nbytes)
+        best = min(best, time.perf_counter() - t0)
+    return nbytes / best / 1e9
+
+
 def bench_rank(args) -> list[dict]:
     rank, n = dist.get_rank(), dist.get_world_size()
     backends = [b.strip() for b in args.backend.split(",") if b.strip()]
@@ -165,15 +185,21 @@ def bench_rank(args) -> list[dict]:
         s *= args.stepfactor
     timer = dist.new_group(backend="gloo")
     rows = []
+    memcpy = memcpy_gbps(max(sizes[-1], 1 << 20)) if rank == 0 else 0.0
+    mc = torch.tensor([memcpy], dtype=torch.float64)
+    dist.all_reduce(mc, op=dist.ReduceOp.MAX, group=timer)
+    memcpy = mc.item()
     if rank == 0:
-        names = "".join(f"| {b:>14}: {'time(us)':>10} {'algbw':>7} {'busbw':>7} {'#wrong':>6} "
-                        for b in backends)
+        names = "".join(f"| {b:>14}: {'time(us)':>10} {'algbw':>7} {'busbw':>7} {'%memcpy':>7} "
+                        f"{'#wrong':>6} " for b in backends)
         ratio = "".join(f"| {b + '/gloo':>16} " for b in backends if b != "gloo" and "gloo" in backends)
         print(f"# {args.collective} dtype={args.dtype} op={args.op} ranks={n} iters={args.iters} "
               f"warmup={args.warmup}")
+        print(f"# memcpy (1 thread, {max(sizes[-1], 1 << 20)} B, rank 0): {memcpy:.2f} GB/s")
         print(f"{'size(B)':>12} {'count':>12} {names}{ratio}")
     for size in sizes:
-        row = {"collective": args.collective, "size": size, "ranks": n, "dtype": args.dtype}
+        row = {"collective": args.collective, "size": size, "ranks": n, "dtype": args.dtype,
+               "memcpy_gbps": memcpy}
         for b in backends:
             run, check, count = make_op(args.collective, size, dtype, op, groups[b], rank, n)
             row["count"] = count
@@ -190,8 +216,9 @@ def bench_rank(args) -> list[dict]:
             dist.all_reduce(w, group=timer)
             nbytes = count * torch.tensor([], dtype=dtype).element_size()
             algbw = nbytes / el.item() / 1e9
-            row[b] = {"time_us": el.item() * 1e6, "algbw": algbw,
-                      "busbw": algbw * bus_factor(args.collective, n), "wrong": int(w.item())}
+            busbw = algbw * bus_factor(args.collective, n)
+            row[b] = {"time_us": el.item() * 1e6, "algbw": algbw, "busbw": busbw,
+                      "pct_memcpy": 100 * busbw / memcpy, "wrong": int(w.item())}
         if "gloo" in backends:
             for b in backends:
                 if b != "gloo":
@@ -202,7 +229,7 @@ def bench_rank(args) -> list[dict]:
             for b in backends:
                 r = row[b]
                 line += (f"| {'':>14}  {r['time_us']:>10.1f} {r['algbw']:>7.3f} {r['busbw']:>7.3f} "
-                         f"{r['wrong']:>6} ")
+                         f"{r['pct_memcpy']:>6.1f}% {r['wrong']:>6} ")
             for b in backends:
                 if b + "/gloo" in row:
                     line += f"| {row[b + '/gloo']:>15.2f}x "

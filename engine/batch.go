@@ -198,12 +198,20 @@ type prepared struct {
 }
 
 func (e *Engine) submit(id BatchID, reqs []TransferRequest, n *Notify) error {
+	_, err := e.submitLanes(id, reqs, n, false)
+	return err
+}
+
+// submitLanes is submit; with inline, a batch that goes to a single target does not get a
+// goroutine: the lane is returned for the caller to run (TransferSync runs it on its own
+// goroutine, saving a goroutine start and a wake-up per small synchronous transfer).
+func (e *Engine) submitLanes(id BatchID, reqs []TransferRequest, n *Notify, inline bool) (*lane, error) {
 	if e.closed.Load() {
-		return ErrClosed
+		return nil, ErrClosed
 	}
 	b, err := e.batch(id)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	prep := make([]prepared, len(reqs))
 	release := func() {
@@ -217,7 +225,7 @@ func (e *Engine) submit(id BatchID, reqs []TransferRequest, n *Notify) error {
 	for i := range reqs {
 		if err := e.prepare(&reqs[i], &prep[i], &refreshed); err != nil {
 			release()
-			return fmt.Errorf("request %d: %w", i, err)
+			return nil, fmt.Errorf("request %d: %w", i, err)
 		}
 	}
 
@@ -225,16 +233,17 @@ func (e *Engine) submit(id BatchID, reqs []TransferRequest, n *Notify) error {
 	defer e.lifeMu.RUnlock()
 	if e.closed.Load() {
 		release()
-		return ErrClosed
+		return nil, ErrClosed
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.tasks)+len(reqs) > b.capacity {
 		release()
-		return errf(ErrTooManyRequests, "batch %d holds %d of %d requests; %d more do not fit", id, len(b.tasks), b.capacity, len(reqs))
+		return nil, errf(ErrTooManyRequests, "batch %d holds %d of %d requests; %d more do not fit", id, len(b.tasks), b.capacity, len(reqs))
 	}
 	var groups []*group
 	var targets []SegmentID
+	var run *lane
 	base := len(b.tasks)
 	for i := range reqs {
 		q := &reqs[i]
@@ -295,11 +304,15 @@ func (e *Engine) submit(id BatchID, reqs []TransferRequest, n *Notify) error {
 		if !l.active {
 			l.active = true
 			e.wg.Add(1)
-			go l.run()
+			if inline && len(groups) == 1 {
+				run = l
+			} else {
+				go l.run()
+			}
 		}
 	}
 	b.settledLocked()
-	return nil
+	return run, nil
 }
 
 // prepare validates one request and picks its transport.
@@ -616,9 +629,13 @@ func (e *Engine) TransferSync(ctx context.Context, reqs []TransferRequest) error
 	if err != nil {
 		return err
 	}
-	if err := e.SubmitTransfer(id, reqs); err != nil {
+	l, err := e.submitLanes(id, reqs, nil, true)
+	if err != nil {
 		e.FreeBatchID(id)
 		return err
+	}
+	if l != nil {
+		l.run()
 	}
 	b, _ := e.batch(id)
 	st, err := b.wait(ctx, true)
