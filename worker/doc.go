@@ -3,6 +3,14 @@
 // the transport in the same order), and Work, the handle the caller holds: a Done channel,
 // the error, the source rank of a receive and the failed-ranks hint.
 //
+// Who runs an op: normally the queue's goroutine. A caller that is about to wait can take the
+// op itself (Queue.SubmitHeld, then Work.RunHere on the caller, or Work.Start to hand it to the
+// queue): the torch shim runs synchronous ops on the thread that called it, because on a small
+// VM each thread hand-off (to the queue's goroutine and back through a completion thread) costs
+// tens of microseconds, more than a small collective. Order is unchanged: RunHere only takes an
+// op that is next in line and not running. Work.OnFinish tells the shim's completion thread that
+// an op it did not run finished, so that thread sleeps instead of parking in Wait per op.
+//
 // Timeouts: every op runs under a context with the queue's op timeout. Ops (the collective
 // algorithms, p2p) honour it and fail with an error that names the peer that did not answer.
 // As a last resort a watchdog finishes the Work with a timeout error shortly after the deadline

@@ -54,8 +54,9 @@ func (q *Queue) Submit(op string, fn func(ctx context.Context) error) *Work {
 
 // SubmitHeld is Submit for a caller that starts the op itself: the queue's goroutine is not
 // woken for it. Work.RunHere runs it on the caller (a synchronous op: no hand-off to another
-// thread and back), Work.Start hands it to the queue; an op queued behind others runs when its
-// turn comes either way.
+// thread and back), Work.Start hands it to the queue. The queue's goroutine still runs it if
+// it is awake anyway (an op queued behind others runs in its turn), so who runs a held op is a
+// matter of speed, never of correctness.
 func (q *Queue) SubmitHeld(op string, fn func(ctx context.Context) error) *Work {
 	return q.submit(op, fn, false)
 }

@@ -146,3 +146,63 @@ func TestRunHere(t *testing.T) {
 		t.Fatalf("error not kept: %v", err)
 	}
 }
+
+// TestSubmitHeld: a held op waits for Start (or RunHere); OnFinish fires for ops the queue ran,
+// not for ops RunHere ran, and at once for ops already finished.
+func TestSubmitHeld(t *testing.T) {
+	q := NewQueue("test", time.Second)
+	defer q.Close()
+	if err := q.Submit("warm-up", func(context.Context) error { return nil }).Wait(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond) // the queue's goroutine is asleep again
+	ran := make(chan struct{}, 1)
+	w := q.SubmitHeld("held", func(context.Context) error { ran <- struct{}{}; return nil })
+	notified := make(chan struct{}, 2)
+	w.OnFinish(func() { notified <- struct{}{} })
+	select {
+	case <-ran:
+		t.Fatal("a held op ran before Start")
+	case <-time.After(50 * time.Millisecond):
+	}
+	w.Start()
+	if err := w.Wait(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-notified:
+	case <-time.After(time.Second):
+		t.Fatal("OnFinish not called for an op the queue ran")
+	}
+
+	for q.Pending() > 0 { // the queue's goroutine is done with w
+		time.Sleep(time.Millisecond)
+	}
+	w2 := q.SubmitHeld("here", func(context.Context) error { return nil })
+	w2.OnFinish(func() { notified <- struct{}{} })
+	if !w2.RunHere() {
+		t.Fatal("RunHere did not run an idle queue's held op")
+	}
+	w2.OnFinish(func() { notified <- struct{}{} })
+	select {
+	case <-notified:
+		t.Fatal("OnFinish called for an op RunHere ran")
+	case <-time.After(50 * time.Millisecond):
+	}
+
+	// Behind a running op, a held op runs in its turn without Start.
+	gate := make(chan struct{})
+	w3 := q.Submit("first", func(context.Context) error { <-gate; return nil })
+	w4 := q.SubmitHeld("second", func(context.Context) error { return nil })
+	close(gate)
+	if err := w4.Wait(time.Second); err != nil {
+		t.Fatalf("held op behind another did not run: %v", err)
+	}
+	w3.Wait(time.Second)
+	w4.OnFinish(func() { notified <- struct{}{} })
+	select {
+	case <-notified:
+	case <-time.After(time.Second):
+		t.Fatal("OnFinish on a finished op did not call at once")
+	}
+}
