@@ -420,10 +420,10 @@ func (pg *pgroup) catchUp() {
 
 // scratch returns a reusable buffer of n bytes for input copies.
 func (pg *pgroup) scratch(n int) []byte {
-	if cap(pg.backup) < n {
-		pg.backup = make([]byte, n)
+	if cap(pg.save) < n {
+		pg.save = make([]byte, n)
 	}
-	return pg.backup[:n]
+	return pg.save[:n]
 }
 
 // ---------------------------------------------------------------- program calls

@@ -64,7 +64,7 @@ type pgroup struct {
 	m           membership               // elastic state (pg_elastic.go), owned by the queue's goroutine
 	onView      func(extent int)         // told the active extent after every membership change
 	extentWord  unsafe.Pointer           // C int32 the shim reads the extent from (capi)
-	backup      []byte                   // copy of an in-place op's input (runFT)
+	save        []byte                   // an in-place op's input kept for a rerun (runFT, scratch)
 	collTimeout atomic.Int64             // set_collective_timeout_us, ns (0: unset)
 	hook        atomic.Pointer[workHook] // called when a work finishes (the shim's completion thread)
 	heldStarts  atomic.Bool              // ops wait for mc_work_start / mc_work_run (the torch shim)
@@ -319,18 +319,12 @@ func (pg *pgroup) broadcast(buf []byte, root int) *worker.Work {
 
 func (pg *pgroup) allreduce(buf []byte, dt reduce.DType, op reduce.Op) *worker.Work {
 	return pg.submitInPlace("all_reduce", buf, func(ctx context.Context, save []byte) error {
-		if save == nil {
-			return pg.g.AllReduce(ctx, buf, dt, op)
-		}
 		return pg.g.AllReduceOrRestore(ctx, buf, save, dt, op)
 	})
 }
 
 func (pg *pgroup) reduce(buf []byte, dt reduce.DType, op reduce.Op, root int) *worker.Work {
 	return pg.submitInPlace("reduce", buf, func(ctx context.Context, save []byte) error {
-		if save == nil {
-			return pg.g.Reduce(ctx, buf, dt, op, root)
-		}
 		return pg.g.ReduceOrRestore(ctx, buf, save, dt, op, root)
 	})
 }

@@ -14,15 +14,28 @@ func (g *Group) AllReduce(ctx context.Context, buf []byte, dt reduce.DType, op r
 }
 
 // AllReduceOrRestore is AllReduce for callers that rerun a failed op (elastic membership): when
-// it fails, buf holds its input again. save (at least len(buf) bytes) keeps what the op
-// overwrote. The same-host path fills it chunk by chunk while its pipeline has the input in
-// cache, which costs far less memory traffic than a copy of buf up front (on this 2-core VM a
-// 16 MiB up-front copy took ~2 ms of a ~5 ms all_reduce: both ranks share the memory bus).
+// it fails, buf holds its input again. save (at least len(buf) bytes; nil: no restore, plain
+// AllReduce) keeps what the op overwrote. The same-host path fills it chunk by chunk while its
+// pipeline has the input in cache, which costs far less memory traffic than a copy of buf up
+// front (on this 2-core VM a 16 MiB up-front copy took ~2 ms of a ~5 ms all_reduce: both
+// ranks share the memory bus).
 func (g *Group) AllReduceOrRestore(ctx context.Context, buf, save []byte, dt reduce.DType, op reduce.Op) error {
-	if len(save) < len(buf) {
-		return invalidSave("all_reduce", len(save), len(buf))
+	save, err := saveFor("all_reduce", buf, save)
+	if err != nil {
+		return err
 	}
-	return g.allReduce(ctx, buf, save[:len(buf)], dt, op)
+	return g.allReduce(ctx, buf, save, dt, op)
+}
+
+// saveFor checks a restore buffer and cuts it to buf's length (nil stays nil).
+func saveFor(op string, buf, save []byte) ([]byte, error) {
+	if save == nil {
+		return nil, nil
+	}
+	if len(save) < len(buf) {
+		return nil, invalidSave(op, len(save), len(buf))
+	}
+	return save[:len(buf)], nil
 }
 
 func invalidSave(op string, have, want int) error {

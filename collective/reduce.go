@@ -13,12 +13,13 @@ func (g *Group) Reduce(ctx context.Context, buf []byte, dt reduce.DType, op redu
 }
 
 // ReduceOrRestore is Reduce that leaves root's buf holding its input when it fails (see
-// AllReduceOrRestore).
+// AllReduceOrRestore; save nil: plain Reduce).
 func (g *Group) ReduceOrRestore(ctx context.Context, buf, save []byte, dt reduce.DType, op reduce.Op, root int) error {
-	if len(save) < len(buf) {
-		return invalidSave("reduce", len(save), len(buf))
+	save, err := saveFor("reduce", buf, save)
+	if err != nil {
+		return err
 	}
-	return g.reduceTo(ctx, buf, save[:len(buf)], dt, op, root)
+	return g.reduceTo(ctx, buf, save, dt, op, root)
 }
 
 func (g *Group) reduceTo(ctx context.Context, buf, save []byte, dt reduce.DType, op reduce.Op, root int) (err error) {

@@ -303,24 +303,33 @@ void MooncakeWork::synchronize() {
 #endif
 }
 
+namespace {
+// An on/off switch from the environment, on unless set to "0".
+bool envOn(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr || std::string(v) != "0";
+}
+}  // namespace
+
+bool MooncakeWork::finishHere() {
+  for (uint64_t h : handles_) {
+    if (mc_work_run(h) < 0) {
+      return false;  // freed: the completion thread finished the work already
+    }
+  }
+  if (!partsDone() || finishClaimed_.exchange(true)) {
+    return false;  // a part runs on its queue's thread: the completion thread finishes the work
+  }
+  backend_->finishWork(c10::intrusive_ptr<MooncakeWork>::reclaim_copy(this));
+  return true;
+}
+
 void MooncakeWork::runHere() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("MOONCAKE_PG_RUN_IN_WAIT");
-    return v == nullptr || std::string(v) != "0";
-  }();
+  static const bool enabled = envOn("MOONCAKE_PG_RUN_IN_WAIT");
   if (!enabled || backend_ == nullptr || backend_->closed_.load() || isCompleted()) {
     return;
   }
-  for (uint64_t h : handles_) {
-    if (mc_work_run(h) < 0) {
-      return;  // freed: the completion thread finished the work already
-    }
-  }
-  if (!partsDone()) {
-    return;  // a part runs on its queue's thread: the completion thread finishes the work
-  }
-  if (!finishClaimed_.exchange(true)) {
-    backend_->finishWork(c10::intrusive_ptr<MooncakeWork>::reclaim_copy(this));
+  if (finishHere()) {
     backend_->forget(this);
   }
 }
@@ -518,15 +527,9 @@ class MooncakeBackend::Op {
       TORCH_CHECK(false, err);
     }
     w->backend_ = b_;
-    if (sync_ && runInline()) {
-      bool ran = true;
-      for (uint64_t h : w->handles_) {
-        ran = mc_work_run(h) >= 0 && ran;
-      }
-      if (ran && w->partsDone() && !w->finishClaimed_.exchange(true)) {
-        b_->finishWork(w);
-        return w;
-      }
+    static const bool runInline = envOn("MOONCAKE_PG_RUN_INLINE");
+    if (sync_ && runInline && w->finishHere()) {
+      return w;  // not queued for the completion thread: nothing to forget
     }
     for (uint64_t h : w->handles_) {
       mc_work_start(h);
@@ -601,14 +604,6 @@ class MooncakeBackend::Op {
     }
     b->scv_.notify_one();
     return w;
-  }
-
-  static bool runInline() {
-    static const bool on = [] {
-      const char* v = std::getenv("MOONCAKE_PG_RUN_INLINE");
-      return v == nullptr || std::string(v) != "0";
-    }();
-    return on;
   }
 
   MooncakeBackend* b_;

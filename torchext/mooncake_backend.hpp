@@ -97,6 +97,7 @@ class MooncakeWork : public c10d::Work {
   friend class MooncakeBackend;
   void complete(std::exception_ptr eptr);
   void runHere();
+  bool finishHere();  // runs the unstarted parts here; true when this call finished the work
   bool partsDone() const;  // every submitted part finished in libmooncake
 
   // CPU works: the backend whose completion thread would finish this work. A thread that

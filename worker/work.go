@@ -22,10 +22,9 @@ type Work struct {
 	failed []int
 	q      *Queue // the queue it was submitted to (nil: finished by someone else)
 
-	ranHere  atomic.Bool // RunHere ran it: its caller completes it, no notify
-	mu       sync.Mutex
-	finished bool
-	notify   func()
+	ranHere atomic.Bool // RunHere ran it: its caller completes it, no notify
+	mu      sync.Mutex  // guards notify against a concurrent finish
+	notify  func()
 }
 
 // NewWork returns an unfinished handle for op (a name used in messages).
@@ -58,26 +57,28 @@ func (w *Work) Finish(err error) { w.FinishFrom(-1, err) }
 // FinishFrom completes a receive from source rank src. A *Degraded err completes the work
 // successfully with its failed ranks as the hint.
 func (w *Work) FinishFrom(src int, err error) {
+	first := false
 	w.once.Do(func() {
+		first = true
 		var d *Degraded
 		if errors.As(err, &d) {
 			w.source, w.failed = src, append([]int(nil), d.Failed...)
-			close(w.done)
-			return
-		}
-		w.err, w.source = err, src
-		var fr interface{ FailedRanks() []int }
-		if err != nil && errors.As(err, &fr) {
-			w.failed = fr.FailedRanks()
+		} else {
+			w.err, w.source = err, src
+			var fr interface{ FailedRanks() []int }
+			if err != nil && errors.As(err, &fr) {
+				w.failed = fr.FailedRanks()
+			}
 		}
 		close(w.done)
 	})
+	if !first || w.ranHere.Load() {
+		return
+	}
 	w.mu.Lock()
 	fn := w.notify
-	first := !w.finished
-	w.finished = true
 	w.mu.Unlock()
-	if first && fn != nil && !w.ranHere.Load() {
+	if fn != nil {
 		fn()
 	}
 }
@@ -87,7 +88,7 @@ func (w *Work) FinishFrom(src int, err error) {
 // wakes its completion thread this way instead of parking a thread in Wait per op.
 func (w *Work) OnFinish(fn func()) {
 	w.mu.Lock()
-	if !w.finished {
+	if !w.Completed() { // a finish that closes done later reads notify after this
 		w.notify = fn
 		w.mu.Unlock()
 		return
