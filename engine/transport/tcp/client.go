@@ -42,7 +42,7 @@ type Client struct {
 type conn struct {
 	c    net.Conn
 	br   *bufio.Reader
-	bw   *bufio.Writer
+	fw   frameWriter
 	addr string
 	seq  uint32
 	hb   [reqHdrLen]byte
@@ -110,7 +110,7 @@ func (c *Client) get(ctx context.Context, addr string, fresh bool) (*conn, error
 		return nil, fmt.Errorf("cannot connect to %s: %w", addr, err)
 	}
 	tuneConn(nc, c.SocketBuffer)
-	cn := &conn{c: nc, br: bufio.NewReaderSize(nc, 64<<10), bw: bufio.NewWriterSize(nc, 256<<10), addr: addr}
+	cn := &conn{c: nc, br: bufio.NewReaderSize(nc, 64<<10), addr: addr}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -190,23 +190,31 @@ func wrapIOErr(ctx context.Context, err error) error {
 	return fmt.Errorf("tcp transfer failed: %w", err)
 }
 
+// A run is written by the caller before it reads the answers when the answers cannot fill the
+// socket buffers meanwhile (which would block the server and so the caller's write): no READs
+// and at most inlineFrames frames (every answer is small; with quiet WRITEs most frames get
+// none). Other runs write on a goroutine while the caller reads answers.
+const inlineFrames = 64
+
 // run sends reqs and reads their answers. It returns how many requests were reported, whether
 // any answer arrived, and the connection-level error that stopped it (nil: all reported).
 func (c *Client) run(cn *conn, reqs []transport.Request, base int, r transport.Reporter) (int, bool, error) {
 	chunk := c.chunk()
-	frames := 0
+	reads := false
+	last := -1 // index of the last request that makes a frame
+	frames := uint32(0)
 	for i := range reqs {
-		n := (reqs[i].Length + chunk - 1) / chunk
-		if n == 0 {
-			n = 1
+		if reqs[i].Length > 0 {
+			last = i
+			reads = reads || !reqs[i].Write
+			frames += uint32((reqs[i].Length + chunk - 1) / chunk)
 		}
-		frames += int(n)
 	}
 	startSeq := cn.seq
 	var werr error
 	var wg sync.WaitGroup
-	if frames == 1 {
-		werr = c.send(cn, reqs, chunk)
+	if !reads && frames <= inlineFrames {
+		werr = c.send(cn, reqs, chunk, last)
 		if werr != nil {
 			return 0, false, werr
 		}
@@ -214,13 +222,13 @@ func (c *Client) run(cn *conn, reqs []transport.Request, base int, r transport.R
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := c.send(cn, reqs, chunk); err != nil {
+			if err := c.send(cn, reqs, chunk, last); err != nil {
 				werr = err
 				cn.c.Close() // unblock the reader
 			}
 		}()
 	}
-	done, answered, rerr := c.receive(cn, reqs, base, chunk, startSeq, r)
+	done, answered, rerr := c.receive(cn, reqs, base, chunk, startSeq, startSeq+frames, r)
 	if rerr != nil {
 		cn.c.Close() // unblock a writer stuck on a peer that stopped reading
 	}
@@ -234,7 +242,10 @@ func (c *Client) run(cn *conn, reqs []transport.Request, base int, r transport.R
 	return done, answered, rerr
 }
 
-func (c *Client) send(cn *conn, reqs []transport.Request, chunk uint64) error {
+// send writes the frames of reqs. Every WRITE frame but the run's last frame is quiet: the
+// server answers it only if it fails, and the answer to a later frame confirms it (frames on
+// one connection are applied in order).
+func (c *Client) send(cn *conn, reqs []transport.Request, chunk uint64, last int) error {
 	seq := cn.seq
 	for i := range reqs {
 		q := &reqs[i]
@@ -248,24 +259,32 @@ func (c *Client) send(cn *conn, reqs []transport.Request, chunk uint64) error {
 		for off := uint64(0); off < q.Length; off += chunk {
 			n := min(chunk, q.Length-off)
 			seq++
-			EncodeHeader(cn.hb[:], &Header{Op: op, Seq: seq, Addr: q.Remote + off, Length: n})
-			if _, err := cn.bw.Write(cn.hb[:]); err != nil {
-				return err
+			var flags uint16
+			if q.Write && (i != last || off+n < q.Length) {
+				flags = FlagQuiet
 			}
+			EncodeHeader(cn.hb[:], &Header{Op: op, Flags: flags, Seq: seq, Addr: q.Remote + off, Length: n})
+			cn.fw.add(cn.hb[:])
 			if q.Write {
-				if _, err := cn.bw.Write(memview.Bytes(q.Local+uintptr(off), int(n))); err != nil {
+				cn.fw.addRef(memview.Bytes(q.Local+uintptr(off), int(n)))
+			}
+			if cn.fw.full() {
+				if err := cn.fw.flush(cn.c); err != nil {
 					return err
 				}
 			}
 		}
 	}
 	cn.seq = seq
-	return cn.bw.Flush()
+	return cn.fw.flush(cn.c)
 }
 
-func (c *Client) receive(cn *conn, reqs []transport.Request, base int, chunk uint64, seq uint32, r transport.Reporter) (int, bool, error) {
+// receive reads the answers of a run sent by send. An answer to frame s also confirms every
+// quiet frame before s that got no answer of its own.
+func (c *Client) receive(cn *conn, reqs []transport.Request, base int, chunk uint64, seq, endSeq uint32, r transport.Reporter) (int, bool, error) {
 	var rh respHeader
 	answered := false
+	have := false // rh holds an answer not yet matched to its frame
 	for i := range reqs {
 		q := &reqs[i]
 		if q.Length == 0 {
@@ -276,16 +295,30 @@ func (c *Client) receive(cn *conn, reqs []transport.Request, base int, chunk uin
 		for off := uint64(0); off < q.Length; off += chunk {
 			n := min(chunk, q.Length-off)
 			seq++
-			if _, err := io.ReadFull(cn.br, cn.rb[:]); err != nil {
-				return i, answered, err
-			}
-			answered = true
-			if err := decodeResp(cn.rb[:], &rh); err != nil {
-				return i, answered, err
+			if !have {
+				if _, err := io.ReadFull(cn.br, cn.rb[:]); err != nil {
+					return i, answered, err
+				}
+				answered = true
+				if err := decodeResp(cn.rb[:], &rh); err != nil {
+					return i, answered, err
+				}
+				if int32(rh.Seq-seq) < 0 || int32(endSeq-rh.Seq) < 0 {
+					return i, answered, fmt.Errorf("%w: answer %d out of order (want %d or later)", ErrMalformedFrame, rh.Seq, seq)
+				}
+				have = true
 			}
 			if rh.Seq != seq {
-				return i, answered, fmt.Errorf("%w: answer %d out of order (want %d)", ErrMalformedFrame, rh.Seq, seq)
+				// A quiet frame the server applied without a word.
+				if !q.Write {
+					return i, answered, fmt.Errorf("%w: answer %d skips READ %d", ErrMalformedFrame, rh.Seq, seq)
+				}
+				if reqErr == nil {
+					r.Progress(base+i, n)
+				}
+				continue
 			}
+			have = false
 			if rh.Status != StatusOK {
 				if rh.Length > MaxControlFrame {
 					return i, answered, fmt.Errorf("%w: error message too long", ErrMalformedFrame)
@@ -303,7 +336,7 @@ func (c *Client) receive(cn *conn, reqs []transport.Request, base int, chunk uin
 				if rh.Length != n {
 					return i, answered, fmt.Errorf("%w: READ answer of %d bytes, want %d", ErrMalformedFrame, rh.Length, n)
 				}
-				if _, err := io.ReadFull(cn.br, memview.Bytes(q.Local+uintptr(off), int(n))); err != nil {
+				if err := readInto(cn.br, cn.c, memview.Bytes(q.Local+uintptr(off), int(n))); err != nil {
 					return i, answered, err
 				}
 			} else if rh.Length != 0 {
@@ -314,6 +347,9 @@ func (c *Client) receive(cn *conn, reqs []transport.Request, base int, chunk uin
 			}
 		}
 		r.Done(base+i, reqErr)
+	}
+	if have {
+		return len(reqs), answered, fmt.Errorf("%w: answer %d to no frame of the run", ErrMalformedFrame, rh.Seq)
 	}
 	return len(reqs), answered, nil
 }
@@ -350,13 +386,9 @@ func (c *Client) Call(ctx context.Context, addr string, op Op, payload []byte) (
 func (c *Client) call(cn *conn, op Op, payload []byte) ([]byte, bool, error) {
 	cn.seq++
 	EncodeHeader(cn.hb[:], &Header{Op: op, Seq: cn.seq, Length: uint64(len(payload))})
-	if _, err := cn.bw.Write(cn.hb[:]); err != nil {
-		return nil, false, err
-	}
-	if _, err := cn.bw.Write(payload); err != nil {
-		return nil, false, err
-	}
-	if err := cn.bw.Flush(); err != nil {
+	cn.fw.add(cn.hb[:])
+	cn.fw.add(payload)
+	if err := cn.fw.flush(cn.c); err != nil {
 		return nil, false, err
 	}
 	var rh respHeader

@@ -6,17 +6,24 @@
 //
 //	magic u32 "MCTQ" | version u8 | op u8 | flags u16 | seq u32 | reserved u32 | addr u64 | length u64
 //
-// followed, for WRITE and control ops, by length payload bytes. Every request gets one
-// 24-byte response header
+// followed, for WRITE and control ops, by length payload bytes. A request gets one 24-byte
+// response header
 //
 //	magic u32 "MCTR" | status i32 | seq u32 | reserved u32 | length u64
 //
 // followed by length bytes: the data of a READ, the answer of a control op, or an error
-// message when status != 0. Requests on one connection are applied and answered in order;
-// the client pipelines them, and the engine sends the requests of one batch to one target
-// over one connection, which is how submission order is kept even though large requests are
-// cut into chunks (Client.ChunkSize). Different batches and targets use different pooled
-// connections in parallel.
+// message when status != 0. A WRITE with FlagQuiet (flags bit 0) is answered only when it
+// fails: the client sets it on every WRITE of a run but the last, whose answer confirms them
+// all. Requests on one connection are applied (and answered) in order; the client pipelines
+// them, and the engine sends the requests of one batch to one target over one connection,
+// which is how submission order is kept even though large requests are cut into chunks
+// (Client.ChunkSize). Different batches and targets use different pooled connections in
+// parallel.
+//
+// A run's frames leave in one writev: headers and small payloads are gathered, large payloads
+// are written from the caller's memory; the server reads a large payload straight from the
+// socket into the target memory once its read buffer is drained (no copy through a buffer on
+// either side).
 //
 // The server (Server) checks every range against the Handler (the engine's registered
 // buffers) and answers an error for a range outside them; a malformed frame (bad magic,

@@ -172,13 +172,15 @@ func (s *Server) serveConn(c net.Conn) {
 					futex.Wake(memview.Uint32(uintptr(h.Addr)), math.MaxInt32)
 				}
 			} else {
-				_, err = io.ReadFull(br, view)
+				err = readInto(br, c, view)
 			}
 			pin.Release()
 			if err != nil {
 				return
 			}
-			err = respond(StatusOK, h.Seq, nil, 0)
+			if h.Flags&FlagQuiet == 0 {
+				err = respond(StatusOK, h.Seq, nil, 0)
+			}
 		case OpRead:
 			view, pin, aerr := s.h.Acquire(h.Addr, h.Length)
 			if aerr != nil {
