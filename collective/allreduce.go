@@ -50,7 +50,11 @@ func (g *Group) allReduce(ctx context.Context, buf, save []byte, dt reduce.DType
 	if p := g.path(); p != nil {
 		return p.allReduce(ctx, buf, save, dt, op, es, -1)
 	}
-	o, err := g.begin(ctx, header{kind: kindAllReduce, dtype: dt, op: op, count: int64(len(buf) / es)})
+	h := header{kind: kindAllReduce, dtype: dt, op: op, count: int64(len(buf) / es)}
+	if n := len(g.Members()); n > 1 && n <= fusedRanks && len(buf) <= g.opts.FusedBytes && len(buf) > 0 {
+		return g.allReduceFused(ctx, h, buf, dt, op, n)
+	}
+	o, err := g.begin(ctx, h)
 	if err != nil {
 		return err
 	}
@@ -68,6 +72,37 @@ func (g *Group) allReduce(ctx context.Context, buf, save []byte, dt reduce.DType
 	}
 	if err != nil {
 		copy(buf, save)
+	}
+	return o.finish(err)
+}
+
+// fusedRanks: all_reduce of at most Options.FusedBytes among at most this many members sends its
+// data with its header (every rank to every rank) and is done after that one exchange.
+const fusedRanks = 8
+
+// allReduceFused: every member's input rides in its header message; each rank then reduces
+// all inputs in member order (bit-identical results everywhere). One message per peer and
+// one round, against a header round plus log2(n) rounds of recursive doubling. n is the
+// member count when the op was called; begin rechecks it (a view change in between fails
+// the op with a membership mismatch, as any op).
+func (g *Group) allReduceFused(ctx context.Context, h header, buf []byte, dt reduce.DType, op reduce.Op, n int) error {
+	space := g.pool.get(n * len(buf))
+	defer g.pool.put(space)
+	ins := make([][]byte, n)
+	for i := range ins {
+		ins[i] = space[i*len(buf) : (i+1)*len(buf)]
+	}
+	o, err := g.beginFused(ctx, h, buf, ins)
+	if err != nil {
+		return err
+	}
+	if o.n != n {
+		return o.finish(fmt.Errorf("all_reduce on rank %d: the group changed from %d to %d members during the op", g.rank, n, o.n))
+	}
+	ins[o.idx] = buf
+	err = reduce.ReduceMany(buf, ins, dt, op)
+	if err == nil && op == reduce.Avg {
+		err = reduce.Divide(buf, dt, o.n)
 	}
 	return o.finish(err)
 }
@@ -157,39 +192,63 @@ func (o *opState) ring(data []byte, dt reduce.DType, op reduce.Op, allGather boo
 	for _, c := range chunks[idx] {
 		s.push(right, stepData, data[c.off:c.off+c.n], nil)
 	}
-	var err error
-	tmp := o.g.pool.get(min(cb, len(data)))
-	defer o.g.pool.put(tmp)
-loop:
+	// The receives, in order: reduce-scatter chunks into rotating scratch buffers (item j uses
+	// tmps[j%depth] and is posted once item j-depth is done), all-gather chunks straight into
+	// data. A Conn that can post receives ahead (p2p) then never sets an early chunk aside.
+	type item struct {
+		dst  []byte
+		step int
+	}
+	var items []item
 	for step := 0; step < steps; step++ {
-		var seg int
-		rs := step < n-1
-		if rs {
+		seg := mod(idx - (step - (n - 1)))
+		if step < n-1 {
 			seg = mod(idx - step - 1)
-		} else {
-			seg = mod(idx - (step - (n - 1)))
 		}
 		for _, c := range chunks[seg] {
-			dst := data[c.off : c.off+c.n]
-			if rs {
-				if err = o.recvFullCtx(s.ctx, left, stepData, tmp[:c.n]); err != nil {
-					break loop
-				}
-				if err = reduce.Reduce(dst, tmp[:c.n], dt, op); err != nil {
-					break loop
-				}
-				if step == n-2 && op == reduce.Avg {
-					if err = reduce.Divide(dst, dt, n); err != nil {
-						break loop
-					}
-				}
-			} else if err = o.recvFullCtx(s.ctx, left, stepData, dst); err != nil {
-				break loop
+			items = append(items, item{data[c.off : c.off+c.n], step})
+		}
+	}
+	const depth = 3
+	var tmps [depth][]byte
+	for i := range tmps {
+		tmps[i] = o.g.pool.get(min(cb, len(data)))
+		defer o.g.pool.put(tmps[i])
+	}
+	target := func(j int) []byte {
+		if it := items[j]; it.step < n-1 {
+			return tmps[j%depth][:len(it.dst)]
+		}
+		return items[j].dst
+	}
+	q := o.recvAhead(s.ctx, left, stepData, depth)
+	for j := 0; j < min(depth, len(items)); j++ {
+		q.add(target(j))
+	}
+	var err error
+	for j, it := range items {
+		if err = q.next(); err != nil {
+			break
+		}
+		if it.step < n-1 {
+			if err = reduce.Reduce(it.dst, tmps[j%depth][:len(it.dst)], dt, op); err != nil {
+				break
 			}
-			if step < steps-1 {
-				s.push(right, stepData, dst, nil)
+			if it.step == n-2 && op == reduce.Avg {
+				if err = reduce.Divide(it.dst, dt, n); err != nil {
+					break
+				}
 			}
 		}
+		if j+depth < len(items) {
+			q.add(target(j + depth))
+		}
+		if it.step < steps-1 {
+			s.push(right, stepData, it.dst, nil)
+		}
+	}
+	if err != nil {
+		q.stop(err)
 	}
 	return s.wait(err)
 }

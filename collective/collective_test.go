@@ -22,7 +22,7 @@ var allOps = []reduce.Op{reduce.Sum, reduce.Avg, reduce.Product, reduce.Min, red
 	reduce.BAnd, reduce.BOr, reduce.BXor}
 
 // tiny options push even small buffers through the ring/chain algorithms and many chunks.
-var tinyOpts = Options{SmallBytes: 16, ChunkBytes: 24}
+var tinyOpts = Options{SmallBytes: 16, ChunkBytes: 24, FusedBytes: -1} // no fused all_reduce: the other paths
 
 // runGroups runs fn on n ranks of a MemNetwork concurrently and returns their errors.
 func runGroups(t testing.TB, n int, opts Options, timeout time.Duration, fn func(ctx context.Context, g *Group) error) []error {
@@ -414,6 +414,18 @@ func TestMismatchFailsEverywhere(t *testing.T) {
 			return g.AllReduce(ctx, make([]byte, 4*n), reduce.Float32, reduce.Sum)
 		})
 		sameError(t, errs, "all_reduce: rank 1 has 20 float32 elements, rank 0 has 10")
+	})
+	t.Run("fused-and-not", func(t *testing.T) {
+		// Small all_reduces carry their data in the header message; a rank with a large one
+		// sends a bare header. Both forms are read alike, so every rank reports the mismatch.
+		errs := runGroups(t, 3, Options{}, 5*time.Second, func(ctx context.Context, g *Group) error {
+			n := 10
+			if g.Rank() == 1 {
+				n = 100000
+			}
+			return g.AllReduce(ctx, make([]byte, 4*n), reduce.Float32, reduce.Sum)
+		})
+		sameError(t, errs, "all_reduce: rank 1 has 100000 float32 elements, rank 0 has 10")
 	})
 	t.Run("dtype", func(t *testing.T) {
 		errs := runGroups(t, 2, Options{}, 5*time.Second, func(ctx context.Context, g *Group) error {

@@ -19,6 +19,10 @@ type Options struct {
 	SmallBytes int
 	// ChunkBytes: pipelining unit of the ring and chain algorithms. Default 512 KiB.
 	ChunkBytes int
+	// FusedBytes: all_reduce up to this size among at most 8 members sends its data inside its
+	// op header message (one exchange instead of a header round plus data rounds). Default
+	// 16 KiB; negative turns it off. Every rank must use the same value.
+	FusedBytes int
 }
 
 func (o Options) withDefaults() Options {
@@ -28,6 +32,10 @@ func (o Options) withDefaults() Options {
 	if o.ChunkBytes <= 0 {
 		o.ChunkBytes = 512 << 10
 	}
+	if o.FusedBytes == 0 {
+		o.FusedBytes = 16 << 10
+	}
+	o.FusedBytes = max(o.FusedBytes, 0)
 	return o
 }
 
@@ -283,6 +291,17 @@ type opState struct {
 
 // begin starts an op: takes the next sequence number and checks h against every member's.
 func (g *Group) begin(ctx context.Context, h header) (*opState, error) {
+	return g.beginFused(ctx, h, nil, nil)
+}
+
+// beginFused is begin whose header messages carry payload (at most Options.FusedBytes, which
+// receivers of header messages make room for; the same length
+// on every rank whose header agrees): after the headers check out, ins[i] holds member i's
+// payload (ins has one buffer of len(payload) bytes per member; the local one is not touched).
+// A latency-bound op thus needs one message per peer instead of a header round and then its
+// data rounds. Ranks that disagree on whether to fuse still exchange headers and fail with the
+// same MismatchError: a header message is read the same way with or without a payload.
+func (g *Group) beginFused(ctx context.Context, h header, payload []byte, ins [][]byte) (*opState, error) {
 	g.mu.Lock()
 	members := g.membersLocked(nil)
 	seq := g.seq
@@ -313,7 +332,7 @@ func (g *Group) begin(ctx context.Context, h header) (*opState, error) {
 		return o, nil
 	}
 	h.seq = seq
-	mine := h.encode(nil)
+	mine := append(h.encode(nil), payload...)
 	for _, m := range members {
 		if m != g.rank {
 			if err := o.send(m, stepHeader, mine); err != nil {
@@ -323,7 +342,12 @@ func (g *Group) begin(ctx context.Context, h header) (*opState, error) {
 	}
 	hs := make([]header, o.n)
 	hs[o.idx] = h
-	buf := make([]byte, headerBase+8*(2*g.maxSize+len(h.extra))+64)
+	buf := g.pool.get(headerBase + 8*(2*g.maxSize+len(h.extra)) + 64 + g.opts.FusedBytes)
+	defer g.pool.put(buf)
+	var rest [][]byte // the payload part of each member's header message
+	if payload != nil {
+		rest = make([][]byte, o.n)
+	}
 	for i, m := range members {
 		if m == g.rank {
 			continue
@@ -332,14 +356,38 @@ func (g *Group) begin(ctx context.Context, h header) (*opState, error) {
 		if err != nil {
 			return nil, o.finish(err)
 		}
-		if hs[i], err = decodeHeader(buf[:k]); err != nil {
+		hl := headerLen(buf[:k])
+		if hs[i], err = decodeHeader(buf[:hl]); err != nil {
 			return nil, o.finish(&PeerError{Op: o.name, Rank: g.rank, Peer: m, Err: err})
+		}
+		if payload != nil && k-hl == len(payload) {
+			rest[i] = ins[i]
+			copy(ins[i], buf[hl:k])
 		}
 	}
 	if err := o.validate(hs); err != nil {
 		return nil, o.finish(err)
 	}
+	for i, m := range members {
+		if payload != nil && m != g.rank && rest[i] == nil {
+			return nil, o.finish(&PeerError{Op: o.name, Rank: g.rank, Peer: m,
+				Err: fmt.Errorf("its op header came without the %d data bytes it should carry", len(payload))})
+		}
+	}
 	return o, nil
+}
+
+// headerLen is the length of the encoded header at the start of b (what follows is payload);
+// len(b) when b is too short to tell (decodeHeader then reports it).
+func headerLen(b []byte) int {
+	if len(b) < headerBase {
+		return len(b)
+	}
+	n := headerBase + 8*int(binary.LittleEndian.Uint32(b[24:]))
+	if n < headerBase || n > len(b) {
+		return len(b)
+	}
+	return n
 }
 
 // validate compares every member's header with the lowest member's, the same way on every

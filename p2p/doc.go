@@ -11,8 +11,8 @@
 //	ctrl[p]    64 B per peer  head (u32, written by p: slots p filled in ring[p])
 //	                          tail (u32, written by p: slots of MY ring at p that p consumed)
 //	doorbell   64 B           u32 that every sender writes after a message (wakes the receiver)
-//	scratch[p] 64 B per peer  local sources of the head/tail/doorbell values written to p
-//	stage[p]   64+S per peer  local staging of the slot being sent to p
+//	scratch[p] 64 B per peer  local source of the tail value written to p
+//	stage[p]   K x (64+S)     local staging of the slots being sent to p (one per ring slot)
 //	ring[p]    K x (64+S)     slots that p writes its messages to me into
 //
 // A slot is a 64-byte header {tag, msg id, chunk length, message length, offset} and up to S
@@ -20,19 +20,27 @@
 //
 // # Protocol
 //
-// Sender (one message at a time per peer): wait for a credit (sent - tail[p] < K), stage the
-// header and chunk, then one engine batch to the peer: [slot, head word, doorbell word]. The
-// engine applies a batch's requests to one target in order and wakes futex waiters on 4-byte
-// writes, so the head and doorbell become visible after the slot. Messages longer than S stream
-// through consecutive slots.
+// Sender (one message at a time per peer): wait for a credit (sent - tail[p] < K), stage as
+// many chunks as there are free slots (each in the staging slot of its ring slot, whose
+// header bytes 48..55 hold the chunk's head and doorbell values), then one engine batch to the
+// peer: [slot, head word, doorbell word] per chunk. The engine applies a batch's requests to
+// one target in order and wakes futex waiters on 4-byte writes, so each head and doorbell
+// become visible after their slot, and the receiver starts on the first chunk while the rest
+// are on the wire; a message of up to K chunks costs one round trip. Messages longer than S
+// stream through consecutive slots, a window at a time.
 //
 // Receiver: one progress goroutine per endpoint watches the doorbell (spins briefly, then
 // futex-waits: ranks may outnumber cores), drains every peer's filled slots in order, and
 // returns credits through a per-peer goroutine with a 4-byte write of the consumed count into
-// the sender's tail word. It never waits for the application: a message that matches a posted
-// receive (first posted, by peer or any source, and tag) is copied straight into its buffer;
-// otherwise it is copied out into the unexpected queue, where a later receive finds it. So a
-// Send never depends on a matching receive, and collectives can send before they receive.
+// the sender's tail word, once half the window is consumed (a sender that has used up its
+// window has at least half of it waiting here, so it never waits on a credit kept back). It
+// never waits for the application: a message that matches a posted receive (first posted, by
+// peer or any source, and tag) is copied straight into its buffer; otherwise it is copied out
+// into the unexpected queue, where a later receive finds it. So a Send never depends on a
+// matching receive, and collectives can send before they receive.
+//
+// Endpoint implements collective.Poster: collectives post the receives they know are coming
+// (the ring all_reduce keeps three ahead), so early chunks land in their buffers directly.
 //
 // Collective aborts (collective.AbortTag) are handled here: the op's pending and later receives
 // fail, and its queued messages are dropped.

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,7 +30,15 @@ import (
 
 func TestMain(m *testing.M) {
 	if os.Getenv("P2P_E2E_RANK") != "" {
-		if err := child(); err != nil {
+		if prof := os.Getenv("P2P_E2E_CPUPROFILE"); prof != "" { // a profile per rank: PATH.rankN
+			f, err := os.Create(prof + ".rank" + os.Getenv("P2P_E2E_RANK"))
+			if err == nil {
+				pprof.StartCPUProfile(f)
+			}
+		}
+		err := child()
+		pprof.StopCPUProfile()
+		if err != nil {
 			fmt.Fprintf(os.Stderr, "rank %s: %v\n", os.Getenv("P2P_E2E_RANK"), err)
 			os.Exit(1)
 		}
@@ -74,8 +83,8 @@ func child() error {
 	}
 	defer eng.Close()
 	opts := p2p.Options{Slots: 4, SlotBytes: 64 << 10}
-	if mode == "bench" {
-		opts = p2p.Options{} // defaults
+	if mode == "bench" || mode == "pingpong" {
+		opts = p2p.Options{Slots: envInt("P2P_E2E_SLOTS", 0), SlotBytes: envInt("P2P_E2E_SLOT_BYTES", 0)} // 0: defaults
 	}
 	ep, err := p2p.New(p2p.EngineFabric(eng), rank, n, opts)
 	if err != nil {
@@ -182,6 +191,79 @@ func child() error {
 			d := time.Since(start) / time.Duration(iters)
 			alg := float64(size) / d.Seconds() / 1e9
 			fmt.Printf("all_reduce %9d B: %10v/op algbw %.2f GB/s busbw %.2f GB/s\n", size, d, alg, alg*2*float64(n-1)/float64(n))
+		}
+	case "pingpong":
+		// Round trips of one message each way between ranks 0 and 1 (P2P_E2E_PINGPONG=1).
+		for _, size := range []int{8, 64 << 10, 1 << 20} {
+			buf := make([]byte, size)
+			iters := max(20, min(2000, (64<<20)/size))
+			var sendT time.Duration
+			start := time.Now()
+			for i := 0; i < iters; i++ {
+				tag := collective.UserTag(int32(i))
+				if rank == 0 {
+					t0 := time.Now()
+					if err := ep.Send(ctx, 1, tag, buf); err != nil {
+						return err
+					}
+					sendT += time.Since(t0)
+					if _, err := ep.Recv(ctx, 1, tag, buf); err != nil {
+						return err
+					}
+				} else if rank == 1 {
+					if _, err := ep.Recv(ctx, 0, tag, buf); err != nil {
+						return err
+					}
+					if err := ep.Send(ctx, 0, tag, buf); err != nil {
+						return err
+					}
+				}
+			}
+			d := time.Since(start) / time.Duration(iters)
+			fmt.Printf("pingpong %9d B: %10v/round trip, send %v, %.2f GB/s one way\n", size, d, sendT/time.Duration(iters), 2*float64(size)/d.Seconds()/1e9)
+		}
+	case "enginewrite":
+		// Engine writes alone (no p2p protocol): rank 0 writes into rank 1's region.
+		if rank == 0 {
+			v, _ := st.get("ep.1", time.Second)
+			var pi p2p.Info
+			json.Unmarshal(v, &pi)
+			seg, err := eng.OpenSegment(pi.Segment)
+			if err != nil {
+				return err
+			}
+			src, err := eng.AllocateShared(4 << 20)
+			if err != nil {
+				return err
+			}
+			for _, size := range []int{8, 64 << 10, 256 << 10, 512 << 10} {
+				reqs := []engine.TransferRequest{{Opcode: engine.OpWrite, Source: src, TargetID: seg, TargetOffset: pi.Addr + 4096, Length: uint64(size)}}
+				iters := max(20, min(2000, (64<<20)/size))
+				start := time.Now()
+				for i := 0; i < iters; i++ {
+					if err := eng.TransferSync(ctx, reqs); err != nil {
+						return err
+					}
+				}
+				d := time.Since(start) / time.Duration(iters)
+				fmt.Printf("engine write %9d B: %10v/op %.2f GB/s\n", size, d, float64(size)/d.Seconds()/1e9)
+			}
+			// p2p's batch shape: 4 x (64 KiB slot, 4-byte word, 4-byte word).
+			var reqs []engine.TransferRequest
+			for k := 0; k < 4; k++ {
+				reqs = append(reqs,
+					engine.TransferRequest{Opcode: engine.OpWrite, Source: src, TargetID: seg, TargetOffset: pi.Addr + 4096 + uint64(k)*(64<<10), Length: 64 << 10},
+					engine.TransferRequest{Opcode: engine.OpWrite, Source: src, TargetID: seg, TargetOffset: pi.Addr + 1024, Length: 4},
+					engine.TransferRequest{Opcode: engine.OpWrite, Source: src, TargetID: seg, TargetOffset: pi.Addr + 1028, Length: 4})
+			}
+			start := time.Now()
+			for i := 0; i < 200; i++ {
+				if err := eng.TransferSync(ctx, reqs); err != nil {
+					return err
+				}
+			}
+			d := time.Since(start) / 200
+			fmt.Printf("engine batch 4x(64K+4+4): %10v/op %.2f GB/s\n", d, float64(256<<10)/d.Seconds()/1e9)
 		}
 	case "mismatch":
 		cnt := 10
@@ -467,8 +549,26 @@ func TestE2EBench(t *testing.T) {
 	if os.Getenv("P2P_E2E_BENCH") == "" {
 		t.Skip("set P2P_E2E_BENCH=1")
 	}
-	for _, n := range []int{2, 4} {
-		for _, shm := range []string{"0", "1"} {
+	ns, shms := []int{2, 4}, []string{"0", "1"}
+	if v := os.Getenv("P2P_E2E_BENCH_RANKS"); v != "" { // e.g. 2
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			t.Fatalf("P2P_E2E_BENCH_RANKS=%q: %v", v, err)
+		}
+		ns = []int{n}
+	}
+	if v := os.Getenv("P2P_E2E_BENCH_SHM"); v != "" { // 0: the p2p path only
+		shms = []string{v}
+	}
+	if os.Getenv("P2P_E2E_PINGPONG") != "" {
+		outs := runRanks(t, 2, "enginewrite")
+		t.Logf("engine writes:\n%s", outs[0])
+		outs = runRanks(t, 2, "pingpong")
+		t.Logf("ping-pong:\n%s", outs[0])
+		return
+	}
+	for _, n := range ns {
+		for _, shm := range shms {
 			outs := runRanks(t, n, "bench", "P2P_E2E_SHM="+shm)
 			t.Logf("%d ranks, shm=%s:\n%s", n, shm, outs[0])
 		}

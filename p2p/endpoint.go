@@ -62,9 +62,13 @@ func (l layout) ctrl(p int) int    { return p * line }
 func (l layout) bell() int         { return l.P * line }
 func (l layout) scratch(p int) int { return (l.P+1)*line + p*line }
 func (l layout) slotSize() int     { return slotHdr + l.S }
-func (l layout) stage(p int) int   { return (2*l.P+1)*line + p*l.slotSize() }
-func (l layout) ring(p, k int) int { return (2*l.P+1)*line + l.P*l.slotSize() + (p*l.K+k)*l.slotSize() }
-func (l layout) size() int         { return l.ring(l.P, 0) }
+func (l layout) stage(p, k int) int {
+	return (2*l.P+1)*line + (p*l.K+k)*l.slotSize()
+}
+func (l layout) ring(p, k int) int {
+	return (2*l.P+1)*line + l.P*l.K*l.slotSize() + (p*l.K+k)*l.slotSize()
+}
+func (l layout) size() int { return l.ring(l.P, 0) }
 
 // Endpoint is one rank's end of the messaging layer.
 type Endpoint struct {
@@ -103,11 +107,13 @@ type peer struct {
 	headWord  *uint32 // local, written by the peer
 	tailWord  *uint32 // local, written by the peer (credits)
 	scratch   uintptr
-	stage     []byte
+	stage     []byte // K staging slots, one per ring slot of ours at the peer
 	stageAddr uintptr
+	ws        []Write // the batch being sent (under sendSem)
 
 	// receive side, owned by the progress goroutine (self: by the self-sender)
 	consumed atomic.Uint32
+	credited uint32 // consumed count last handed to the creditor
 	cur      *inbound
 	creditCh chan struct{}
 
@@ -163,8 +169,8 @@ func New(f Fabric, rank, maxPeers int, opts Options) (*Endpoint, error) {
 		pp.headWord = memview.Uint32(base + uintptr(lay.ctrl(p)))
 		pp.tailWord = memview.Uint32(base + uintptr(lay.ctrl(p)+4))
 		pp.scratch = base + uintptr(lay.scratch(p))
-		pp.stageAddr = base + uintptr(lay.stage(p))
-		pp.stage = e.mem[lay.stage(p) : lay.stage(p)+lay.slotSize()]
+		pp.stageAddr = base + uintptr(lay.stage(p, 0))
+		pp.stage = e.mem[lay.stage(p, 0):lay.stage(p, lay.K)]
 		e.peers = append(e.peers, pp)
 	}
 	e.peers[rank].connected.Store(true)
@@ -347,32 +353,47 @@ func (e *Endpoint) Send(ctx context.Context, peer int, tag uint64, data []byte) 
 	}
 	K, S := uint32(e.lay.K), e.lay.S
 	for off, first := 0, true; first || off < len(data); first = false {
-		n := min(S, len(data)-off)
 		if err := e.waitWord(ctx, p.tailWord, func() bool { return p.sent-atomic.LoadUint32(p.tailWord) < K }, peer); err != nil {
 			if errors.Is(err, ErrClosed) || errors.Is(err, collective.ErrPeerDead) {
 				return err
 			}
 			return fmt.Errorf("waiting for rank %d to take earlier messages: %w", peer, err)
 		}
-		k := int(p.sent % K)
-		putHeader(p.stage, tag, p.msgID, n, len(data), off)
-		copy(p.stage[slotHdr:], data[off:off+n])
-		p.sent++
-		sc := memview.Bytes(p.scratch, line)
-		binary.LittleEndian.PutUint32(sc[0:], p.sent)
-		binary.LittleEndian.PutUint32(sc[8:], uint32(e.rank)<<24|e.bellN.Add(1)&0xFFFFFF)
-		ws := [3]Write{
-			{Src: p.stageAddr, Dst: p.remote + uint64(e.lay.ring(e.rank, k)), Len: uint64(slotHdr + n)},
-			{Src: p.scratch, Dst: p.remote + uint64(e.lay.ctrl(e.rank)), Len: 4},
-			{Src: p.scratch + 8, Dst: p.remote + uint64(e.lay.bell()), Len: 4},
+		// Every free slot of ours at the peer takes a chunk, and one batch carries them all
+		// (each chunk followed by its head and doorbell words, so the receiver starts on the
+		// first while the rest are on the wire): one round trip per window of K chunks, not
+		// per chunk.
+		free := K - (p.sent - atomic.LoadUint32(p.tailWord))
+		ws := p.ws[:0]
+		for ; free > 0 && (first || off < len(data)); free-- {
+			n := min(S, len(data)-off)
+			k := int(p.sent % K)
+			st := p.stage[k*e.lay.slotSize():]
+			putHeader(st, tag, p.msgID, n, len(data), off)
+			copy(st[slotHdr:slotHdr+n], data[off:off+n])
+			p.sent++
+			// Bytes 48..55 of the staged header (ignored by the receiver) are the sources of
+			// this chunk's head and doorbell values.
+			binary.LittleEndian.PutUint32(st[48:], p.sent)
+			binary.LittleEndian.PutUint32(st[52:], uint32(e.rank)<<24|e.bellN.Add(1)&0xFFFFFF)
+			src := p.stageAddr + uintptr(k*e.lay.slotSize())
+			ws = append(ws,
+				Write{Src: src, Dst: p.remote + uint64(e.lay.ring(e.rank, k)), Len: uint64(slotHdr + n)},
+				Write{Src: src + 48, Dst: p.remote + uint64(e.lay.ctrl(e.rank)), Len: 4},
+				Write{Src: src + 52, Dst: p.remote + uint64(e.lay.bell()), Len: 4})
+			off += n
+			first = false
 		}
+		p.ws = ws
 		// Once submitted, a write runs to its end (bounded by the engine's transfer timeout):
-		// the staging slot must not be reused while the engine may still read it.
-		if err := e.f.Write(context.Background(), p.seg, ws[:]); err != nil {
+		// the staging slots must not be reused while the engine may still read them.
+		if err := e.f.Write(context.Background(), p.seg, ws); err != nil {
 			p.broken = fmt.Errorf("transfer to rank %d failed: %w", peer, err)
 			return p.broken
 		}
-		off += n
+		if off >= len(data) {
+			break
+		}
 	}
 	return nil
 }
@@ -438,9 +459,15 @@ func (e *Endpoint) progress() {
 			}
 			p.consumed.Store(c)
 			p.lastAlive.Store(time.Now().UnixNano())
-			select {
-			case p.creditCh <- struct{}{}:
-			default:
+			// Credits go back once half the window is consumed, not per slot: each return is
+			// a write (a round trip) on the creditor. A sender that has used up its window
+			// has at least half of it sitting here, so it is never left waiting.
+			if c-p.credited >= max(K/2, 1) {
+				p.credited = c
+				select {
+				case p.creditCh <- struct{}{}:
+				default:
+				}
 			}
 			did = true
 		}
@@ -775,6 +802,11 @@ func (e *Endpoint) PostRecv(peer int, tag uint64, buf []byte) *Request {
 	return r
 }
 
+// Post implements collective.Poster (PostRecv, as the collective package's interface).
+func (e *Endpoint) Post(peer int, tag uint64, buf []byte) collective.PostedRecv {
+	return e.PostRecv(peer, tag, buf)
+}
+
 // Recv implements collective.Conn.
 func (e *Endpoint) Recv(ctx context.Context, peer int, tag uint64, buf []byte) (int, error) {
 	n, _, err := e.PostRecv(peer, tag, buf).Wait(ctx)
@@ -856,4 +888,7 @@ func (e *Endpoint) abortLocal(space uint64, ab *collective.AbortError) bool {
 	return true
 }
 
-var _ collective.Conn = (*Endpoint)(nil)
+var (
+	_ collective.Conn   = (*Endpoint)(nil)
+	_ collective.Poster = (*Endpoint)(nil)
+)

@@ -1,0 +1,92 @@
+package collective
+
+import (
+	"context"
+	"fmt"
+)
+
+// Poster is implemented by Conns that can post a receive before waiting for it
+// (p2p.Endpoint). Algorithms that know their next receives post them early: a message that
+// arrives before the loop gets to it then lands in its buffer, instead of being set aside (an
+// allocation and a second copy) until the receive is made.
+type Poster interface {
+	Post(peer int, tag uint64, buf []byte) PostedRecv
+}
+
+// PostedRecv is a posted receive.
+type PostedRecv interface {
+	// Wait waits for the message: bytes received, source rank, error. When ctx ends first the
+	// receive is withdrawn.
+	Wait(ctx context.Context) (n, src int, err error)
+	// Cancel withdraws the receive: after it returns nothing more is written into its buffer.
+	Cancel(err error)
+}
+
+// recvAhead receives a known sequence of messages from one peer with one step into buffers
+// given in order, keeping up to depth of them posted ahead when the Conn is a Poster (else
+// each is a plain receive when waited for).
+type recvAhead struct {
+	o     *opState
+	ctx   context.Context
+	peer  int
+	step  uint16
+	p     Poster
+	depth int
+	queue [][]byte     // buffers given, not yet waited for (the first len(posted) are posted)
+	reqs  []PostedRecv // posted, oldest first
+}
+
+func (o *opState) recvAhead(ctx context.Context, peer int, step uint16, depth int) *recvAhead {
+	q := &recvAhead{o: o, ctx: ctx, peer: peer, step: step, depth: max(depth, 1)}
+	q.p, _ = o.g.conn.(Poster)
+	return q
+}
+
+// add queues the buffer of the next message; it is written only by that message.
+func (q *recvAhead) add(buf []byte) {
+	q.queue = append(q.queue, buf)
+	q.fill()
+}
+
+func (q *recvAhead) fill() {
+	for q.p != nil && len(q.reqs) < q.depth && len(q.reqs) < len(q.queue) {
+		q.reqs = append(q.reqs, q.p.Post(q.peer, q.o.tag(q.step), q.queue[len(q.reqs)]))
+	}
+}
+
+// next waits for the oldest queued message, which must fill its buffer exactly.
+func (q *recvAhead) next() error {
+	if len(q.queue) == 0 {
+		return fmt.Errorf("%s: internal error: no receive queued", q.o.name)
+	}
+	buf := q.queue[0]
+	var err error
+	if len(q.reqs) == 0 {
+		err = q.o.recvFullCtx(q.ctx, q.peer, q.step, buf)
+	} else {
+		var n int
+		n, _, err = q.reqs[0].Wait(q.ctx)
+		q.reqs[0] = nil
+		q.reqs = q.reqs[1:]
+		err = q.o.wrap(q.ctx, q.peer, err)
+		if err == nil && n != len(buf) {
+			err = &PeerError{Op: q.o.name, Rank: q.o.g.rank, Peer: q.peer,
+				Err: fmt.Errorf("got %d bytes, expected %d", n, len(buf))}
+		}
+	}
+	q.queue[0] = nil
+	q.queue = q.queue[1:]
+	if err == nil {
+		q.fill()
+	}
+	return err
+}
+
+// stop withdraws the receives still posted (after an error), so none writes into its buffer
+// once the op returned.
+func (q *recvAhead) stop(err error) {
+	for _, r := range q.reqs {
+		r.Cancel(err)
+	}
+	q.reqs, q.queue = nil, nil
+}
