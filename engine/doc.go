@@ -40,6 +40,12 @@
 // a batch [data..., signal] makes the signal visible only after the data. Different lanes
 // run in parallel.
 //
+// Write streams. OpenStream gives an ordered channel of WRITEs to one segment (Stream): its
+// Writes apply in order; over tcp it owns a connection whose frames are all quiet (the server
+// answers only failures), so a Write returns once its bytes are in the socket, without a round
+// trip, and a failure reported later breaks the stream (the next Write returns it). Same-host
+// and local targets are written before Write returns. p2p sends its slots and credits this way.
+//
 // Timeouts. Every run of requests has a deadline of Config.TransferTimeout (default
 // MC_TRANSFER_TIMEOUT seconds or 30 s) plus 1 ns per byte; a dead or silent peer gives
 // FAILED or TIMEOUT, never a hang. Close stops the listener and waits for its goroutines.

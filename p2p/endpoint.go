@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -109,7 +110,8 @@ type peer struct {
 	scratch   uintptr
 	stage     []byte // K staging slots, one per ring slot of ours at the peer
 	stageAddr uintptr
-	ws        []Write // the batch being sent (under sendSem)
+	ws        []Write     // the batch being sent (under sendSem)
+	stream    WriteStream // ordered writes to the peer (StreamOpener fabrics), nil: f.Write
 
 	// receive side, owned by the progress goroutine (self: by the self-sender)
 	consumed atomic.Uint32
@@ -130,6 +132,7 @@ type peer struct {
 type link struct {
 	seg    uint64
 	remote uint64
+	stream WriteStream // the sender's stream to it (nil: none)
 }
 
 // inbound is a message being received.
@@ -218,7 +221,8 @@ func (e *Endpoint) Connect(info Info) error {
 		return fmt.Errorf("p2p: rank %d cannot open the segment %q of rank %d: %w", e.rank, info.Segment, info.Rank, err)
 	}
 	p.seg, p.remote = seg, info.Addr
-	p.link.Store(&link{seg, info.Addr})
+	p.stream = e.openStream(seg)
+	p.link.Store(&link{seg, info.Addr, p.stream})
 	name := info.Segment
 	p.segName.Store(&name)
 	p.engineID.Store(&info.Engine)
@@ -264,6 +268,11 @@ func (e *Endpoint) Close() error {
 		e.mu.Unlock()
 		for _, r := range reqs {
 			r.cancel(ErrClosed)
+		}
+		for _, p := range e.peers {
+			if p.stream != nil {
+				p.stream.Close()
+			}
 		}
 		err = e.f.FreeShared(e.base)
 	})
@@ -387,7 +396,7 @@ func (e *Endpoint) Send(ctx context.Context, peer int, tag uint64, data []byte) 
 		p.ws = ws
 		// Once submitted, a write runs to its end (bounded by the engine's transfer timeout):
 		// the staging slots must not be reused while the engine may still read them.
-		if err := e.f.Write(context.Background(), p.seg, ws); err != nil {
+		if err := e.write(p, ws); err != nil {
 			p.broken = fmt.Errorf("transfer to rank %d failed: %w", peer, err)
 			return p.broken
 		}
@@ -396,6 +405,30 @@ func (e *Endpoint) Send(ctx context.Context, peer int, tag uint64, data []byte) 
 		}
 	}
 	return nil
+}
+
+// openStream opens an ordered write stream to seg when the fabric has them (and
+// MC_P2P_STREAMS is not 0); nil sends with Fabric.Write, a round trip per batch.
+func (e *Endpoint) openStream(seg uint64) WriteStream {
+	so, ok := e.f.(StreamOpener)
+	if !ok || os.Getenv("MC_P2P_STREAMS") == "0" {
+		return nil
+	}
+	st, err := so.OpenStream(seg)
+	if err != nil {
+		return nil
+	}
+	return st
+}
+
+// write sends one batch to p (under p.sendSem). Once submitted, a write runs to its end: the
+// staging slots must not be reused while the engine may still read them, so it is not
+// canceled with the caller's context (the engine's transfer timeout bounds it).
+func (e *Endpoint) write(p *peer, ws []Write) error {
+	if p.stream != nil {
+		return p.stream.Write(context.Background(), ws)
+	}
+	return e.f.Write(context.Background(), p.seg, ws)
 }
 
 func putHeader(b []byte, tag uint64, id uint32, n, total, off int) {
@@ -501,7 +534,16 @@ func (e *Endpoint) creditor(p *peer) {
 			sc := memview.Bytes(p.scratch, line)
 			binary.LittleEndian.PutUint32(sc[4:], c)
 			w := [1]Write{{Src: p.scratch + 4, Dst: l.remote + uint64(e.lay.ctrl(e.rank)+4), Len: 4}}
-			if err := e.f.Write(context.Background(), l.seg, w[:]); err != nil {
+			// Over the sender's stream a credit costs no round trip; a broken stream (the
+			// peer failed, or it is being replaced) falls back to a plain write.
+			err := errors.New("no stream")
+			if l.stream != nil {
+				err = l.stream.Write(context.Background(), w[:])
+			}
+			if err != nil {
+				err = e.f.Write(context.Background(), l.seg, w[:])
+			}
+			if err != nil {
 				if p.dead.Load() != nil && p.link.Load() == l {
 					// A dead peer takes no credits; wait for a new incarnation.
 					select {

@@ -21,6 +21,21 @@ type Fabric interface {
 	Write(ctx context.Context, seg uint64, ws []Write) error
 }
 
+// StreamOpener is implemented by fabrics with ordered write streams (EngineFabric): a
+// stream's writes are applied in order, and over a network a Write returns once its bytes are
+// sent, without waiting for the target's answer (a failure shows on a later Write). Send then
+// costs no round trip: the sender's credits already say when a staging slot is free again (the
+// receiver took the chunk, so it left the sender long before).
+type StreamOpener interface {
+	OpenStream(seg uint64) (WriteStream, error)
+}
+
+// WriteStream is an open write stream to one segment.
+type WriteStream interface {
+	Write(ctx context.Context, ws []Write) error
+	Close() error
+}
+
 // Write is one WRITE of Len bytes from local Src to the target address Dst.
 type Write struct {
 	Src uintptr
@@ -108,6 +123,35 @@ func (f *engineFabric) Write(ctx context.Context, seg uint64, ws []Write) error 
 	f.pool.Put(&reqs)
 	return err
 }
+
+func (f *engineFabric) OpenStream(seg uint64) (WriteStream, error) {
+	st, err := f.e.OpenStream(engine.SegmentID(seg))
+	if err != nil {
+		return nil, err
+	}
+	return &engineStream{st: st, seg: engine.SegmentID(seg)}, nil
+}
+
+type engineStream struct {
+	st   *engine.Stream
+	seg  engine.SegmentID
+	mu   sync.Mutex
+	reqs []engine.TransferRequest
+}
+
+func (s *engineStream) Write(ctx context.Context, ws []Write) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	reqs := s.reqs[:0]
+	for _, w := range ws {
+		reqs = append(reqs, engine.TransferRequest{Opcode: engine.OpWrite, Source: w.Src,
+			TargetID: s.seg, TargetOffset: w.Dst, Length: w.Len})
+	}
+	s.reqs = reqs
+	return s.st.Write(ctx, reqs)
+}
+
+func (s *engineStream) Close() error { return s.st.Close() }
 
 // EngineID is the engine instance's id (Info.Engine).
 func (f *engineFabric) EngineID() string { return f.e.ID() }

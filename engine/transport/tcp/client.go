@@ -244,7 +244,8 @@ func (c *Client) run(cn *conn, reqs []transport.Request, base int, r transport.R
 
 // send writes the frames of reqs. Every WRITE frame but the run's last frame is quiet: the
 // server answers it only if it fails, and the answer to a later frame confirms it (frames on
-// one connection are applied in order).
+// one connection are applied in order). last is the index of the run's last request that
+// makes a frame; -1 makes every WRITE quiet (streams).
 func (c *Client) send(cn *conn, reqs []transport.Request, chunk uint64, last int) error {
 	seq := cn.seq
 	for i := range reqs {

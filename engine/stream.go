@@ -1,0 +1,139 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/mooncake-go/mooncake/engine/transport"
+	"github.com/mooncake-go/mooncake/engine/transport/tcp"
+)
+
+// Stream is an ordered channel of WRITEs from this engine to one open segment (OpenStream):
+// every Write is applied at the target after the stream's earlier Writes. To a segment
+// reached over tcp a Write returns once its bytes are in the socket (its sources may be
+// reused then), without waiting for the target's answer: the connection is the stream's own
+// and the server answers only failures, which surface on a later Write; the stream then stays
+// broken. To a segment on this host (shared memory) or the local segment a Write is applied
+// before it returns, as TransferSync does. A Stream is safe for concurrent use; Writes from
+// different goroutines are ordered as they take the stream's lock.
+//
+// This is what a protocol that orders its own writes (p2p's slot, head, doorbell; credits)
+// needs: one round trip less per message than TransferSync over tcp.
+type Stream struct {
+	e  *Engine
+	id SegmentID
+
+	mu   sync.Mutex
+	ts   *tcp.Stream
+	err  error
+	prep []prepared
+	reqs []transport.Request
+}
+
+// OpenStream opens a write stream to segment id (opened with OpenSegment).
+func (e *Engine) OpenStream(id SegmentID) (*Stream, error) {
+	if _, err := e.remote(id); err != nil {
+		return nil, err
+	}
+	return &Stream{e: e, id: id}, nil
+}
+
+// Write applies reqs (OpWrite, target: the stream's segment) after the stream's earlier
+// Writes. An error names the failure; over tcp it may be one the target reported for an
+// earlier Write.
+func (s *Stream) Write(ctx context.Context, reqs []TransferRequest) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	if s.ts != nil {
+		if err := s.ts.Err(); err != nil {
+			s.err = fmt.Errorf("write stream to segment %d: %w", s.id, err)
+			return s.err
+		}
+	}
+	e := s.e
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	prep := s.prep[:0]
+	for range reqs {
+		prep = append(prep, prepared{})
+	}
+	s.prep = prep
+	release := func() {
+		for i := range prep {
+			if prep[i].pin != nil {
+				prep[i].pin.Release()
+			}
+			prep[i] = prepared{}
+		}
+	}
+	defer release()
+	var refreshed map[SegmentID]bool
+	tcpOnly := true
+	var bytes uint64
+	for i := range reqs {
+		q := &reqs[i]
+		if q.Opcode != OpWrite || q.TargetID != s.id {
+			return errf(ErrInvalidArgument, "request %d: a write stream to segment %d carries WRITEs to it only", i, s.id)
+		}
+		if err := e.prepare(q, &prep[i], &refreshed); err != nil {
+			return fmt.Errorf("request %d: %w", i, err)
+		}
+		if q.Length > 0 && prep[i].kind != kindTCP {
+			tcpOnly = false
+		}
+		bytes += q.Length
+	}
+	if !tcpOnly {
+		release()
+		return e.TransferSync(ctx, reqs)
+	}
+	r, err := e.remote(s.id)
+	if err != nil {
+		return err
+	}
+	if s.ts == nil {
+		octx, cancel := context.WithTimeout(ctx, min(e.timeout, 5*time.Second))
+		s.ts, err = e.tcp.OpenStream(octx, r.addr)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("opening a write stream to segment %q: %w", r.name, err)
+		}
+	}
+	tr := s.reqs[:0]
+	for i := range reqs {
+		q := &reqs[i]
+		tr = append(tr, transport.Request{Write: true, Local: q.Source, Remote: q.TargetOffset, Length: q.Length})
+	}
+	s.reqs = tr
+	e.kindBytes[kindTCP].Add(bytes)
+	deadline := time.Now().Add(e.timeout + time.Duration(bytes)) // ~1 ns per byte on top, as batches
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	if err := s.ts.Write(tr, deadline); err != nil {
+		s.err = fmt.Errorf("write stream to segment %q: %w", r.name, err)
+		r.stale.Store(true)
+		return s.err
+	}
+	return nil
+}
+
+// Close ends the stream (writes already sent may still be applied).
+func (s *Stream) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err == nil {
+		s.err = fmt.Errorf("write stream to segment %d: %w", s.id, ErrClosed)
+	}
+	if s.ts != nil {
+		s.ts.Close()
+		s.ts = nil
+	}
+	return nil
+}

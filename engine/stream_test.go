@@ -1,0 +1,91 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mooncake-go/mooncake/engine/transport/tcp"
+	"github.com/mooncake-go/mooncake/internal/futex"
+	"github.com/mooncake-go/mooncake/internal/memview"
+)
+
+// Stream writes are applied in order: a signal word written after data in a later Write is
+// never seen before that data; a write the target refuses over tcp fails a later Write and
+// the stream stays broken.
+func TestStream(t *testing.T) {
+	for _, mode := range []string{"shm", "tcp"} {
+		t.Run(mode, func(t *testing.T) {
+			ini, tgt, seg, sh, plain, src := pair(t, mode == "tcp")
+			st, err := ini.OpenStream(seg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			word := memview.Uint32(addr(sh))
+			data := sh[4096 : 4096+(1<<20)]
+			ctx := context.Background()
+			for round := uint32(1); round <= 20; round++ {
+				// Two Writes: the data in halves, then the signal word on its own.
+				for i := range 1 << 20 {
+					src[i] = byte(round)
+				}
+				*(*uint32)(memview.Pointer(addr(src) + 2<<20)) = round
+				if err := st.Write(ctx, []TransferRequest{{OpWrite, addr(src), seg, uint64(addr(data)), 512 << 10}}); err != nil {
+					t.Fatal(err)
+				}
+				if err := st.Write(ctx, []TransferRequest{
+					{OpWrite, addr(src) + 512<<10, seg, uint64(addr(data)) + 512<<10, 512 << 10},
+					{OpWrite, addr(src) + 2<<20, seg, uint64(addr(sh)), 4},
+				}); err != nil {
+					t.Fatal(err)
+				}
+				deadline := time.Now().Add(5 * time.Second)
+				for atomic.LoadUint32(word) != round {
+					if time.Now().After(deadline) {
+						t.Fatalf("round %d: the signal never came", round)
+					}
+					futex.Wait(word, round-1, 100*time.Millisecond)
+				}
+				if data[0] != byte(round) || data[len(data)-1] != byte(round) {
+					t.Fatalf("round %d: signal before data", round)
+				}
+			}
+			if st := ini.TransportBytes(); (mode == "tcp") != (st["tcp"] > 0) {
+				t.Fatalf("transports %v", st)
+			}
+			// Reads and other segments are refused up front.
+			if err := st.Write(ctx, []TransferRequest{{OpRead, addr(src), seg, uint64(addr(data)), 8}}); !errors.Is(err, ErrInvalidArgument) {
+				t.Fatalf("READ on a stream: %v", err)
+			}
+			// A write the target refuses: plain memory (tcp in both modes) that the target
+			// unregisters behind the initiator's back (its cached descriptor still has it).
+			if err := st.Write(ctx, []TransferRequest{{OpWrite, addr(src), seg, uint64(addr(plain)), 64}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := tgt.UnregisterLocalMemory(addr(plain)); err != nil {
+				t.Fatal(err)
+			}
+			var failed error
+			for i := 0; i < 400 && failed == nil; i++ {
+				failed = st.Write(ctx, []TransferRequest{{OpWrite, addr(src), seg, uint64(addr(plain)), 64}})
+				if failed == nil {
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
+			var re *tcp.RemoteError
+			if !errors.As(failed, &re) {
+				t.Fatalf("the refused write did not fail the stream: %v", failed)
+			}
+			if err := st.Write(ctx, []TransferRequest{{OpWrite, addr(src), seg, uint64(addr(data)), 8}}); err == nil {
+				t.Fatal("a broken stream accepted a write")
+			}
+			if !bytes.Equal(data[:16], src[:16]) {
+				t.Fatal("data changed")
+			}
+		})
+	}
+}
