@@ -223,7 +223,7 @@ func (e *Engine) submitLanes(id BatchID, reqs []TransferRequest, n *Notify, inli
 	}
 	var refreshed map[SegmentID]bool // allocated on the first refresh only
 	for i := range reqs {
-		if err := e.prepare(&reqs[i], &prep[i], &refreshed); err != nil {
+		if err := e.prepare(&reqs[i], &prep[i], &refreshed, false); err != nil {
 			release()
 			return nil, fmt.Errorf("request %d: %w", i, err)
 		}
@@ -315,8 +315,10 @@ func (e *Engine) submitLanes(id BatchID, reqs []TransferRequest, n *Notify, inli
 	return run, nil
 }
 
-// prepare validates one request and picks its transport.
-func (e *Engine) prepare(q *TransferRequest, p *prepared, refreshedp *map[SegmentID]bool) error {
+// prepare validates one request and picks its transport. With anySource the source need not
+// lie in a registered buffer (then it is not pinned): for callers that keep it valid until
+// the request is done (Stream).
+func (e *Engine) prepare(q *TransferRequest, p *prepared, refreshedp *map[SegmentID]bool, anySource bool) error {
 	if q.Opcode != OpRead && q.Opcode != OpWrite {
 		return errf(ErrInvalidArgument, "unknown opcode %d (want OpRead=0 or OpWrite=1)", q.Opcode)
 	}
@@ -379,6 +381,9 @@ func (e *Engine) prepare(q *TransferRequest, p *prepared, refreshedp *map[Segmen
 	}
 	pin, err := e.acquire(uint64(q.Source), q.Length)
 	if err != nil {
+		if anySource && errors.Is(err, ErrAddressNotRegistered) {
+			return nil
+		}
 		return fmt.Errorf("local source: %w", err)
 	}
 	p.pin = pin

@@ -41,8 +41,9 @@ func (e *Engine) OpenStream(id SegmentID) (*Stream, error) {
 }
 
 // Write applies reqs (OpWrite, target: the stream's segment) after the stream's earlier
-// Writes. An error names the failure; over tcp it may be one the target reported for an
-// earlier Write.
+// Writes. Sources need not be registered: the engine is done with them when Write returns
+// (in the socket, or copied). An error names the failure; over tcp it may be one the target
+// reported for an earlier Write. A failed stream stays failed.
 func (s *Stream) Write(ctx context.Context, reqs []TransferRequest) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -81,7 +82,7 @@ func (s *Stream) Write(ctx context.Context, reqs []TransferRequest) error {
 		if q.Opcode != OpWrite || q.TargetID != s.id {
 			return errf(ErrInvalidArgument, "request %d: a write stream to segment %d carries WRITEs to it only", i, s.id)
 		}
-		if err := e.prepare(q, &prep[i], &refreshed); err != nil {
+		if err := e.prepare(q, &prep[i], &refreshed, true); err != nil {
 			return fmt.Errorf("request %d: %w", i, err)
 		}
 		if q.Length > 0 && prep[i].kind != kindTCP {
@@ -89,13 +90,16 @@ func (s *Stream) Write(ctx context.Context, reqs []TransferRequest) error {
 		}
 		bytes += q.Length
 	}
-	if !tcpOnly {
-		release()
-		return e.TransferSync(ctx, reqs)
-	}
 	r, err := e.remote(s.id)
 	if err != nil {
 		return err
+	}
+	if !tcpOnly {
+		if err := s.applyNow(ctx, r, reqs, prep); err != nil {
+			s.err = err
+			return err
+		}
+		return nil
 	}
 	if s.ts == nil {
 		octx, cancel := context.WithTimeout(ctx, min(e.timeout, 5*time.Second))
@@ -122,6 +126,61 @@ func (s *Stream) Write(ctx context.Context, reqs []TransferRequest) error {
 		return s.err
 	}
 	return nil
+}
+
+// applyNow runs reqs in order, each maximal run of one transport kind to its end before the
+// next (a same-host or local target, or a Write that mixes kinds).
+func (s *Stream) applyNow(ctx context.Context, r *remoteSeg, reqs []TransferRequest, prep []prepared) error {
+	e := s.e
+	for i := 0; i < len(reqs); {
+		k := prep[i].kind
+		end := i + 1
+		var bytes uint64 = reqs[i].Length
+		for end < len(reqs) && prep[end].kind == k {
+			bytes += reqs[end].Length
+			end++
+		}
+		tr := s.reqs[:0]
+		for j := i; j < end; j++ {
+			q := &reqs[j]
+			tr = append(tr, transport.Request{Write: true, Local: q.Source, Remote: q.TargetOffset, Length: q.Length})
+		}
+		s.reqs = tr
+		var t transport.Transport
+		switch k {
+		case kindLocal:
+			t = &e.local
+		case kindShm:
+			t = e.shm
+		default:
+			t = e.tcp
+		}
+		rctx, cancel := context.WithTimeout(ctx, e.timeout+time.Duration(bytes))
+		rep := &firstErr{base: i}
+		t.Execute(rctx, &transport.Target{Desc: prep[i].desc, Addr: r.addr}, tr, rep)
+		cancel()
+		e.kindBytes[k].Add(bytes)
+		if rep.err != nil {
+			r.stale.Store(true)
+			return fmt.Errorf("write stream to segment %q: %w", r.name, rep.err)
+		}
+		i = end
+	}
+	return nil
+}
+
+// firstErr is a transport.Reporter that keeps the first failure.
+type firstErr struct {
+	base int
+	err  error
+}
+
+func (f *firstErr) Progress(int, uint64) {}
+
+func (f *firstErr) Done(i int, err error) {
+	if err != nil && f.err == nil {
+		f.err = fmt.Errorf("request %d: %w", f.base+i, err)
+	}
 }
 
 // Close ends the stream (writes already sent may still be applied).

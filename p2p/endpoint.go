@@ -326,8 +326,9 @@ func (e *Endpoint) waitWord(ctx context.Context, word *uint32, cond func() bool,
 	}
 }
 
-// Send sends data to peer with tag: it returns once the message is in the peer's ring (not
-// once it was received).
+// Send sends data to peer with tag: it returns once data may be reused: the message is in the
+// peer's ring, or (over a write stream) on its way there in order (a failure then shows on a
+// later Send to the peer). It never waits for the peer to receive the message.
 func (e *Endpoint) Send(ctx context.Context, peer int, tag uint64, data []byte) error {
 	if peer < 0 || peer >= e.lay.P {
 		return fmt.Errorf("p2p: rank %d does not exist (group of %d)", peer, e.lay.P)
@@ -379,15 +380,24 @@ func (e *Endpoint) Send(ctx context.Context, peer int, tag uint64, data []byte) 
 			k := int(p.sent % K)
 			st := p.stage[k*e.lay.slotSize():]
 			putHeader(st, tag, p.msgID, n, len(data), off)
-			copy(st[slotHdr:slotHdr+n], data[off:off+n])
 			p.sent++
 			// Bytes 48..55 of the staged header (ignored by the receiver) are the sources of
 			// this chunk's head and doorbell values.
 			binary.LittleEndian.PutUint32(st[48:], p.sent)
 			binary.LittleEndian.PutUint32(st[52:], uint32(e.rank)<<24|e.bellN.Add(1)&0xFFFFFF)
 			src := p.stageAddr + uintptr(k*e.lay.slotSize())
+			dst := p.remote + uint64(e.lay.ring(e.rank, k))
+			if p.stream != nil && n >= directBytes {
+				// A stream takes any source and is done with it when Write returns: the
+				// payload goes out from the caller's buffer, no staging copy.
+				ws = append(ws,
+					Write{Src: src, Dst: dst, Len: slotHdr},
+					Write{Src: memview.Addr(data[off:]), Dst: dst + slotHdr, Len: uint64(n)})
+			} else {
+				copy(st[slotHdr:slotHdr+n], data[off:off+n])
+				ws = append(ws, Write{Src: src, Dst: dst, Len: uint64(slotHdr + n)})
+			}
 			ws = append(ws,
-				Write{Src: src, Dst: p.remote + uint64(e.lay.ring(e.rank, k)), Len: uint64(slotHdr + n)},
 				Write{Src: src + 48, Dst: p.remote + uint64(e.lay.ctrl(e.rank)), Len: 4},
 				Write{Src: src + 52, Dst: p.remote + uint64(e.lay.bell()), Len: 4})
 			off += n
@@ -406,6 +416,10 @@ func (e *Endpoint) Send(ctx context.Context, peer int, tag uint64, data []byte) 
 	}
 	return nil
 }
+
+// directBytes: chunks of at least this many bytes go out from the sender's buffer when the
+// peer has a stream (smaller ones are copied next to their header: one write, not two).
+const directBytes = 4 << 10
 
 // openStream opens an ordered write stream to seg when the fabric has them (and
 // MC_P2P_STREAMS is not 0); nil sends with Fabric.Write, a round trip per batch.
