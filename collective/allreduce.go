@@ -61,17 +61,17 @@ func (g *Group) allReduce(ctx context.Context, buf, save []byte, dt reduce.DType
 	if o.n == 1 {
 		return nil
 	}
-	copy(save, buf)
 	if len(buf) <= g.opts.SmallBytes || len(buf)/es < o.n {
+		copy(save, buf)
 		err = o.allReduceRecursive(buf, dt, op)
 		if err == nil && op == reduce.Avg {
 			err = reduce.Divide(buf, dt, o.n)
 		}
+		if err != nil {
+			copy(buf, save)
+		}
 	} else {
-		err = o.ring(buf, dt, op, true) // divides AVG segments itself
-	}
-	if err != nil {
-		copy(buf, save)
+		err = o.ring(buf, save, dt, op, true) // divides AVG segments itself; restores from save
 	}
 	return o.finish(err)
 }
@@ -170,8 +170,12 @@ func (o *opState) allReduceRecursive(buf []byte, dt reduce.DType, op reduce.Op) 
 // ring runs the chunked ring reduce-scatter over data (in place) and, with allGather, the ring
 // all-gather after it. Member i ends the reduce-scatter holding the full reduction of segment
 // (i+1) mod n; with AVG that segment is divided right away. The send of each chunk is queued as
-// soon as the chunk is ready, so reductions overlap the transfers.
-func (o *opState) ring(data []byte, dt reduce.DType, op reduce.Op, allGather bool) error {
+// soon as the chunk is ready, so reductions overlap the transfers. With save (len(data) bytes;
+// nil: none) each chunk of data is copied there just before the op first overwrites it, while
+// it is in cache anyway, and on failure the overwritten chunks are put back: data then holds
+// its input again (what an elastic rerun needs), for far less memory traffic than a copy of
+// the whole input up front.
+func (o *opState) ring(data, save []byte, dt reduce.DType, op reduce.Op, allGather bool) error {
 	n, idx := o.n, o.idx
 	es := elemSize(dt)
 	segs := segments(len(data)/es, n, es)
@@ -198,6 +202,7 @@ func (o *opState) ring(data []byte, dt reduce.DType, op reduce.Op, allGather boo
 	type item struct {
 		dst  []byte
 		step int
+		off  int
 	}
 	var items []item
 	for step := 0; step < steps; step++ {
@@ -206,7 +211,19 @@ func (o *opState) ring(data []byte, dt reduce.DType, op reduce.Op, allGather boo
 			seg = mod(idx - step - 1)
 		}
 		for _, c := range chunks[seg] {
-			items = append(items, item{data[c.off : c.off+c.n], step})
+			items = append(items, item{data[c.off : c.off+c.n], step, c.off})
+		}
+	}
+	// saved: offset -> length of the chunks copied into save. A chunk may be overwritten twice
+	// (reduced, then received again in the all-gather when n > 2); the first time saves it.
+	var saved map[int]int
+	if save != nil {
+		saved = make(map[int]int, len(items))
+	}
+	keep := func(it item) {
+		if _, ok := saved[it.off]; save != nil && !ok {
+			saved[it.off] = len(it.dst)
+			reduce.CopyStream(save[it.off:it.off+len(it.dst)], it.dst)
 		}
 	}
 	const depth = 3
@@ -219,6 +236,7 @@ func (o *opState) ring(data []byte, dt reduce.DType, op reduce.Op, allGather boo
 		if it := items[j]; it.step < n-1 {
 			return tmps[j%depth][:len(it.dst)]
 		}
+		keep(items[j]) // the receive may write it any time from now on
 		return items[j].dst
 	}
 	q := o.recvAhead(s.ctx, left, stepData, depth)
@@ -231,6 +249,7 @@ func (o *opState) ring(data []byte, dt reduce.DType, op reduce.Op, allGather boo
 			break
 		}
 		if it.step < n-1 {
+			keep(it)
 			if err = reduce.Reduce(it.dst, tmps[j%depth][:len(it.dst)], dt, op); err != nil {
 				break
 			}
@@ -250,5 +269,13 @@ func (o *opState) ring(data []byte, dt reduce.DType, op reduce.Op, allGather boo
 	if err != nil {
 		q.stop(err)
 	}
-	return s.wait(err)
+	err = s.wait(err)
+	if err != nil && save != nil {
+		// Nothing writes into data any more (receives withdrawn, sender done): put back
+		// what the op overwrote.
+		for off, n := range saved {
+			copy(data[off:off+n], save[off:off+n])
+		}
+	}
+	return err
 }
