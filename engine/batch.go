@@ -429,21 +429,8 @@ func (l *lane) exec(g *group) {
 			s = end
 			continue
 		}
-		timeout := e.timeout + time.Duration(bytes) // ~1 ns per byte on top
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		var tr transport.Transport
-		switch k {
-		case kindLocal:
-			tr = &e.local
-		case kindShm:
-			tr = e.shm
-		default:
-			tr = e.tcp
-		}
 		rep.failed = nil
-		tr.Execute(ctx, g.target, g.reqs[s:end], rep)
-		cancel()
-		e.kindBytes[k].Add(bytes)
+		e.execute(context.Background(), k, g.target, g.reqs[s:end], bytes, rep)
 		if rep.failed != nil {
 			failed = rep.failed
 			if g.remote != nil {
@@ -452,6 +439,24 @@ func (l *lane) exec(g *group) {
 		}
 		s = end
 	}
+}
+
+// execute runs reqs (one transport kind, bytes in all) on kind's transport under the
+// engine's deadline for a run: the transfer timeout plus ~1 ns per byte.
+func (e *Engine) execute(ctx context.Context, kind uint8, t *transport.Target, reqs []transport.Request, bytes uint64, r transport.Reporter) {
+	ctx, cancel := context.WithTimeout(ctx, e.timeout+time.Duration(bytes))
+	defer cancel()
+	var tr transport.Transport
+	switch kind {
+	case kindLocal:
+		tr = &e.local
+	case kindShm:
+		tr = e.shm
+	default:
+		tr = e.tcp
+	}
+	tr.Execute(ctx, t, reqs, r)
+	e.kindBytes[kind].Add(bytes)
 }
 
 // reporter maps a run's request indexes to task ids.

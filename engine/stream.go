@@ -146,20 +146,8 @@ func (s *Stream) applyNow(ctx context.Context, r *remoteSeg, reqs []TransferRequ
 			tr = append(tr, transport.Request{Write: true, Local: q.Source, Remote: q.TargetOffset, Length: q.Length})
 		}
 		s.reqs = tr
-		var t transport.Transport
-		switch k {
-		case kindLocal:
-			t = &e.local
-		case kindShm:
-			t = e.shm
-		default:
-			t = e.tcp
-		}
-		rctx, cancel := context.WithTimeout(ctx, e.timeout+time.Duration(bytes))
 		rep := &firstErr{base: i}
-		t.Execute(rctx, &transport.Target{Desc: prep[i].desc, Addr: r.addr}, tr, rep)
-		cancel()
-		e.kindBytes[k].Add(bytes)
+		e.execute(ctx, k, &transport.Target{Desc: prep[i].desc, Addr: r.addr}, tr, bytes, rep)
 		if rep.err != nil {
 			r.stale.Store(true)
 			return fmt.Errorf("write stream to segment %q: %w", r.name, rep.err)
