@@ -147,6 +147,7 @@ func newPGroup(cfg pgConfig, st kvStore, f p2p.Fabric) (*pgroup, error) {
 	opts := collective.Options{
 		SmallBytes: envInt("MC_PG_SMALL_BYTES", 0),
 		ChunkBytes: envInt("MC_PG_CHUNK_BYTES", 0),
+		FusedBytes: envInt("MC_PG_FUSED_BYTES", 0), // -1: no fused small all_reduce
 	}
 	pg := &pgroup{cfg: cfg, st: st, fabric: f, ep: ep, q: worker.NewQueue(fmt.Sprintf("rank %d", cfg.rank), cfg.timeout),
 		sendQs: map[int]*worker.Queue{}}

@@ -171,6 +171,18 @@ func (f *firstErr) Done(i int, err error) {
 	}
 }
 
+// Network reports whether the stream's segment is reached over the network (another host or
+// network namespace, or MC_FORCE_TCP): only then does a Write skip a round trip. Its shared
+// buffers on this host are written by memcpy either way.
+func (s *Stream) Network() bool {
+	r, err := s.e.remote(s.id)
+	if err != nil {
+		return false
+	}
+	d := r.desc.Load()
+	return s.e.forceTCP || d == nil || d.HostID == "" || d.HostID != s.e.hostID
+}
+
 // Close ends the stream (writes already sent may still be applied).
 func (s *Stream) Close() error {
 	s.mu.Lock()

@@ -32,9 +32,7 @@
 // Receiver: one progress goroutine per endpoint watches the doorbell (spins briefly, then
 // futex-waits: ranks may outnumber cores), drains every peer's filled slots in order, and
 // returns credits through a per-peer goroutine with a 4-byte write of the consumed count into
-// the sender's tail word, once half the window is consumed (a sender that has used up its
-// window has at least half of it waiting here, so it never waits on a credit kept back). It
-// never waits for the application: a message that matches a posted receive (first posted, by
+// the sender's tail word after each pass that consumed something. It never waits for the application: a message that matches a posted receive (first posted, by
 // peer or any source, and tag) is copied straight into its buffer; otherwise it is copied out
 // into the unexpected queue, where a later receive finds it. So a Send never depends on a
 // matching receive, and collectives can send before they receive.

@@ -115,7 +115,6 @@ type peer struct {
 
 	// receive side, owned by the progress goroutine (self: by the self-sender)
 	consumed atomic.Uint32
-	credited uint32 // consumed count last handed to the creditor
 	cur      *inbound
 	creditCh chan struct{}
 
@@ -492,7 +491,10 @@ func (e *Endpoint) progress() {
 			}
 			h := atomic.LoadUint32(p.headWord)
 			c := p.consumed.Load()
-			if c == h {
+			if c == h || h-c > K {
+				// h-c > K: no sender gets more than K slots ahead, so this head was written by a
+				// new incarnation of the peer before Reconnect reset our side; draining from
+				// the old count would walk ~2^32 slots of garbage. Wait for the reset.
 				continue
 			}
 			for ; c != h; c++ {
@@ -506,15 +508,9 @@ func (e *Endpoint) progress() {
 			}
 			p.consumed.Store(c)
 			p.lastAlive.Store(time.Now().UnixNano())
-			// Credits go back once half the window is consumed, not per slot: each return is
-			// a write (a round trip) on the creditor. A sender that has used up its window
-			// has at least half of it sitting here, so it is never left waiting.
-			if c-p.credited >= max(K/2, 1) {
-				p.credited = c
-				select {
-				case p.creditCh <- struct{}{}:
-				default:
-				}
+			select {
+			case p.creditCh <- struct{}{}:
+			default:
 			}
 			did = true
 		}

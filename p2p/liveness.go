@@ -233,7 +233,6 @@ func (e *Endpoint) resetRecv(p *peer) {
 	}
 	atomic.StoreUint32(p.headWord, 0)
 	p.consumed.Store(0)
-	p.credited = 0
 	e.mu.Lock()
 	u := e.unexpected[:0]
 	for _, in := range e.unexpected {
