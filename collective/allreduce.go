@@ -227,21 +227,32 @@ func (o *opState) ring(data, save []byte, dt reduce.DType, op reduce.Op, allGath
 		}
 	}
 	const depth = 3
-	var tmps [depth][]byte
-	for i := range tmps {
-		tmps[i] = o.g.pool.get(min(cb, len(data)))
-		defer o.g.pool.put(tmps[i])
-	}
-	target := func(j int) []byte {
-		if it := items[j]; it.step < n-1 {
-			return tmps[j%depth][:len(it.dst)]
-		}
-		keep(items[j]) // the receive may write it any time from now on
-		return items[j].dst
-	}
 	q := o.recvAhead(s.ctx, left, stepData, depth)
+	// A Conn that reduces on arrival (p2p: straight from its ring slot) takes reduce-scatter
+	// chunks into data itself; otherwise they go to rotating scratch buffers first.
+	rp := q.reducer()
+	var tmps [depth][]byte
+	if rp == nil {
+		for i := range tmps {
+			tmps[i] = o.g.pool.get(min(cb, len(data)))
+			defer o.g.pool.put(tmps[i])
+		}
+	}
+	post := func(j int) {
+		it := items[j]
+		switch {
+		case it.step >= n-1:
+			keep(it) // the receive may write it any time from now on
+			q.add(it.dst)
+		case rp != nil:
+			keep(it)
+			q.addReduce(it.dst, dt, op)
+		default:
+			q.add(tmps[j%depth][:len(it.dst)])
+		}
+	}
 	for j := 0; j < min(depth, len(items)); j++ {
-		q.add(target(j))
+		post(j)
 	}
 	var err error
 	for j, it := range items {
@@ -249,9 +260,11 @@ func (o *opState) ring(data, save []byte, dt reduce.DType, op reduce.Op, allGath
 			break
 		}
 		if it.step < n-1 {
-			keep(it)
-			if err = reduce.Reduce(it.dst, tmps[j%depth][:len(it.dst)], dt, op); err != nil {
-				break
+			if rp == nil {
+				keep(it)
+				if err = reduce.Reduce(it.dst, tmps[j%depth][:len(it.dst)], dt, op); err != nil {
+					break
+				}
 			}
 			if it.step == n-2 && op == reduce.Avg {
 				if err = reduce.Divide(it.dst, dt, n); err != nil {
@@ -260,7 +273,7 @@ func (o *opState) ring(data, save []byte, dt reduce.DType, op reduce.Op, allGath
 			}
 		}
 		if j+depth < len(items) {
-			q.add(target(j + depth))
+			post(j + depth)
 		}
 		if it.step < steps-1 {
 			s.push(right, stepData, it.dst, nil)

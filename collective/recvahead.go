@@ -3,6 +3,8 @@ package collective
 import (
 	"context"
 	"fmt"
+
+	"github.com/mooncake-go/mooncake/collective/reduce"
 )
 
 // Poster is implemented by Conns that can post a receive before waiting for it
@@ -11,6 +13,14 @@ import (
 // allocation and a second copy) until the receive is made.
 type Poster interface {
 	Post(peer int, tag uint64, buf []byte) PostedRecv
+}
+
+// ReducePoster is a Poster that can also post a receive whose message is reduced into its
+// buffer as it arrives (buf = buf op message; AVG accumulates as SUM), with no copy into
+// scratch in between (p2p: straight from the ring slot).
+type ReducePoster interface {
+	Poster
+	PostReduce(peer int, tag uint64, buf []byte, dt reduce.DType, op reduce.Op) PostedRecv
 }
 
 // PostedRecv is a posted receive.
@@ -32,8 +42,16 @@ type recvAhead struct {
 	step  uint16
 	p     Poster
 	depth int
-	queue [][]byte     // buffers given, not yet waited for (the first len(posted) are posted)
+	queue []ahead      // receives given, not yet waited for (the first len(reqs) are posted)
 	reqs  []PostedRecv // posted, oldest first
+}
+
+// ahead is one queued receive: into buf, or (red) reduced into buf.
+type ahead struct {
+	buf []byte
+	red bool
+	dt  reduce.DType
+	op  reduce.Op
 }
 
 func (o *opState) recvAhead(ctx context.Context, peer int, step uint16, depth int) *recvAhead {
@@ -44,13 +62,32 @@ func (o *opState) recvAhead(ctx context.Context, peer int, step uint16, depth in
 
 // add queues the buffer of the next message; it is written only by that message.
 func (q *recvAhead) add(buf []byte) {
-	q.queue = append(q.queue, buf)
+	q.queue = append(q.queue, ahead{buf: buf})
+	q.fill()
+}
+
+// reducer is the Conn as a ReducePoster, nil when it cannot reduce on arrival.
+func (q *recvAhead) reducer() ReducePoster {
+	rp, _ := q.p.(ReducePoster)
+	return rp
+}
+
+// addReduce queues the next message to be reduced into buf on arrival (reducer() != nil).
+func (q *recvAhead) addReduce(buf []byte, dt reduce.DType, op reduce.Op) {
+	q.queue = append(q.queue, ahead{buf: buf, red: true, dt: dt, op: op})
 	q.fill()
 }
 
 func (q *recvAhead) fill() {
 	for q.p != nil && len(q.reqs) < q.depth && len(q.reqs) < len(q.queue) {
-		q.reqs = append(q.reqs, q.p.Post(q.peer, q.o.tag(q.step), q.queue[len(q.reqs)]))
+		a := q.queue[len(q.reqs)]
+		var r PostedRecv
+		if a.red {
+			r = q.reducer().PostReduce(q.peer, q.o.tag(q.step), a.buf, a.dt, a.op)
+		} else {
+			r = q.p.Post(q.peer, q.o.tag(q.step), a.buf)
+		}
+		q.reqs = append(q.reqs, r)
 	}
 }
 
@@ -59,7 +96,7 @@ func (q *recvAhead) next() error {
 	if len(q.queue) == 0 {
 		return fmt.Errorf("%s: internal error: no receive queued", q.o.name)
 	}
-	buf := q.queue[0]
+	buf := q.queue[0].buf
 	var err error
 	if len(q.reqs) == 0 {
 		err = q.o.recvFullCtx(q.ctx, q.peer, q.step, buf)
@@ -74,7 +111,7 @@ func (q *recvAhead) next() error {
 				Err: fmt.Errorf("got %d bytes, expected %d", n, len(buf))}
 		}
 	}
-	q.queue[0] = nil
+	q.queue[0] = ahead{}
 	q.queue = q.queue[1:]
 	if err == nil {
 		q.fill()

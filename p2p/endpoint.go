@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mooncake-go/mooncake/collective"
+	"github.com/mooncake-go/mooncake/collective/reduce"
 	"github.com/mooncake-go/mooncake/internal/futex"
 	"github.com/mooncake-go/mooncake/internal/memview"
 )
@@ -704,6 +705,7 @@ type Request struct {
 
 	mu       sync.Mutex // guards writes into buf against cancel
 	canceled bool
+	into     func(dst, src []byte) // how a message lands in buf; nil: copied (PostReduce: reduced)
 
 	once sync.Once
 	done chan struct{}
@@ -730,10 +732,20 @@ func (r *Request) finish(n, src int, err error) {
 
 func (r *Request) copyIn(off int, b []byte) {
 	r.mu.Lock()
-	if !r.canceled {
-		copy(r.buf[off:], b)
+	if !r.canceled && off <= len(r.buf) {
+		r.put(r.buf[off:min(off+len(b), len(r.buf))], b)
 	}
 	r.mu.Unlock()
+}
+
+// put lands src (cut to len(dst)) in dst: a copy, or the receive's own function.
+func (r *Request) put(dst, src []byte) {
+	src = src[:len(dst)]
+	if r.into != nil {
+		r.into(dst, src)
+		return
+	}
+	copy(dst, src)
 }
 
 func (r *Request) fillFrom(in *inbound) {
@@ -744,7 +756,7 @@ func (r *Request) fillFrom(in *inbound) {
 	r.mu.Lock()
 	ok := !r.canceled
 	if ok {
-		copy(r.buf, in.data)
+		r.put(r.buf[:len(in.data)], in.data)
 	}
 	r.mu.Unlock()
 	if ok {
@@ -813,7 +825,11 @@ func (r *Request) Cancel(err error) { r.cancel(err) }
 // PostRecv posts a receive of the first message from peer (collective.AnySource: any) with
 // tag into buf and returns at once; receives are matched in the order they were posted.
 func (e *Endpoint) PostRecv(peer int, tag uint64, buf []byte) *Request {
-	r := &Request{e: e, peer: peer, tag: tag, buf: buf, src: -1, done: make(chan struct{})}
+	return e.postRecv(peer, tag, buf, nil)
+}
+
+func (e *Endpoint) postRecv(peer int, tag uint64, buf []byte, into func(dst, src []byte)) *Request {
+	r := &Request{e: e, peer: peer, tag: tag, buf: buf, into: into, src: -1, done: make(chan struct{})}
 	if peer != collective.AnySource && (peer < 0 || peer >= e.lay.P) {
 		r.finish(0, -1, fmt.Errorf("p2p: rank %d does not exist (group of %d)", peer, e.lay.P))
 		return r
@@ -857,6 +873,14 @@ func (e *Endpoint) PostRecv(peer int, tag uint64, buf []byte) *Request {
 // Post implements collective.Poster (PostRecv, as the collective package's interface).
 func (e *Endpoint) Post(peer int, tag uint64, buf []byte) collective.PostedRecv {
 	return e.PostRecv(peer, tag, buf)
+}
+
+// PostReduce implements collective.ReducePoster: a posted receive whose message is reduced
+// into buf (buf = buf op message) by the progress goroutine chunk by chunk, straight from the
+// ring slot, instead of being copied into a scratch buffer for the caller to reduce. A message
+// of another length than buf fails the receive's caller (the collective checks the length).
+func (e *Endpoint) PostReduce(peer int, tag uint64, buf []byte, dt reduce.DType, op reduce.Op) collective.PostedRecv {
+	return e.postRecv(peer, tag, buf, func(dst, src []byte) { reduce.Reduce(dst, src, dt, op) })
 }
 
 // Recv implements collective.Conn.
@@ -941,6 +965,6 @@ func (e *Endpoint) abortLocal(space uint64, ab *collective.AbortError) bool {
 }
 
 var (
-	_ collective.Conn   = (*Endpoint)(nil)
-	_ collective.Poster = (*Endpoint)(nil)
+	_ collective.Conn         = (*Endpoint)(nil)
+	_ collective.ReducePoster = (*Endpoint)(nil)
 )

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -338,4 +339,45 @@ func TestCollectiveMismatchAndAbortOverP2P(t *testing.T) {
 	if !strings.Contains(errs[0].Error(), "peer rank 2 did not answer within") {
 		t.Fatalf("rank 0: %v", errs[0])
 	}
+}
+
+// PostReduce reduces a message into its buffer chunk by chunk as it arrives, whether the
+// receive was posted first or the message (part of it) came first.
+func TestPostReduce(t *testing.T) {
+	eps, _ := mkEndpoints(t, 2, small) // 64-byte slots: a 4000-byte message is 63 chunks
+	ctx := ctxT(t, 10*time.Second)
+	const count = 1000
+	in := make([]byte, 4*count)
+	want := make([]byte, 4*count)
+	base := make([]byte, 4*count)
+	for i := 0; i < count; i++ {
+		putF32(in[4*i:], float32(i%7))
+		putF32(base[4*i:], float32(i%5))
+		putF32(want[4*i:], float32(i%7+i%5))
+	}
+	for _, postFirst := range []bool{true, false} {
+		buf := append([]byte(nil), base...)
+		tag := collective.UserTag(9)
+		var r collective.PostedRecv
+		if postFirst {
+			r = eps[1].PostReduce(0, tag, buf, reduce.Float32, reduce.Sum)
+		}
+		if err := eps[0].Send(ctx, 1, tag, in); err != nil {
+			t.Fatal(err)
+		}
+		if !postFirst {
+			r = eps[1].PostReduce(0, tag, buf, reduce.Float32, reduce.Sum)
+		}
+		if n, src, err := r.Wait(ctx); err != nil || n != len(in) || src != 0 {
+			t.Fatalf("postFirst=%v: %d %d %v", postFirst, n, src, err)
+		}
+		if !bytes.Equal(buf, want) {
+			t.Fatalf("postFirst=%v: the message was not summed into the buffer", postFirst)
+		}
+	}
+}
+
+func putF32(b []byte, v float32) {
+	u := math.Float32bits(v)
+	b[0], b[1], b[2], b[3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
 }
