@@ -920,14 +920,22 @@ void MooncakeBackend::finishWork(const c10::intrusive_ptr<MooncakeWork>& w) {
     }
   }
 #endif
+  // Tensors (and closures holding them) are released outside the work's lock: dropping the
+  // last reference to a tensor that has a Python object takes the GIL, and a Python thread that
+  // holds the GIL may be waiting for this lock (get_failed_ranks_hint, is_completed): holding
+  // it here deadlocked the two.
+  std::vector<std::pair<at::Tensor, at::Tensor>> h2d;
+  std::vector<std::function<void()>> post;
   {
     std::lock_guard<std::mutex> g(w->mutex_);
     w->source_ = source;
     w->failed_ = std::move(failed);
     w->localSuccess_ = localOk && !eptr;
-    w->h2d_.clear();
-    w->post_.clear();
+    h2d.swap(w->h2d_);
+    post.swap(w->post_);
   }
+  h2d.clear();
+  post.clear();
   try {
 #ifdef MOONCAKE_WITH_CUDA
     if (w->cuda_) {
@@ -942,9 +950,14 @@ void MooncakeBackend::finishWork(const c10::intrusive_ptr<MooncakeWork>& w) {
   } catch (const std::exception& e) {
     LOG(ERROR) << getBackendName() << ": completing " << w->opName() << " failed: " << e.what();
   }
-  // The buffers may go now: the runtime no longer touches them.
-  std::lock_guard<std::mutex> g(w->mutex_);
-  w->keep_.clear();
+  // The buffers may go now: the runtime no longer touches them (released outside the lock,
+  // see above).
+  std::vector<at::Tensor> keep;
+  {
+    std::lock_guard<std::mutex> g(w->mutex_);
+    keep.swap(w->keep_);
+  }
+  keep.clear();
 }
 
 // ---------------------------------------------------------------- helpers for ops
