@@ -15,6 +15,13 @@
 // when an op it did not run finishes. A synchronous 8-byte all_reduce at 2 ranks went from
 // ~170 µs to ~75 µs per op this way on the 2-core VM (docs/performance.md).
 //
+// Process-group tuning knobs (environment; 0 or unset: the defaults): MC_PG_SLOTS and
+// MC_PG_SLOT_BYTES (p2p ring slots per peer, 4 x 256 KiB), MC_PG_SMALL_BYTES and
+// MC_PG_CHUNK_BYTES (collective algorithm switch and ring chunk, 64 KiB / 512 KiB),
+// MC_PG_FUSED_BYTES (all_reduce carried in its header message, 16 KiB; -1 off), MC_PG_SHM=0
+// (no same-host fast path), MC_P2P_STREAMS=0 (p2p over the network without write streams),
+// MOONCAKE_PG_FT_INPUT_COPY=0 (no save of in-place inputs for an elastic rerun).
+//
 // GOMAXPROCS: when the MOONCAKE_GOMAXPROCS environment variable is set the library uses it;
 // otherwise, if GOMAXPROCS is unset, it uses min(NumCPU, 4), since several ranks usually share a
 // host and each has its own Go runtime.
