@@ -17,7 +17,10 @@ import (
 // and the server answers only failures, which surface on a later Write; the stream then stays
 // broken. To a segment on this host (shared memory) or the local segment a Write is applied
 // before it returns, as TransferSync does. A Stream is safe for concurrent use; Writes from
-// different goroutines are ordered as they take the stream's lock.
+// different goroutines are ordered as they take the stream's lock. The order holds among
+// writes that reach the segment the same way: a write to a same-host shared buffer may land
+// before an earlier one still in flight over tcp to plain memory of the same segment (p2p
+// writes one shared buffer, so all its writes go one way).
 //
 // This is what a protocol that orders its own writes (p2p's slot, head, doorbell; credits)
 // needs: one round trip less per message than TransferSync over tcp.
