@@ -541,27 +541,28 @@ func TestAbortReachesPeers(t *testing.T) {
 	t.Log(errs[1])
 }
 
-// flakyConn fails every Send after the first ok ones (a link that breaks mid-op).
+// flakyConn fails every Recv after the first ok ones (a link that breaks mid-op).
 type flakyConn struct {
 	Conn
 	mu sync.Mutex
 	ok int
 }
 
-func (c *flakyConn) Send(ctx context.Context, peer int, tag uint64, data []byte) error {
+func (c *flakyConn) Recv(ctx context.Context, peer int, tag uint64, buf []byte) (int, error) {
 	c.mu.Lock()
 	c.ok--
 	broke := c.ok < 0
 	c.mu.Unlock()
 	if broke {
-		return errors.New("the link broke")
+		return 0, errors.New("the link broke")
 	}
-	return c.Conn.Send(ctx, peer, tag, data)
+	return c.Conn.Recv(ctx, peer, tag, buf)
 }
 
-// TestRingAllReduceOrRestore: the ring all_reduce over Conn fails part way (rank 2's link
-// breaks after 20 sends of a ~500-chunk op); every rank's buffer holds its input again. Without
-// a save buffer some rank's input is overwritten, so the test can tell.
+// TestRingAllReduceOrRestore: the ring all_reduce over Conn fails part way (rank 1's link
+// breaks at its 11th receive of a ~500-chunk op: it has reduced several chunks into its buffer
+// by then); every rank's buffer holds its input again. Without a save buffer rank 1's input is
+// overwritten, so the test can tell.
 func TestRingAllReduceOrRestore(t *testing.T) {
 	if shmTest != nil {
 		t.Skip("the Conn path's restore")
@@ -580,8 +581,8 @@ func TestRingAllReduceOrRestore(t *testing.T) {
 			var wg sync.WaitGroup
 			for r := 0; r < n; r++ {
 				var c Conn = net.Conn(r)
-				if r == 2 {
-					c = &flakyConn{Conn: c, ok: 20}
+				if r == 1 {
+					c = &flakyConn{Conn: c, ok: 10} // 2 op headers, then ring chunks
 				}
 				g, err := NewGroup(c, r, n, 0, tinyOpts)
 				if err != nil {
@@ -601,7 +602,6 @@ func TestRingAllReduceOrRestore(t *testing.T) {
 				}()
 			}
 			wg.Wait()
-			changed := false
 			for r := range bufs {
 				if errs[r] == nil {
 					t.Fatalf("rank %d: the all_reduce succeeded", r)
@@ -610,10 +610,9 @@ func TestRingAllReduceOrRestore(t *testing.T) {
 				if withSave && !same {
 					t.Fatalf("rank %d: input not restored after %v", r, errs[r])
 				}
-				changed = changed || !same
-			}
-			if !withSave && !changed {
-				t.Fatal("no rank's buffer was overwritten before the failure; the test does not test the restore")
+				if !withSave && r == 1 && same {
+					t.Fatal("rank 1's buffer was not overwritten before the failure; the test does not test the restore")
+				}
 			}
 		})
 	}
