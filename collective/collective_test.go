@@ -571,15 +571,8 @@ func TestRingAllReduceOrRestore(t *testing.T) {
 	for _, withSave := range []bool{true, false} {
 		t.Run(fmt.Sprint("save=", withSave), func(t *testing.T) {
 			net := NewMemNetwork(n)
-			ins := make([][]byte, n)
-			bufs := make([][]byte, n)
-			for r := range bufs {
-				ins[r] = fill(reduce.Float32, reduce.Sum, r, count, 0)
-				bufs[r] = append([]byte(nil), ins[r]...)
-			}
-			errs := make([]error, n)
-			var wg sync.WaitGroup
-			for r := 0; r < n; r++ {
+			gs := make([]*Group, n)
+			for r := range gs {
 				var c Conn = net.Conn(r)
 				if r == 1 {
 					c = &flakyConn{Conn: c, ok: 10} // 2 op headers, then ring chunks
@@ -588,32 +581,49 @@ func TestRingAllReduceOrRestore(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-					defer cancel()
-					b := bufs[r]
-					if withSave {
-						errs[r] = g.AllReduceOrRestore(ctx, b, make([]byte, len(b)), reduce.Float32, reduce.Sum)
-					} else {
-						errs[r] = g.AllReduce(ctx, b, reduce.Float32, reduce.Sum)
-					}
-				}()
+				gs[r] = g
 			}
-			wg.Wait()
-			for r := range bufs {
-				if errs[r] == nil {
-					t.Fatalf("rank %d: the all_reduce succeeded", r)
-				}
-				same := bytes.Equal(bufs[r], ins[r])
-				if withSave && !same {
-					t.Fatalf("rank %d: input not restored after %v", r, errs[r])
-				}
-				if !withSave && r == 1 && same {
-					t.Fatal("rank 1's buffer was not overwritten before the failure; the test does not test the restore")
-				}
-			}
+			ins, bufs := restoreInputs(n, count)
+			errs := runEach(gs, 10*time.Second, func(ctx context.Context, g *Group) error {
+				return allReduceMaybeSave(ctx, g, bufs[g.Rank()], withSave)
+			})
+			checkRestored(t, errs, ins, bufs, withSave, 1)
 		})
+	}
+}
+
+// restoreInputs are n ranks' float32 inputs of count elements and working copies of them.
+func restoreInputs(n, count int) (ins, bufs [][]byte) {
+	ins, bufs = make([][]byte, n), make([][]byte, n)
+	for r := range bufs {
+		ins[r] = fill(reduce.Float32, reduce.Sum, r, count, 0)
+		bufs[r] = append([]byte(nil), ins[r]...)
+	}
+	return ins, bufs
+}
+
+// allReduceMaybeSave is AllReduceOrRestore (withSave) or plain AllReduce of b.
+func allReduceMaybeSave(ctx context.Context, g *Group, b []byte, withSave bool) error {
+	if !withSave {
+		return g.AllReduce(ctx, b, reduce.Float32, reduce.Sum)
+	}
+	return g.AllReduceOrRestore(ctx, b, make([]byte, len(b)+8), reduce.Float32, reduce.Sum)
+}
+
+// checkRestored: every rank's op failed; with a save every buffer holds its input again;
+// without one, rank written's input was overwritten (else the test would not test the restore).
+func checkRestored(t *testing.T, errs []error, ins, bufs [][]byte, withSave bool, written int) {
+	t.Helper()
+	for r := range bufs {
+		if errs[r] == nil {
+			t.Fatalf("rank %d: the all_reduce succeeded", r)
+		}
+		same := bytes.Equal(bufs[r], ins[r])
+		if withSave && !same {
+			t.Fatalf("rank %d: input not restored after %v", r, errs[r])
+		}
+		if !withSave && r == written && same {
+			t.Fatalf("rank %d: no result was written before the failure; the test does not test the restore", r)
+		}
 	}
 }

@@ -344,9 +344,9 @@ func (g *Group) beginFused(ctx context.Context, h header, payload []byte, ins []
 	hs[o.idx] = h
 	buf := g.pool.get(headerBase + 8*(2*g.maxSize+len(h.extra)) + 64 + g.opts.FusedBytes)
 	defer g.pool.put(buf)
-	var rest [][]byte // the payload part of each member's header message
+	var got []bool // members whose header message carried the payload
 	if payload != nil {
-		rest = make([][]byte, o.n)
+		got = make([]bool, o.n)
 	}
 	for i, m := range members {
 		if m == g.rank {
@@ -361,7 +361,7 @@ func (g *Group) beginFused(ctx context.Context, h header, payload []byte, ins []
 			return nil, o.finish(&PeerError{Op: o.name, Rank: g.rank, Peer: m, Err: err})
 		}
 		if payload != nil && k-hl == len(payload) {
-			rest[i] = ins[i]
+			got[i] = true
 			copy(ins[i], buf[hl:k])
 		}
 	}
@@ -369,7 +369,7 @@ func (g *Group) beginFused(ctx context.Context, h header, payload []byte, ins []
 		return nil, o.finish(err)
 	}
 	for i, m := range members {
-		if payload != nil && m != g.rank && rest[i] == nil {
+		if payload != nil && m != g.rank && !got[i] {
 			return nil, o.finish(&PeerError{Op: o.name, Rank: g.rank, Peer: m,
 				Err: fmt.Errorf("its op header came without the %d data bytes it should carry", len(payload))})
 		}

@@ -429,32 +429,11 @@ func TestShmAllReduceOrRestore(t *testing.T) {
 				}
 				return nil
 			}
-			const count = 1280
-			ins := make([][]byte, 2)
-			bufs := make([][]byte, 2)
-			for r := range bufs {
-				ins[r] = fill(reduce.Float32, reduce.Sum, r, count, 0)
-				bufs[r] = append([]byte(nil), ins[r]...)
-			}
+			ins, bufs := restoreInputs(2, 1280)
 			errs := runEach(gs, 10*time.Second, func(ctx context.Context, g *Group) error {
-				b := bufs[g.Rank()]
-				if !withSave {
-					return g.AllReduce(ctx, b, reduce.Float32, reduce.Sum)
-				}
-				return g.AllReduceOrRestore(ctx, b, make([]byte, len(b)+8), reduce.Float32, reduce.Sum)
+				return allReduceMaybeSave(ctx, g, bufs[g.Rank()], withSave)
 			})
-			for r := range gs {
-				if errs[r] == nil {
-					t.Fatalf("rank %d: the all_reduce succeeded", r)
-				}
-				same := bytes.Equal(bufs[r], ins[r])
-				if withSave && !same {
-					t.Fatalf("rank %d: input not restored after %v", r, errs[r])
-				}
-				if !withSave && r == 0 && same {
-					t.Fatalf("rank 0: no result was written before the failure; the test does not test the restore")
-				}
-			}
+			checkRestored(t, errs, ins, bufs, withSave, 0)
 			var ae *AbortError
 			if !errors.As(errs[0], &ae) || ae.Peer != 1 {
 				t.Fatalf("rank 0: %v", errs[0])

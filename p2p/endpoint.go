@@ -111,8 +111,7 @@ type peer struct {
 	scratch   uintptr
 	stage     []byte // K staging slots, one per ring slot of ours at the peer
 	stageAddr uintptr
-	ws        []Write     // the batch being sent (under sendSem)
-	stream    WriteStream // ordered writes to the peer (StreamOpener fabrics), nil: f.Write
+	ws        []Write // the batch being sent (under sendSem)
 
 	// receive side, owned by the progress goroutine (self: by the self-sender)
 	consumed atomic.Uint32
@@ -132,7 +131,7 @@ type peer struct {
 type link struct {
 	seg    uint64
 	remote uint64
-	stream WriteStream // the sender's stream to it (nil: none)
+	stream WriteStream // ordered writes to it (StreamOpener fabrics; nil: Fabric.Write)
 }
 
 // inbound is a message being received.
@@ -221,8 +220,7 @@ func (e *Endpoint) Connect(info Info) error {
 		return fmt.Errorf("p2p: rank %d cannot open the segment %q of rank %d: %w", e.rank, info.Segment, info.Rank, err)
 	}
 	p.seg, p.remote = seg, info.Addr
-	p.stream = e.openStream(seg)
-	p.link.Store(&link{seg, info.Addr, p.stream})
+	p.link.Store(&link{seg, info.Addr, e.openStream(seg)})
 	name := info.Segment
 	p.segName.Store(&name)
 	p.engineID.Store(&info.Engine)
@@ -270,8 +268,8 @@ func (e *Endpoint) Close() error {
 			r.cancel(ErrClosed)
 		}
 		for _, p := range e.peers {
-			if p.stream != nil {
-				p.stream.Close()
+			if l := p.link.Load(); l != nil && l.stream != nil {
+				l.stream.Close()
 			}
 		}
 		err = e.f.FreeShared(e.base)
@@ -374,6 +372,7 @@ func (e *Endpoint) Send(ctx context.Context, peer int, tag uint64, data []byte) 
 		// first while the rest are on the wire): one round trip per window of K chunks, not
 		// per chunk.
 		free := K - (p.sent - atomic.LoadUint32(p.tailWord))
+		stream := p.link.Load().stream
 		ws := p.ws[:0]
 		for ; free > 0 && (first || off < len(data)); free-- {
 			n := min(S, len(data)-off)
@@ -387,7 +386,7 @@ func (e *Endpoint) Send(ctx context.Context, peer int, tag uint64, data []byte) 
 			binary.LittleEndian.PutUint32(st[52:], uint32(e.rank)<<24|e.bellN.Add(1)&0xFFFFFF)
 			src := p.stageAddr + uintptr(k*e.lay.slotSize())
 			dst := p.remote + uint64(e.lay.ring(e.rank, k))
-			if p.stream != nil && n >= directBytes {
+			if stream != nil && n >= directBytes {
 				// A stream takes any source and is done with it when Write returns: the
 				// payload goes out from the caller's buffer, no staging copy.
 				ws = append(ws,
@@ -406,7 +405,7 @@ func (e *Endpoint) Send(ctx context.Context, peer int, tag uint64, data []byte) 
 		p.ws = ws
 		// Once submitted, a write runs to its end (bounded by the engine's transfer timeout):
 		// the staging slots must not be reused while the engine may still read them.
-		if err := e.write(p, ws); err != nil {
+		if err := e.write(p, stream, ws); err != nil {
 			p.broken = fmt.Errorf("transfer to rank %d failed: %w", peer, err)
 			return p.broken
 		}
@@ -438,9 +437,9 @@ func (e *Endpoint) openStream(seg uint64) WriteStream {
 // write sends one batch to p (under p.sendSem). Once submitted, a write runs to its end: the
 // staging slots must not be reused while the engine may still read them, so it is not
 // canceled with the caller's context (the engine's transfer timeout bounds it).
-func (e *Endpoint) write(p *peer, ws []Write) error {
-	if p.stream != nil {
-		return p.stream.Write(context.Background(), ws)
+func (e *Endpoint) write(p *peer, stream WriteStream, ws []Write) error {
+	if stream != nil {
+		return stream.Write(context.Background(), ws)
 	}
 	return e.f.Write(context.Background(), p.seg, ws)
 }

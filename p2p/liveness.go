@@ -208,16 +208,15 @@ func (e *Endpoint) Reconnect(info Info) error {
 	p.sent, p.msgID, p.broken = 0, 0, nil
 	atomic.StoreUint32(p.tailWord, 0)
 	p.seg, p.remote = seg, info.Addr
-	if p.stream != nil {
-		p.stream.Close()
+	if old := p.link.Load(); old != nil && old.stream != nil {
+		old.stream.Close()
 	}
-	p.stream = e.openStream(seg)
 	name := info.Segment
 	p.segName.Store(&name)
 	p.engineID.Store(&info.Engine)
 	p.lastAlive.Store(time.Now().UnixNano())
 	p.dead.Store(nil)
-	p.link.Store(&link{seg, info.Addr, p.stream})
+	p.link.Store(&link{seg, info.Addr, e.openStream(seg)})
 	select {
 	case p.creditCh <- struct{}{}:
 	default:
