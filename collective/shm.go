@@ -49,16 +49,30 @@ type SharedOptions struct {
 	// Default: MC_PG_SHM_CHUNK or 256 KiB (large all_reduce pipelines half-chunks: cache-sized
 	// stages beat big ones here). Tests go as low as 192 bytes.
 	ChunkBytes int
+	// CopyBytes is the largest round of the ops that only move bytes (broadcast, all_gather,
+	// all_to_all): they pipeline in at least four rounds of ChunkBytes to CopyBytes (fewer
+	// rounds, fewer barriers among ranks that share cores), and an arena's data halves are
+	// max(ChunkBytes, CopyBytes) each. Default: MC_PG_SHM_COPY_CHUNK or 2 MiB; ChunkBytes when
+	// only ChunkBytes is given.
+	CopyBytes int
 	// Spin is how long a wait polls before it sleeps on the futex. Default: MC_PG_SHM_SPIN_US
 	// or 20 µs (2 µs when the group has more ranks than the machine has CPUs).
 	Spin time.Duration
 }
 
 func (o SharedOptions) withDefaults(n int) SharedOptions {
+	if o.CopyBytes <= 0 {
+		if o.ChunkBytes > 0 {
+			o.CopyBytes = o.ChunkBytes
+		} else {
+			o.CopyBytes = envBytes("MC_PG_SHM_COPY_CHUNK", 2<<20)
+		}
+	}
 	if o.ChunkBytes <= 0 {
 		o.ChunkBytes = envBytes("MC_PG_SHM_CHUNK", 256<<10)
 	}
 	o.ChunkBytes = (o.ChunkBytes + 63) &^ 63
+	o.CopyBytes = max((o.CopyBytes+63)&^63, o.ChunkBytes)
 	if o.Spin <= 0 {
 		us := 20
 		if n > runtime.NumCPU() {
@@ -106,7 +120,7 @@ func envBytes(name string, def int) int {
 //	196   nfail  u32, then up to maxAbortRanks failed ranks (i32)
 //	320   reason length u32, reason bytes up to offHeaders
 //	1024  headers[2]   the op header of the round using data half 0 / 1
-//	data  halves[2]    ChunkBytes each, 4 KiB aligned
+//	data  halves[2]    CopyBytes (>= ChunkBytes) each, 4 KiB aligned
 const (
 	offStep       = 0
 	offSleep      = 64
@@ -123,13 +137,14 @@ func hdrBytes(maxSize int) int { return (headerBase + 16*maxSize + 63) &^ 63 }
 
 func dataOffset(maxSize int) int { return (offHeaders + 2*hdrBytes(maxSize) + 4095) &^ 4095 }
 
-func arenaSize(maxSize, chunk int) int { return dataOffset(maxSize) + 2*chunk }
+func arenaSize(maxSize, half int) int { return dataOffset(maxSize) + 2*half }
 
 // shmPath is the fast path of one group; ops run on it one at a time (like the Group).
 type shmPath struct {
 	g       *Group
 	rank    int
-	chunk   int
+	chunk   int // pipelining unit of the reductions (SharedOptions.ChunkBytes)
+	half    int // bytes of each data half, the largest copy round (SharedOptions.CopyBytes)
 	spin    time.Duration
 	goYield bool // yield to the Go scheduler while spinning (ranks in one process)
 	hdrSize int
@@ -184,7 +199,7 @@ func (g *Group) EnableSharedMemory(ctx context.Context, sm SharedMemory, opts Sh
 		return false, nil
 	}
 	opts = opts.withDefaults(n)
-	size := arenaSize(g.maxSize, opts.ChunkBytes)
+	size := arenaSize(g.maxSize, opts.CopyBytes)
 	mem, handle, aerr := sm.Alloc(size)
 	ok := aerr == nil && len(mem) >= size
 	mine := make([]byte, 24)
@@ -206,7 +221,7 @@ func (g *Group) EnableSharedMemory(ctx context.Context, sm SharedMemory, opts Sh
 		freeMine()
 		return false, err
 	}
-	p := &shmPath{g: g, rank: g.rank, chunk: opts.ChunkBytes, spin: opts.Spin,
+	p := &shmPath{g: g, rank: g.rank, chunk: opts.ChunkBytes, half: opts.CopyBytes, spin: opts.Spin,
 		hdrSize: hdrBytes(g.maxSize), dataOff: dataOffset(g.maxSize),
 		views: make([][]byte, g.maxSize)}
 	if rs, ok := sm.(ranksShareProcess); ok && rs.RanksShareProcess() {

@@ -18,8 +18,8 @@ func (o *shmOp) par() uint32 { return o.p.step & 1 }
 // halfOf returns rank's data half par.
 func (o *shmOp) halfOf(rank int, par uint32) []byte {
 	p := o.p
-	off := p.dataOff + int(par)*p.chunk
-	return p.views[rank][off : off+p.chunk : off+p.chunk]
+	off := p.dataOff + int(par)*p.half
+	return p.views[rank][off : off+p.half : off+p.half]
 }
 
 // sliceSpan is member i's part of count elements of es bytes split n ways, in 64-byte units
@@ -48,6 +48,12 @@ func (o *shmOp) slotBytes(es int) int {
 	}
 	s = s / es * es
 	return max(s, es)
+}
+
+// copyRound is the round size of a copy-only op moving total bytes per member: a quarter of
+// it (at least four rounds, so copies in and out overlap), within [chunk, half].
+func (o *shmOp) copyRound(total int) int {
+	return min(max(total/4&^63, o.p.chunk), o.p.half)
 }
 
 func rounds(total, per int) int {
@@ -222,9 +228,10 @@ func (p *shmPath) broadcast(ctx context.Context, buf []byte, root int) error {
 	if err != nil {
 		return err
 	}
-	for k, nr := 0, rounds(len(buf), p.chunk); k < nr; k++ {
-		off := k * p.chunk
-		part := buf[off:min(off+p.chunk, len(buf))]
+	per := o.copyRound(len(buf))
+	for k, nr := 0, rounds(len(buf), per); k < nr; k++ {
+		off := k * per
+		part := buf[off:min(off+per, len(buf))]
 		par := o.par()
 		if p.rank == root {
 			copy(o.halfOf(p.rank, par), part)
@@ -257,9 +264,10 @@ func (p *shmPath) allGather(ctx context.Context, in []byte, outs [][]byte, root 
 	if recv {
 		copy(outs[p.rank], in)
 	}
-	for k, nr := 0, rounds(len(in), p.chunk); k < nr; k++ {
-		off := k * p.chunk
-		end := min(off+p.chunk, len(in))
+	per := o.copyRound(len(in))
+	for k, nr := 0, rounds(len(in), per); k < nr; k++ {
+		off := k * per
+		end := min(off+per, len(in))
 		par := o.par()
 		copy(o.halfOf(p.rank, par), in[off:end])
 		if err := o.sync(); err != nil {

@@ -70,7 +70,7 @@ var shmTest *SharedOptions
 func enableShm(ctx context.Context, g *Group, sm SharedMemory, opts Options) error {
 	so := *shmTest
 	if opts == tinyOpts {
-		so.ChunkBytes = 192 // many chunks, slots of a few bytes
+		so.ChunkBytes, so.CopyBytes = 192, 1024 // many chunks, slots of a few bytes
 	}
 	ok, err := g.EnableSharedMemory(ctx, sm, so)
 	if err != nil {
@@ -84,7 +84,7 @@ func enableShm(ctx context.Context, g *Group, sm SharedMemory, opts Options) err
 
 // TestShm runs the whole correctness suite again on the same-host fast path.
 func TestShm(t *testing.T) {
-	shmTest = &SharedOptions{ChunkBytes: 8 << 10}
+	shmTest = &SharedOptions{ChunkBytes: 8 << 10, CopyBytes: 32 << 10}
 	defer func() { shmTest = nil }()
 	t.Run("AllReduce", TestAllReduce)
 	t.Run("Reduce", TestReduce)
