@@ -9,7 +9,10 @@ and each backend's busbw ratio to gloo measured in the same run. busbw factors f
 nccl-tests: all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n with the size
 being the whole gathered/scattered buffer; broadcast and sendrecv 1.
 Every backend runs on a group of its own (new_group) over the same processes, size by size,
-so the figures compare like with like. --json writes the rows for tooling.
+so the figures compare like with like. With -r R each size runs R timed rounds that alternate
+the backends, and each backend reports its median round (a shared machine's slow spells then
+hit every backend alike; the ratios are steadier). --json writes the rows, every round included,
+for tooling.
 
 Before the sweep rank 0 measures single-thread memcpy bandwidth of the largest size (at least
 1 MiB) while the other ranks wait, and each row reports busbw as a percentage of it
@@ -22,6 +25,7 @@ import argparse
 import datetime
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -194,31 +198,41 @@ def bench_rank(args) -> list[dict]:
                         f"{'#wrong':>6} " for b in backends)
         ratio = "".join(f"| {b + '/gloo':>16} " for b in backends if b != "gloo" and "gloo" in backends)
         print(f"# {args.collective} dtype={args.dtype} op={args.op} ranks={n} iters={args.iters} "
-              f"warmup={args.warmup}")
+              f"warmup={args.warmup} rounds={args.rounds}")
         print(f"# memcpy (1 thread, {max(sizes[-1], 1 << 20)} B, rank 0): {memcpy:.2f} GB/s")
         print(f"{'size(B)':>12} {'count':>12} {names}{ratio}")
     for size in sizes:
         row = {"collective": args.collective, "size": size, "ranks": n, "dtype": args.dtype,
                "memcpy_gbps": memcpy}
+        runs, wrong, times = {}, {}, {b: [] for b in backends}
         for b in backends:
             run, check, count = make_op(args.collective, size, dtype, op, groups[b], rank, n)
+            runs[b] = run
             row["count"] = count
-            wrong = check() if args.check else 0
+            wrong[b] = check() if args.check else 0
             for _ in range(args.warmup):
                 run()
-            dist.barrier(group=timer)
-            t0 = time.perf_counter()
-            for _ in range(args.iters):
-                run()
-            el = torch.tensor([(time.perf_counter() - t0) / args.iters], dtype=torch.float64)
-            dist.all_reduce(el, op=dist.ReduceOp.MAX, group=timer)
-            w = torch.tensor([wrong], dtype=torch.int64)
+        # Rounds alternate the backends, so a slow spell of a shared machine hits all of them;
+        # each backend's time is its median round.
+        for _ in range(args.rounds):
+            for b in backends:
+                dist.barrier(group=timer)
+                t0 = time.perf_counter()
+                for _ in range(args.iters):
+                    runs[b]()
+                el = torch.tensor([(time.perf_counter() - t0) / args.iters], dtype=torch.float64)
+                dist.all_reduce(el, op=dist.ReduceOp.MAX, group=timer)
+                times[b].append(el.item())
+        for b in backends:
+            w = torch.tensor([wrong[b]], dtype=torch.int64)
             dist.all_reduce(w, group=timer)
-            nbytes = count * torch.tensor([], dtype=dtype).element_size()
-            algbw = nbytes / el.item() / 1e9
+            el = statistics.median(times[b])
+            nbytes = row["count"] * torch.tensor([], dtype=dtype).element_size()
+            algbw = nbytes / el / 1e9
             busbw = algbw * bus_factor(args.collective, n)
-            row[b] = {"time_us": el.item() * 1e6, "algbw": algbw, "busbw": busbw,
-                      "pct_memcpy": 100 * busbw / memcpy, "wrong": int(w.item())}
+            row[b] = {"time_us": el * 1e6, "algbw": algbw, "busbw": busbw,
+                      "pct_memcpy": 100 * busbw / memcpy, "wrong": int(w.item()),
+                      "rounds_us": [t * 1e6 for t in times[b]]}
         if "gloo" in backends:
             for b in backends:
                 if b != "gloo":
@@ -259,6 +273,8 @@ def main() -> None:
     p.add_argument("-f", "--stepfactor", type=int, default=4)
     p.add_argument("-n", "--iters", type=int, default=20)
     p.add_argument("-w", "--warmup", type=int, default=5)
+    p.add_argument("-r", "--rounds", type=int, default=1,
+                   help="timed rounds per size, alternating the backends; each reports its median")
     p.add_argument("-d", "--dtype", default="float32", choices=sorted(DTYPES))
     p.add_argument("-o", "--op", default="sum", choices=sorted(OPS))
     p.add_argument("-c", "--check", type=int, default=1)

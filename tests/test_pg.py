@@ -8,6 +8,7 @@ stays within a few minutes on a 2-core machine."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -96,3 +97,32 @@ print("ok")
          "assert not o.auto_deactivate_on_failure and not o.auto_sync_on_failure; print('ok')"],
         capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("collective", ["all_reduce", "all_to_all"])
+def test_pgbench_runs_and_checks(collective, tmp_path):
+    """bench/pgbench.py: both backends side by side, results checked, rounds alternated, the
+    JSON rows complete (the benchmark the performance figures come from must keep working)."""
+    import mooncake
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [os.path.dirname(os.path.dirname(os.path.abspath(mooncake.__file__))),
+         env.get("PYTHONPATH", "")])
+    out = tmp_path / "rows.json"
+    bench = os.path.join(pg_harness.ROOT, "bench", "pgbench.py")
+    r = subprocess.run(
+        [sys.executable, bench, "--collective", collective, "--backend", "mooncake-cpu,gloo",
+         "-b", "8", "-e", "64K", "-f", "8", "-n", "2", "-w", "1", "-r", "2", "-g", "2",
+         "--json", str(out)],
+        capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = json.loads(out.read_text())
+    assert [row["size"] for row in rows] == [8, 64, 512, 4096, 32768]
+    for row in rows:
+        for b in ("mooncake-cpu", "gloo"):
+            assert row[b]["wrong"] == 0, (b, row)
+            assert len(row[b]["rounds_us"]) == 2 and row[b]["time_us"] > 0
+        assert row["mooncake-cpu/gloo"] == pytest.approx(
+            row["mooncake-cpu"]["busbw"] / row["gloo"]["busbw"])
+    assert "mooncake-cpu/gloo" in r.stdout
