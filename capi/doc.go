@@ -16,8 +16,8 @@
 // ~170 µs to ~75 µs per op this way on the 2-core VM (docs/performance.md).
 //
 // Process-group tuning knobs (environment; 0 or unset: the defaults): MC_PG_SLOTS and
-// MC_PG_SLOT_BYTES (p2p ring slots per peer, 4 x 256 KiB), MC_PG_SMALL_BYTES and
-// MC_PG_CHUNK_BYTES (collective algorithm switch and ring chunk, 64 KiB / 512 KiB),
+// MC_PG_SLOT_BYTES (p2p ring slots per peer, 4 x 512 KiB), MC_PG_SMALL_BYTES and
+// MC_PG_CHUNK_BYTES (collective algorithm switch and ring chunk, 64 KiB / 1 MiB),
 // MC_PG_FUSED_BYTES (all_reduce carried in its header message, 16 KiB; -1 off), MC_PG_SHM=0
 // (no same-host fast path), MC_PG_SHM_CHUNK and MC_PG_SHM_COPY_CHUNK (its reduction unit and
 // largest copy round, 256 KiB / 2 MiB), MC_P2P_STREAMS=0 (p2p over the network without write streams),

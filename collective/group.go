@@ -17,7 +17,7 @@ import (
 type Options struct {
 	// SmallBytes: messages up to this size use the latency-optimal algorithms. Default 64 KiB.
 	SmallBytes int
-	// ChunkBytes: pipelining unit of the ring and chain algorithms. Default 512 KiB.
+	// ChunkBytes: pipelining unit of the ring and chain algorithms. Default 1 MiB.
 	ChunkBytes int
 	// FusedBytes: all_reduce up to this size among at most 8 members sends its data inside its
 	// op header message (one exchange instead of a header round plus data rounds). Default
@@ -30,7 +30,7 @@ func (o Options) withDefaults() Options {
 		o.SmallBytes = 64 << 10
 	}
 	if o.ChunkBytes <= 0 {
-		o.ChunkBytes = 512 << 10
+		o.ChunkBytes = 1 << 20
 	}
 	if o.FusedBytes == 0 {
 		o.FusedBytes = 16 << 10

@@ -20,7 +20,7 @@ import (
 // Options sizes an endpoint. Zero values take the defaults.
 type Options struct {
 	Slots     int // ring slots per peer (credits); default 4
-	SlotBytes int // payload bytes per slot, rounded up to 64; default 256 KiB
+	SlotBytes int // payload bytes per slot, rounded up to 64; default 512 KiB
 }
 
 func (o Options) withDefaults() Options {
@@ -28,7 +28,7 @@ func (o Options) withDefaults() Options {
 		o.Slots = 4
 	}
 	if o.SlotBytes <= 0 {
-		o.SlotBytes = 256 << 10
+		o.SlotBytes = 512 << 10
 	}
 	o.SlotBytes = (o.SlotBytes + 63) &^ 63
 	return o
