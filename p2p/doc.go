@@ -23,7 +23,9 @@
 // Sender (one message at a time per peer): wait for a credit (sent - tail[p] < K), stage as
 // many chunks as there are free slots (each in the staging slot of its ring slot, whose
 // header bytes 48..55 hold the chunk's head and doorbell values), then one engine batch to the
-// peer: [slot, head word, doorbell word] per chunk. The engine applies a batch's requests to
+// peer: [slot, head word, doorbell word] per chunk. With a write stream (EngineFabric opens one
+// to every peer, same-host ones included) chunks of 4 KiB and more go out from the caller's
+// buffer instead of being staged. The engine applies a batch's requests to
 // one target in order and wakes futex waiters on 4-byte writes, so each head and doorbell
 // become visible after their slot, and the receiver starts on the first chunk while the rest
 // are on the wire; a message of up to K chunks costs one round trip. Messages longer than S
@@ -33,9 +35,11 @@
 // futex-waits: ranks may outnumber cores), drains every peer's filled slots in order, and
 // returns credits through a per-peer goroutine with a 4-byte write of the consumed count into
 // the sender's tail word after each pass that consumed something. It never waits for the application: a message that matches a posted receive (first posted, by
-// peer or any source, and tag) is copied straight into its buffer; otherwise it is copied out
-// into the unexpected queue, where a later receive finds it. So a Send never depends on a
-// matching receive, and collectives can send before they receive.
+// peer or any source, and tag) is copied straight into its buffer; otherwise it is stashed in
+// the unexpected queue (chunk by chunk, in pooled slot-size buffers), where a later receive
+// finds it. A receive that finds a message still arriving takes it over: the stashed chunks
+// are copied once and the rest lands in its buffer straight from the ring (adopt). So a Send
+// never depends on a matching receive, and collectives can send before they receive.
 //
 // Endpoint implements collective.Poster: collectives post the receives they know are coming
 // (the ring all_reduce keeps three ahead), so early chunks land in their buffers directly.

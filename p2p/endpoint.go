@@ -95,6 +95,11 @@ type Endpoint struct {
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 	life      sync.RWMutex // Send holds it shared; Close takes it before freeing the region
+
+	parts   sync.Pool    // *[]byte of S bytes: chunks of unexpected messages
+	stashed atomic.Int64 // bytes copied into unexpected messages' parts (tests)
+
+	testOnChunk atomic.Pointer[func(hd chunkHdr)] // tests: runs before each received chunk is handled
 }
 
 type peer struct {
@@ -142,10 +147,11 @@ type inbound struct {
 	total    int
 	got      int
 	req      *Request // matched posted receive
-	data     []byte   // unexpected: copied out here
+	parts    [][]byte // unexpected: the payload so far, one pooled buffer per chunk
 	done     bool
-	claimer  *Request    // a receive that took this unexpected message before it completed
-	discard  atomic.Bool // dropped (aborted op, too long for its receive)
+	claimer  *Request                // a receive that took this unexpected message before it completed
+	claimed  atomic.Pointer[Request] // claimer, for the progress goroutine (adopt)
+	discard  atomic.Bool             // dropped (aborted op, too long for its receive)
 	arrivals uint64
 }
 
@@ -584,6 +590,9 @@ func (e *Endpoint) creditor(p *peer) {
 
 // handleChunk delivers one chunk from p.
 func (e *Endpoint) handleChunk(p *peer, hd chunkHdr, payload []byte) {
+	if f := e.testOnChunk.Load(); f != nil {
+		(*f)(hd)
+	}
 	if hd.off == 0 {
 		if in := p.cur; in != nil {
 			p.cur = nil
@@ -610,7 +619,6 @@ func (e *Endpoint) handleChunk(p *peer, hd chunkHdr, payload []byte) {
 				e.inflight[r] = in
 			}
 		} else {
-			in.data = make([]byte, hd.total)
 			e.unexpected = append(e.unexpected, in)
 		}
 		e.mu.Unlock()
@@ -619,11 +627,16 @@ func (e *Endpoint) handleChunk(p *peer, hd chunkHdr, payload []byte) {
 		return // the rest of a message whose start we never saw; drop
 	}
 	in := p.cur
+	if in.req == nil && !in.discard.Load() {
+		if c := in.claimed.Load(); c != nil {
+			e.adopt(in, c)
+		}
+	}
 	if !in.discard.Load() {
 		if in.req != nil {
 			in.req.copyIn(hd.off, payload)
 		} else {
-			copy(in.data[hd.off:], payload)
+			in.parts = append(in.parts, e.stash(payload))
 		}
 	}
 	in.got += len(payload)
@@ -651,6 +664,61 @@ func (e *Endpoint) handleChunk(p *peer, hd chunkHdr, payload []byte) {
 	if c != nil {
 		c.fillFrom(in)
 	}
+}
+
+// adopt hands an unexpected message that a receive claimed while it was arriving over to that
+// receive (progress goroutine): the chunks so far are copied (or reduced) into its buffer once,
+// and the rest of the message lands there straight from the ring, as if the receive had been
+// posted first. (A send and its receive posted at about the same time, as torch's
+// batch_isend_irecv does, used to copy the whole message twice: into the stash, then out.)
+func (e *Endpoint) adopt(in *inbound, c *Request) {
+	if in.total > len(c.buf) {
+		in.discard.Store(true)
+		e.mu.Lock()
+		delete(e.inflight, c)
+		in.claimer = nil
+		e.mu.Unlock()
+		e.freeParts(in)
+		c.finish(0, in.peer, tooLong(in.peer, in.tag, in.total, len(c.buf)))
+		return
+	}
+	off := 0
+	for _, b := range in.parts {
+		c.copyIn(off, b)
+		off += len(b)
+	}
+	e.freeParts(in)
+	e.mu.Lock()
+	in.req, in.claimer = c, nil
+	e.mu.Unlock()
+}
+
+// stash copies a chunk of an unexpected message into a pooled buffer: memory grows with the
+// bytes that arrived, not with the length a header claims, and no message-sized allocation
+// (zeroed, then faulted in) is made per message.
+func (e *Endpoint) stash(b []byte) []byte {
+	e.stashed.Add(int64(len(b)))
+	if len(b) > e.lay.S { // a message to self arrives as one chunk
+		return append([]byte(nil), b...)
+	}
+	var buf []byte
+	if v := e.parts.Get(); v != nil {
+		buf = *(v.(*[]byte))
+	} else {
+		buf = make([]byte, e.lay.S)
+	}
+	return buf[:copy(buf[:len(b)], b)]
+}
+
+// freeParts returns an unexpected message's buffers to the pool.
+func (e *Endpoint) freeParts(in *inbound) {
+	for _, b := range in.parts {
+		if cap(b) == e.lay.S {
+			b = b[:cap(b)]
+			e.parts.Put(&b)
+		}
+	}
+	in.parts = nil
 }
 
 // cutOff ends a message whose sender started a new one before finishing it (its send was
@@ -748,18 +816,23 @@ func (r *Request) put(dst, src []byte) {
 }
 
 func (r *Request) fillFrom(in *inbound) {
-	if len(in.data) > len(r.buf) {
-		r.finish(0, in.peer, tooLong(in.peer, in.tag, len(in.data), len(r.buf)))
+	defer r.e.freeParts(in)
+	if in.total > len(r.buf) {
+		r.finish(0, in.peer, tooLong(in.peer, in.tag, in.total, len(r.buf)))
 		return
 	}
 	r.mu.Lock()
 	ok := !r.canceled
 	if ok {
-		r.put(r.buf[:len(in.data)], in.data)
+		off := 0
+		for _, b := range in.parts {
+			r.put(r.buf[off:off+len(b)], b)
+			off += len(b)
+		}
 	}
 	r.mu.Unlock()
 	if ok {
-		r.finish(len(in.data), in.peer, nil)
+		r.finish(in.total, in.peer, nil)
 	}
 }
 
@@ -852,6 +925,7 @@ func (e *Endpoint) postRecv(peer int, tag uint64, buf []byte, into func(dst, src
 				return r
 			}
 			in.claimer = r
+			in.claimed.Store(r)
 			e.inflight[r] = in
 			e.mu.Unlock()
 			return r

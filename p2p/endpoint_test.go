@@ -381,3 +381,81 @@ func putF32(b []byte, v float32) {
 	u := math.Float32bits(v)
 	b[0], b[1], b[2], b[3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
 }
+
+// TestClaimMidMessage: a receive posted while its message is arriving (after 10 of 63 chunks
+// went to the stash) takes the rest straight from the ring: the stash holds only those 10
+// chunks, and the data is exact; also for a reducing receive, and a receive too small for the
+// message fails without disturbing the next one.
+func TestClaimMidMessage(t *testing.T) {
+	eps, _ := mkEndpoints(t, 2, small) // 64-byte slots: a 4000-byte message is 63 chunks
+	ctx := ctxT(t, 10*time.Second)
+	msg := make([]byte, 4000)
+	base := make([]byte, 4000)
+	for i := 0; i < 1000; i++ {
+		putF32(msg[4*i:], float32(i%7))
+		putF32(base[4*i:], float32(i%5))
+	}
+	for _, c := range []struct {
+		name string
+		size int
+		post func(buf []byte) collective.PostedRecv
+		want func() []byte
+		err  string
+	}{
+		{"copy", 4000, func(buf []byte) collective.PostedRecv { return eps[1].PostRecv(0, collective.UserTag(3), buf) },
+			func() []byte { return msg }, ""},
+		{"reduce", 4000, func(buf []byte) collective.PostedRecv {
+			copy(buf, base)
+			return eps[1].PostReduce(0, collective.UserTag(3), buf, reduce.Float32, reduce.Sum)
+		}, func() []byte {
+			w := make([]byte, 4000)
+			for i := 0; i < 1000; i++ {
+				putF32(w[4*i:], float32(i%7+i%5))
+			}
+			return w
+		}, ""},
+		{"too-small", 1000, func(buf []byte) collective.PostedRecv { return eps[1].PostRecv(0, collective.UserTag(3), buf) },
+			nil, "has 4000 bytes, the receive buffer holds 1000"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			buf := make([]byte, c.size)
+			chunks := 0
+			posted := make(chan collective.PostedRecv, 1)
+			hook := func(hd chunkHdr) {
+				if hd.tag != collective.UserTag(3) {
+					return
+				}
+				if chunks++; chunks == 11 { // 10 chunks are in the stash
+					posted <- c.post(buf)
+				}
+			}
+			eps[1].testOnChunk.Store(&hook)
+			defer eps[1].testOnChunk.Store(nil)
+			before := eps[1].stashed.Load()
+			if err := eps[0].Send(ctx, 1, collective.UserTag(3), msg); err != nil {
+				t.Fatal(err)
+			}
+			r := <-posted
+			n, src, err := r.Wait(ctx)
+			if c.err != "" {
+				if err == nil || !strings.Contains(err.Error(), c.err) {
+					t.Fatalf("err = %v, want %q", err, c.err)
+				}
+			} else if err != nil || n != 4000 || src != 0 || !bytes.Equal(buf, c.want()) {
+				t.Fatalf("n=%d src=%d err=%v, data equal: %v", n, src, err, bytes.Equal(buf, c.want()))
+			}
+			if got := eps[1].stashed.Load() - before; got != 640 {
+				t.Fatalf("%d bytes went through the stash, want 640 (the 10 chunks before the receive)", got)
+			}
+			// The endpoint is in order for the next message.
+			eps[1].testOnChunk.Store(nil)
+			if err := eps[0].Send(ctx, 1, collective.UserTag(4), data(300, 1)); err != nil {
+				t.Fatal(err)
+			}
+			next := make([]byte, 300)
+			if n, err := eps[1].Recv(ctx, 0, collective.UserTag(4), next); err != nil || n != 300 || !bytes.Equal(next, data(300, 1)) {
+				t.Fatalf("next message: n=%d err=%v", n, err)
+			}
+		})
+	}
+}

@@ -2,7 +2,6 @@ package p2p
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 
@@ -125,22 +124,17 @@ func (f *engineFabric) Write(ctx context.Context, seg uint64, ws []Write) error 
 	return err
 }
 
-// OpenStream opens a stream to peers reached over the network only: on this host slot writes
-// are memcpys into the peer's mapping, synchronous and cheap either way, and keep the plain
-// write path (errors per write, not sticky).
+// OpenStream opens an ordered write stream to seg. Over the network a Write returns once its
+// bytes are in the socket; on this host it is applied (memcpys into the peer's mapping) before
+// it returns. Either way it takes any source, so a send's payload goes from the caller's
+// buffer straight into the peer's ring slot, without a staging copy.
 func (f *engineFabric) OpenStream(seg uint64) (WriteStream, error) {
 	st, err := f.e.OpenStream(engine.SegmentID(seg))
 	if err != nil {
 		return nil, err
 	}
-	if !st.Network() {
-		st.Close()
-		return nil, errSameHost
-	}
 	return &engineStream{st: st, seg: engine.SegmentID(seg)}, nil
 }
-
-var errSameHost = errors.New("p2p: no write stream to a peer on this host")
 
 type engineStream struct {
 	st   *engine.Stream
