@@ -11,8 +11,10 @@ being the whole gathered/scattered buffer; broadcast and sendrecv 1.
 Every backend runs on a group of its own (new_group) over the same processes, size by size,
 so the figures compare like with like. With -r R each size runs R timed rounds that alternate
 the backends, and each backend reports its median round (a shared machine's slow spells then
-hit every backend alike; the ratios are steadier). --json writes the rows, every round included,
-for tooling.
+hit every backend alike; the ratios are steadier). --cpu adds each backend's CPU time and
+context switches per op (process totals, all threads, mean of the ranks): on a machine whose
+speed drifts they show the work an op costs. --json writes the rows, every round, CPU and
+context switches included, for tooling.
 
 Before the sweep rank 0 measures single-thread memcpy bandwidth of the largest size (at least
 1 MiB) while the other ranks wait, and each row reports busbw as a percentage of it
@@ -25,6 +27,7 @@ import argparse
 import datetime
 import json
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -160,6 +163,12 @@ def make_op(coll: str, size: int, dtype: torch.dtype, op, group, rank: int, n: i
     raise ValueError(f"unknown collective {coll}")
 
 
+def context_switches() -> int:
+    """Voluntary and involuntary context switches of this process (all its threads) so far."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_nvcsw + ru.ru_nivcsw
+
+
 def memcpy_gbps(nbytes: int, reps: int = 5) -> float:
     """Best single-thread libc memcpy bandwidth of nbytes between two touched buffers (GB/s,
     bytes copied per second)."""
@@ -194,8 +203,9 @@ def bench_rank(args) -> list[dict]:
     dist.all_reduce(mc, op=dist.ReduceOp.MAX, group=timer)
     memcpy = mc.item()
     if rank == 0:
+        cpu = f"{'cpu(us)':>8} {'csw':>5} " if args.cpu else ""
         names = "".join(f"| {b:>14}: {'time(us)':>10} {'algbw':>7} {'busbw':>7} {'%memcpy':>7} "
-                        f"{'#wrong':>6} " for b in backends)
+                        f"{'#wrong':>6} {cpu}" for b in backends)
         ratio = "".join(f"| {b + '/gloo':>16} " for b in backends if b != "gloo" and "gloo" in backends)
         print(f"# {args.collective} dtype={args.dtype} op={args.op} ranks={n} iters={args.iters} "
               f"warmup={args.warmup} rounds={args.rounds}")
@@ -205,6 +215,7 @@ def bench_rank(args) -> list[dict]:
         row = {"collective": args.collective, "size": size, "ranks": n, "dtype": args.dtype,
                "memcpy_gbps": memcpy}
         runs, wrong, times = {}, {}, {b: [] for b in backends}
+        cpus, csws = {b: [] for b in backends}, {b: [] for b in backends}
         for b in backends:
             run, check, count = make_op(args.collective, size, dtype, op, groups[b], rank, n)
             runs[b] = run
@@ -217,12 +228,18 @@ def bench_rank(args) -> list[dict]:
         for _ in range(args.rounds):
             for b in backends:
                 dist.barrier(group=timer)
+                c0, s0 = time.process_time(), context_switches()
                 t0 = time.perf_counter()
                 for _ in range(args.iters):
                     runs[b]()
                 el = torch.tensor([(time.perf_counter() - t0) / args.iters], dtype=torch.float64)
+                used = torch.tensor([(time.process_time() - c0) / args.iters,
+                                     (context_switches() - s0) / args.iters], dtype=torch.float64)
                 dist.all_reduce(el, op=dist.ReduceOp.MAX, group=timer)
+                dist.all_reduce(used, group=timer)
                 times[b].append(el.item())
+                cpus[b].append(used[0].item() / n)
+                csws[b].append(used[1].item() / n)
         for b in backends:
             w = torch.tensor([wrong[b]], dtype=torch.int64)
             dist.all_reduce(w, group=timer)
@@ -232,7 +249,9 @@ def bench_rank(args) -> list[dict]:
             busbw = algbw * bus_factor(args.collective, n)
             row[b] = {"time_us": el * 1e6, "algbw": algbw, "busbw": busbw,
                       "pct_memcpy": 100 * busbw / memcpy, "wrong": int(w.item()),
-                      "rounds_us": [t * 1e6 for t in times[b]]}
+                      "rounds_us": [t * 1e6 for t in times[b]],
+                      "cpu_us": statistics.median(cpus[b]) * 1e6,
+                      "context_switches": statistics.median(csws[b])}
         if "gloo" in backends:
             for b in backends:
                 if b != "gloo":
@@ -244,6 +263,8 @@ def bench_rank(args) -> list[dict]:
                 r = row[b]
                 line += (f"| {'':>14}  {r['time_us']:>10.1f} {r['algbw']:>7.3f} {r['busbw']:>7.3f} "
                          f"{r['pct_memcpy']:>6.1f}% {r['wrong']:>6} ")
+                if args.cpu:
+                    line += f"{r['cpu_us']:>8.0f} {r['context_switches']:>5.0f} "
             for b in backends:
                 if b + "/gloo" in row:
                     line += f"| {row[b + '/gloo']:>15.2f}x "
@@ -273,6 +294,8 @@ def main() -> None:
     p.add_argument("-f", "--stepfactor", type=int, default=4)
     p.add_argument("-n", "--iters", type=int, default=20)
     p.add_argument("-w", "--warmup", type=int, default=5)
+    p.add_argument("--cpu", action="store_true",
+                   help="also print CPU time and context switches per op (mean of the ranks)")
     p.add_argument("-r", "--rounds", type=int, default=1,
                    help="timed rounds per size, alternating the backends; each reports its median")
     p.add_argument("-d", "--dtype", default="float32", choices=sorted(DTYPES))

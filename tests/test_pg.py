@@ -114,7 +114,7 @@ def test_pgbench_runs_and_checks(collective, tmp_path):
     r = subprocess.run(
         [sys.executable, bench, "--collective", collective, "--backend", "mooncake-cpu,gloo",
          "-b", "8", "-e", "64K", "-f", "8", "-n", "2", "-w", "1", "-r", "2", "-g", "2",
-         "--json", str(out)],
+         "--cpu", "--json", str(out)],
         capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     rows = json.loads(out.read_text())
@@ -123,6 +123,7 @@ def test_pgbench_runs_and_checks(collective, tmp_path):
         for b in ("mooncake-cpu", "gloo"):
             assert row[b]["wrong"] == 0, (b, row)
             assert len(row[b]["rounds_us"]) == 2 and row[b]["time_us"] > 0
+            assert row[b]["cpu_us"] > 0 and row[b]["context_switches"] >= 0
         assert row["mooncake-cpu/gloo"] == pytest.approx(
             row["mooncake-cpu"]["busbw"] / row["gloo"]["busbw"])
-    assert "mooncake-cpu/gloo" in r.stdout
+    assert "mooncake-cpu/gloo" in r.stdout and "cpu(us)" in r.stdout
