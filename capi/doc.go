@@ -20,7 +20,8 @@
 // MC_PG_CHUNK_BYTES (collective algorithm switch and ring chunk, 64 KiB / 1 MiB),
 // MC_PG_FUSED_BYTES (all_reduce carried in its header message, 16 KiB; -1 off), MC_PG_SHM=0
 // (no same-host fast path), MC_PG_SHM_CHUNK and MC_PG_SHM_COPY_CHUNK (its reduction unit and
-// largest copy round, 256 KiB / 2 MiB), MC_P2P_STREAMS=0 (p2p over the network without write streams),
+// largest copy round, 256 KiB / 2 MiB), MC_PG_SHM_STREAM_OUT (all_to_all outputs that take
+// non-temporal stores, 8 MiB), MC_P2P_STREAMS=0 (p2p over the network without write streams),
 // MOONCAKE_PG_FT_INPUT_COPY=0 (no save of in-place inputs for an elastic rerun).
 //
 // GOMAXPROCS: when the MOONCAKE_GOMAXPROCS environment variable is set the library uses it;
