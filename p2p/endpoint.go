@@ -693,12 +693,14 @@ func (e *Endpoint) adopt(in *inbound, c *Request) {
 	e.mu.Unlock()
 }
 
-// stash copies a chunk of an unexpected message into a pooled buffer: memory grows with the
-// bytes that arrived, not with the length a header claims, and no message-sized allocation
-// (zeroed, then faulted in) is made per message.
+// stash copies a chunk of an unexpected message: full slots into pooled slot-size buffers,
+// anything shorter (small messages, last chunks, a message to self, which arrives as one chunk)
+// into an exact allocation. Memory grows with the bytes that arrived, not with the length a
+// header claims, a queue of small messages holds only their bytes, and a large message makes
+// no message-sized allocation (zeroed, then faulted in) each time.
 func (e *Endpoint) stash(b []byte) []byte {
 	e.stashed.Add(int64(len(b)))
-	if len(b) > e.lay.S { // a message to self arrives as one chunk
+	if len(b) != e.lay.S {
 		return append([]byte(nil), b...)
 	}
 	var buf []byte
@@ -707,7 +709,7 @@ func (e *Endpoint) stash(b []byte) []byte {
 	} else {
 		buf = make([]byte, e.lay.S)
 	}
-	return buf[:copy(buf[:len(b)], b)]
+	return buf[:copy(buf, b)]
 }
 
 // freeParts returns an unexpected message's buffers to the pool.
