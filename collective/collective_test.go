@@ -338,30 +338,36 @@ func TestAllGatherGatherScatter(t *testing.T) {
 func TestAllToAll(t *testing.T) {
 	for n := 1; n <= 8; n++ {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			sz := func(from, to int) int { return (from*5+to*3)%7*131 + from }
-			outs := make([][][]byte, n)
-			for r := range outs {
-				outs[r] = make([][]byte, n)
-				for q := range outs[r] {
-					outs[r][q] = make([]byte, sz(q, r))
-				}
-			}
-			noErrs(t, runGroups(t, n, tinyOpts, 10*time.Second, func(ctx context.Context, g *Group) error {
-				r := g.Rank()
-				ins := make([][]byte, n)
-				for q := range ins {
-					ins[q] = pattern(r*8+q, sz(r, q), 4)
-				}
-				return g.AllToAll(ctx, ins, outs[r])
-			}))
-			for r := range outs {
-				for q := range outs[r] {
-					if !bytes.Equal(outs[r][q], pattern(q*8+r, sz(q, r), 4)) {
-						t.Fatalf("rank %d from %d differs", r, q)
-					}
-				}
-			}
+			checkAllToAll(t, n, tinyOpts, func(from, to int) int { return (from*5+to*3)%7*131 + from })
 		})
+	}
+}
+
+// checkAllToAll runs an all_to_all among n ranks whose piece from rank a to rank b has
+// sz(a, b) bytes, and checks every piece.
+func checkAllToAll(t *testing.T, n int, opts Options, sz func(from, to int) int) {
+	t.Helper()
+	outs := make([][][]byte, n)
+	for r := range outs {
+		outs[r] = make([][]byte, n)
+		for q := range outs[r] {
+			outs[r][q] = make([]byte, sz(q, r))
+		}
+	}
+	noErrs(t, runGroups(t, n, opts, 10*time.Second, func(ctx context.Context, g *Group) error {
+		r := g.Rank()
+		ins := make([][]byte, n)
+		for q := range ins {
+			ins[q] = pattern(r*8+q, sz(r, q), 4)
+		}
+		return g.AllToAll(ctx, ins, outs[r])
+	}))
+	for r := range outs {
+		for q := range outs[r] {
+			if !bytes.Equal(outs[r][q], pattern(q*8+r, sz(q, r), 4)) {
+				t.Fatalf("rank %d from %d differs", r, q)
+			}
+		}
 	}
 }
 

@@ -50,7 +50,7 @@ type SharedOptions struct {
 	// stages beat big ones here). Tests go as low as 192 bytes.
 	ChunkBytes int
 	// CopyBytes is the largest round of the ops that only move bytes (broadcast, all_gather,
-	// all_to_all): they pipeline in at least four rounds of ChunkBytes to CopyBytes (fewer
+	// gather): they pipeline in at least four rounds of ChunkBytes to CopyBytes (fewer
 	// rounds, fewer barriers among ranks that share cores), and an arena's data halves are
 	// max(ChunkBytes, CopyBytes) each. Default: MC_PG_SHM_COPY_CHUNK or 2 MiB; ChunkBytes when
 	// only ChunkBytes is given.

@@ -452,28 +452,5 @@ func TestShmAllToAllStreamed(t *testing.T) {
 	shmTest = &SharedOptions{ChunkBytes: 32 << 10}
 	defer func(v int) { shmTest, streamOutBytes = nil, v }(streamOutBytes)
 	streamOutBytes = 1
-	const n = 3
-	sz := func(from, to int) int { return 20000 + from*4099 + to*77 }
-	outs := make([][][]byte, n)
-	for r := range outs {
-		outs[r] = make([][]byte, n)
-		for q := range outs[r] {
-			outs[r][q] = make([]byte, sz(q, r))
-		}
-	}
-	noErrs(t, runGroups(t, n, Options{}, 10*time.Second, func(ctx context.Context, g *Group) error {
-		r := g.Rank()
-		ins := make([][]byte, n)
-		for q := range ins {
-			ins[q] = pattern(r*8+q, sz(r, q), 4)
-		}
-		return g.AllToAll(ctx, ins, outs[r])
-	}))
-	for r := range outs {
-		for q := range outs[r] {
-			if !bytes.Equal(outs[r][q], pattern(q*8+r, sz(q, r), 4)) {
-				t.Fatalf("rank %d from %d differs", r, q)
-			}
-		}
-	}
+	checkAllToAll(t, 3, Options{}, func(from, to int) int { return 20000 + from*4099 + to*77 })
 }

@@ -232,5 +232,6 @@ func tuneConn(c net.Conn, buf int) {
 // serverReadBuffer is the size of a served connection's read buffer. It holds frame headers and
 // small payloads (a run of head and doorbell words); larger payloads are read straight into
 // their target once it is drained (readInto), so every buffered byte of a large payload is a
-// second copy: with 256 KiB, about a third of a 16 MiB all_reduce's bytes went through it.
+// second copy: with 256 KiB, a 16 MiB all_reduce between two network namespaces spent 3.8 %
+// of its CPU copying payload bytes out of this buffer (perf).
 const serverReadBuffer = 16 << 10
