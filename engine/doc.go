@@ -36,7 +36,8 @@
 // goroutine that applies them in submission order (across SubmitTransfer calls, too), and
 // stops applying (marks FAILED) the rest once one fails. A WRITE of exactly 4 bytes to a
 // 4-aligned address wakes futex waiters on that word after the bytes land (shm: the
-// initiator wakes through its mapping; tcp: the server wakes after applying the write). So
+// initiator wakes through its mapping; tcp: the server wakes after applying the write, and
+// also signals the word's WatchWord channel, if a goroutine of this process watches it). So
 // a batch [data..., signal] makes the signal visible only after the data. Different lanes
 // run in parallel.
 //

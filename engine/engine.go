@@ -36,6 +36,9 @@ type Notify struct {
 // Engine is one process's transfer engine: one named segment, its listener, open remote
 // segments and batches. All methods are safe for concurrent use.
 type Engine struct {
+	watchMu  sync.Mutex
+	watchers atomic.Pointer[map[uint64]chan struct{}] // WatchWord: copy on write
+
 	name     string
 	ip       string
 	port     int
@@ -305,6 +308,52 @@ func (h *serverHandler) Acquire(addr, length uint64) ([]byte, tcp.Pin, error) {
 		return nil, nil, &tcp.RemoteError{Code: CodeAddressNotRegistered, Msg: err.Error()}
 	}
 	return memview.Bytes(uintptr(addr), int(length)), b, nil
+}
+
+func (h *serverHandler) Signaled(addr uint64) {
+	if ws := (*Engine)(h).watchers.Load(); ws != nil {
+		if ch, ok := (*ws)[addr]; ok {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// WatchWord returns a channel that gets a token (it holds one) whenever a peer's signal write
+// to the 4-byte word at addr (local registered memory) arrives over tcp, after the word is
+// stored: a goroutine of this process can then wait for such writes in the Go scheduler
+// instead of sleeping in a futex syscall (a thread hand-off each time). Writes by same-host
+// processes through shared memory do not reach it; they still wake futex waiters only. One
+// watcher per word; stop removes it.
+func (e *Engine) WatchWord(addr uintptr) (ch <-chan struct{}, stop func()) {
+	c := make(chan struct{}, 1)
+	e.watchMu.Lock()
+	next := map[uint64]chan struct{}{}
+	if ws := e.watchers.Load(); ws != nil {
+		for k, v := range *ws {
+			next[k] = v
+		}
+	}
+	next[uint64(addr)] = c
+	e.watchers.Store(&next)
+	e.watchMu.Unlock()
+	return c, func() {
+		e.watchMu.Lock()
+		defer e.watchMu.Unlock()
+		ws := e.watchers.Load()
+		if ws == nil || (*ws)[uint64(addr)] != c {
+			return
+		}
+		next := map[uint64]chan struct{}{}
+		for k, v := range *ws {
+			if k != uint64(addr) {
+				next[k] = v
+			}
+		}
+		e.watchers.Store(&next)
+	}
 }
 
 func (h *serverHandler) Control(op tcp.Op, payload []byte) ([]byte, error) {

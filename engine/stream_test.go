@@ -101,3 +101,59 @@ func TestStream(t *testing.T) {
 		})
 	}
 }
+
+// TestWatchWord: a signal write that arrives over tcp to a watched word leaves a token on its
+// channel after the word is stored; writes to other words and larger writes do not; after
+// stop the word is no longer watched.
+func TestWatchWord(t *testing.T) {
+	ini, tgt, seg, sh, _, src := pair(t, true)
+	ch, stop := tgt.WatchWord(addr(sh))
+	other, stopOther := tgt.WatchWord(addr(sh) + 64)
+	defer stopOther()
+	st, err := ini.OpenStream(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	write := func(off uint64, n uint64, v uint32) {
+		t.Helper()
+		*(*uint32)(memview.Pointer(addr(src))) = v
+		if err := st.Write(ctx, []TransferRequest{{OpWrite, addr(src), seg, uint64(addr(sh)) + off, n}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for v := uint32(1); v <= 3; v++ {
+		write(0, 4, v)
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("write %d: no token", v)
+		}
+		if got := atomic.LoadUint32(memview.Uint32(addr(sh))); got != v {
+			t.Fatalf("token before the store: word %d, want %d", got, v)
+		}
+	}
+	write(4096, 8, 9) // not a signal write
+	write(128, 4, 9)  // a signal write to an unwatched word
+	write(64, 4, 9)   // ... and to the other watched one: the streams order it after the two above
+	select {
+	case <-other:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no token for the other word")
+	}
+	select {
+	case <-ch:
+		t.Fatal("a token for writes elsewhere")
+	default:
+	}
+	stop()
+	write(0, 4, 10)
+	write(64, 4, 10)
+	<-other // the second write came after the first
+	select {
+	case <-ch:
+		t.Fatal("a token after stop")
+	default:
+	}
+}

@@ -32,7 +32,10 @@
 // stream through consecutive slots, a window at a time.
 //
 // Receiver: one progress goroutine per endpoint watches the doorbell (spins briefly, then
-// futex-waits: ranks may outnumber cores), drains every peer's filled slots in order, and
+// futex-waits: ranks may outnumber cores; when every peer is reached over the network it parks
+// on the fabric's WordWatcher channel instead, which this process's tcp server signals after
+// storing the doorbell, so a wake-up is a goroutine switch rather than a thread hand-off; the
+// same holds for a sender's credit wait), drains every peer's filled slots in order, and
 // returns credits through a per-peer goroutine with a 4-byte write of the consumed count into
 // the sender's tail word after each pass that consumed something. It never waits for the application: a message that matches a posted receive (first posted, by
 // peer or any source, and tag) is copied straight into its buffer; otherwise it is stashed in

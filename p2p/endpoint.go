@@ -96,6 +96,15 @@ type Endpoint struct {
 	wg        sync.WaitGroup
 	life      sync.RWMutex // Send holds it shared; Close takes it before freeing the region
 
+	// Waking the progress goroutine. Peers on this host ring the bell word through shared
+	// memory (futex); when every peer is reached over the network, their bell writes arrive
+	// through this process's tcp server, which signals bellCh, and the progress goroutine
+	// parks on it in the Go scheduler instead of a futex syscall (no thread hand-off per wake).
+	bellCh   <-chan struct{}
+	unwatch  func()
+	kick     chan struct{} // local wake-ups (close, reset, dead peer) for a channel park
+	netPeers atomic.Bool   // every other peer connected, over the network: park on bellCh
+
 	parts   sync.Pool    // *[]byte of S bytes: chunks of unexpected messages
 	stashed atomic.Int64 // bytes copied into unexpected messages' parts (tests)
 
@@ -117,6 +126,9 @@ type peer struct {
 	stage     []byte // K staging slots, one per ring slot of ours at the peer
 	stageAddr uintptr
 	ws        []Write // the batch being sent (under sendSem)
+
+	tailCh  <-chan struct{} // WatchWord of tailWord (nil: the fabric cannot watch words)
+	unwatch func()
 
 	// receive side, owned by the progress goroutine (self: by the self-sender)
 	consumed atomic.Uint32
@@ -170,8 +182,11 @@ func New(f Fabric, rank, maxPeers int, opts Options) (*Endpoint, error) {
 	e := &Endpoint{f: f, rank: rank, lay: lay, base: base, mem: memview.Bytes(base, lay.size()),
 		inflight: map[*Request]*inbound{}, aborted: map[uint64]*collective.AbortError{},
 		abortSent: map[uint64]bool{},
-		closed:    make(chan struct{})}
+		closed:    make(chan struct{}), kick: make(chan struct{}, 1)}
 	e.bell = memview.Uint32(base + uintptr(lay.bell()))
+	if ww, ok := f.(WordWatcher); ok {
+		e.bellCh, e.unwatch = ww.WatchWord(base + uintptr(lay.bell()))
+	}
 	for p := 0; p < maxPeers; p++ {
 		pp := &peer{rank: p, sendSem: make(chan struct{}, 1), creditCh: make(chan struct{}, 1)}
 		pp.headWord = memview.Uint32(base + uintptr(lay.ctrl(p)))
@@ -179,6 +194,9 @@ func New(f Fabric, rank, maxPeers int, opts Options) (*Endpoint, error) {
 		pp.scratch = base + uintptr(lay.scratch(p))
 		pp.stageAddr = base + uintptr(lay.stage(p, 0))
 		pp.stage = e.mem[lay.stage(p, 0):lay.stage(p, lay.K)]
+		if ww, ok := f.(WordWatcher); ok && p != rank {
+			pp.tailCh, pp.unwatch = ww.WatchWord(base + uintptr(lay.ctrl(p)+4))
+		}
 		e.peers = append(e.peers, pp)
 	}
 	e.peers[rank].connected.Store(true)
@@ -232,9 +250,46 @@ func (e *Endpoint) Connect(info Info) error {
 	p.engineID.Store(&info.Engine)
 	p.lastAlive.Store(time.Now().UnixNano())
 	p.connected.Store(true)
+	e.linksChanged()
 	e.wg.Add(1)
 	go e.creditor(p)
 	return nil
+}
+
+// networked reports whether p's current link reaches it over the network.
+func (p *peer) networked() bool {
+	l := p.link.Load()
+	if l == nil || l.stream == nil {
+		return false
+	}
+	n, ok := l.stream.(networked)
+	return ok && n.Network()
+}
+
+// linksChanged decides again how the progress goroutine sleeps (after a Connect or Reconnect)
+// and wakes it to apply that.
+func (e *Endpoint) linksChanged() {
+	net := e.bellCh != nil
+	for _, p := range e.peers {
+		if p.rank == e.rank {
+			continue
+		}
+		if !p.connected.Load() || !p.networked() {
+			net = false
+			break
+		}
+	}
+	e.netPeers.Store(net)
+	e.wake()
+}
+
+// wake wakes the progress goroutine however it sleeps.
+func (e *Endpoint) wake() {
+	futex.Wake(e.bell, 1)
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
 }
 
 // checkInfo checks a peer's published endpoint against this one's layout.
@@ -254,8 +309,16 @@ func (e *Endpoint) Close() error {
 	var err error
 	e.closeOnce.Do(func() {
 		close(e.closed)
-		futex.Wake(e.bell, 1)
+		e.wake()
 		e.wg.Wait()
+		if e.unwatch != nil {
+			e.unwatch()
+		}
+		for _, p := range e.peers {
+			if p.unwatch != nil {
+				p.unwatch()
+			}
+		}
 		e.life.Lock() // in-flight sends (they stop waiting for credits on close) are done
 		defer e.life.Unlock()
 		e.mu.Lock()
@@ -293,8 +356,10 @@ func (e *Endpoint) isClosed() bool {
 }
 
 // waitWord waits until cond() holds; word is the 32-bit word whose change makes it true.
-// It spins a little, then futex-waits in short slices, watching ctx and Close.
-func (e *Endpoint) waitWord(ctx context.Context, word *uint32, cond func() bool, peer int) error {
+// It spins a little, then futex-waits in short slices, watching ctx and Close. With sig (the
+// word's WatchWord channel) it parks on sig instead while net() holds (the word's writer is
+// reached over the network, so its writes come through this process's tcp server).
+func (e *Endpoint) waitWord(ctx context.Context, word *uint32, cond func() bool, peer int, sig <-chan struct{}, net func() bool) error {
 	for i := 0; i < 64; i++ {
 		if cond() {
 			return nil
@@ -304,6 +369,7 @@ func (e *Endpoint) waitWord(ctx context.Context, word *uint32, cond func() bool,
 		}
 	}
 	lastProbe := time.Now()
+	var park *time.Timer
 	for {
 		v := atomic.LoadUint32(word)
 		if cond() {
@@ -325,6 +391,21 @@ func (e *Endpoint) waitWord(ctx context.Context, word *uint32, cond func() bool,
 			if left := time.Until(dl); left < d {
 				d = max(left, time.Microsecond)
 			}
+		}
+		if sig != nil && net() {
+			if park == nil {
+				park = time.NewTimer(d)
+			} else {
+				park.Reset(d)
+			}
+			select {
+			case <-sig:
+			case <-park.C:
+			case <-ctx.Done():
+			case <-e.closed:
+			}
+			park.Stop()
+			continue
 		}
 		futex.Wait(word, v, d)
 	}
@@ -367,7 +448,7 @@ func (e *Endpoint) Send(ctx context.Context, peer int, tag uint64, data []byte) 
 	}
 	K, S := uint32(e.lay.K), e.lay.S
 	for off, first := 0, true; first || off < len(data); first = false {
-		if err := e.waitWord(ctx, p.tailWord, func() bool { return p.sent-atomic.LoadUint32(p.tailWord) < K }, peer); err != nil {
+		if err := e.waitWord(ctx, p.tailWord, func() bool { return p.sent-atomic.LoadUint32(p.tailWord) < K }, peer, p.tailCh, p.networked); err != nil {
 			if errors.Is(err, ErrClosed) || errors.Is(err, collective.ErrPeerDead) {
 				return err
 			}
@@ -483,6 +564,8 @@ func (e *Endpoint) progress() {
 	defer e.wg.Done()
 	K := uint32(e.lay.K)
 	idle := 0
+	park := time.NewTimer(time.Hour)
+	park.Stop()
 	for {
 		bell := atomic.LoadUint32(e.bell)
 		did := false
@@ -531,6 +614,25 @@ func (e *Endpoint) progress() {
 		if idle < 64 {
 			if idle > 16 {
 				runtime.Gosched()
+			}
+			continue
+		}
+		if e.netPeers.Load() {
+			// Every bell write comes through our tcp server, which signals bellCh after
+			// storing it (a token stays buffered, so a write since this pass began is not
+			// missed).
+			park.Reset(50 * time.Millisecond)
+			select {
+			case <-e.bellCh:
+			case <-e.kick:
+			case <-park.C:
+			case <-e.closed:
+			}
+			if !park.Stop() {
+				select {
+				case <-park.C:
+				default:
+				}
 			}
 			continue
 		}

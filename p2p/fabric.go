@@ -36,6 +36,18 @@ type WriteStream interface {
 	Close() error
 }
 
+// WordWatcher is implemented by fabrics that can tell a goroutine of this process when a
+// peer's 4-byte signal write to a local word arrived over the network (EngineFabric: the
+// engine's tcp server), so that a wait on the word can park in the Go scheduler instead of
+// sleeping in a futex syscall. Writes through shared memory still only wake futex waiters.
+type WordWatcher interface {
+	WatchWord(addr uintptr) (ch <-chan struct{}, stop func())
+}
+
+// networked is implemented by streams that know whether they reach their segment over the
+// network (engine streams).
+type networked interface{ Network() bool }
+
 // Write is one WRITE of Len bytes from local Src to the target address Dst.
 type Write struct {
 	Src uintptr
@@ -135,6 +147,14 @@ func (f *engineFabric) OpenStream(seg uint64) (WriteStream, error) {
 	}
 	return &engineStream{st: st, seg: engine.SegmentID(seg)}, nil
 }
+
+// WatchWord implements WordWatcher.
+func (f *engineFabric) WatchWord(addr uintptr) (<-chan struct{}, func()) {
+	return f.e.WatchWord(addr)
+}
+
+// Network reports whether the stream reaches its segment over the network.
+func (s *engineStream) Network() bool { return s.st.Network() }
 
 type engineStream struct {
 	st   *engine.Stream

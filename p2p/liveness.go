@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/mooncake-go/mooncake/collective"
-	"github.com/mooncake-go/mooncake/internal/futex"
 )
 
 // Prober is implemented by fabrics that can check that a peer's process answers
@@ -66,7 +65,7 @@ func (e *Endpoint) MarkDead(rank int, why error) {
 	}
 	e.peers[rank].dead.CompareAndSwap(nil, &deadErr{why})
 	e.failPosted(rank, why)
-	futex.Wake(e.bell, 1)
+	e.wake()
 }
 
 // failPosted fails the posted receives addressed to rank (not any-source ones).
@@ -199,7 +198,7 @@ func (e *Endpoint) Reconnect(info Info) error {
 	// Receive side: the progress goroutine owns it; it resets it at its next pass.
 	done := make(chan struct{})
 	p.reset.Store(&done)
-	futex.Wake(e.bell, 1)
+	e.wake()
 	select {
 	case <-done:
 	case <-e.closed:
@@ -217,6 +216,7 @@ func (e *Endpoint) Reconnect(info Info) error {
 	p.lastAlive.Store(time.Now().UnixNano())
 	p.dead.Store(nil)
 	p.link.Store(&link{seg, info.Addr, e.openStream(seg)})
+	e.linksChanged()
 	select {
 	case p.creditCh <- struct{}{}:
 	default:

@@ -28,7 +28,8 @@
 // The server (Server) checks every range against the Handler (the engine's registered
 // buffers) and answers an error for a range outside them; a malformed frame (bad magic,
 // version, op or an oversized length) closes that connection only. After applying a WRITE of
-// exactly 4 bytes to a 4-aligned address it wakes futex waiters on that word.
+// exactly 4 bytes to a 4-aligned address it wakes futex waiters on that word (and tells a
+// Handler that implements Signaler).
 //
 // The codec is written by hand (not gRPC or encoding/gob) because the data path must read
 // straight into the destination memory with no copies or allocations per request.

@@ -28,6 +28,13 @@ type Handler interface {
 	Control(op Op, payload []byte) ([]byte, error)
 }
 
+// Signaler is an optional Handler method: Signaled runs after a signal word (a 4-byte write to
+// a 4-aligned address) was stored and its futex waiters woken, so that waiters in this process
+// can be told without a futex sleep of their own.
+type Signaler interface {
+	Signaled(addr uint64)
+}
+
 // Server serves frames on a listener.
 type Server struct {
 	ln net.Listener
@@ -118,6 +125,7 @@ func (s *Server) serveConn(c net.Conn) {
 	tuneConn(c, s.SocketBuffer)
 	br := bufio.NewReaderSize(c, serverReadBuffer)
 	bw := bufio.NewWriterSize(c, 64<<10)
+	sg, _ := s.h.(Signaler)
 	var hb [reqHdrLen]byte
 	var rb [respHdrLen]byte
 	var h Header
@@ -170,6 +178,9 @@ func (s *Server) serveConn(c net.Conn) {
 				if _, err = io.ReadFull(br, w[:]); err == nil {
 					atomic.StoreUint32(memview.Uint32(uintptr(h.Addr)), binary.NativeEndian.Uint32(w[:]))
 					futex.Wake(memview.Uint32(uintptr(h.Addr)), math.MaxInt32)
+					if sg != nil {
+						sg.Signaled(h.Addr)
+					}
 				}
 			} else {
 				err = readInto(br, c, view)
