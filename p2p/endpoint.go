@@ -104,6 +104,7 @@ type Endpoint struct {
 	unwatch  func()
 	kick     chan struct{} // local wake-ups (close, reset, dead peer) for a channel park
 	netPeers atomic.Bool   // every other peer connected, over the network: park on bellCh
+	linksMu  sync.Mutex    // serialises linksChanged, so the last decision sees every link
 
 	parts   sync.Pool    // *[]byte of S bytes: chunks of unexpected messages
 	stashed atomic.Int64 // bytes copied into unexpected messages' parts (tests)
@@ -269,6 +270,8 @@ func (p *peer) networked() bool {
 // linksChanged decides again how the progress goroutine sleeps (after a Connect or Reconnect)
 // and wakes it to apply that.
 func (e *Endpoint) linksChanged() {
+	e.linksMu.Lock()
+	defer e.linksMu.Unlock()
 	net := e.bellCh != nil
 	for _, p := range e.peers {
 		if p.rank == e.rank {
