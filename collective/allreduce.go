@@ -240,15 +240,15 @@ func (o *opState) ring(data, save []byte, dt reduce.DType, op reduce.Op, allGath
 	}
 	post := func(j int) {
 		it := items[j]
-		switch {
-		case it.step >= n-1:
-			keep(it) // the receive may write it any time from now on
-			q.add(it.dst)
-		case rp != nil:
-			keep(it)
-			q.addReduce(it.dst, dt, op)
-		default:
+		if it.step < n-1 && rp == nil {
 			q.add(tmps[j%depth][:len(it.dst)])
+			return
+		}
+		keep(it) // the receive may write it any time from now on
+		if it.step >= n-1 {
+			q.add(it.dst)
+		} else {
+			q.addReduce(it.dst, dt, op)
 		}
 	}
 	for j := 0; j < min(depth, len(items)); j++ {

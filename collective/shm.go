@@ -55,6 +55,9 @@ type SharedOptions struct {
 	// max(ChunkBytes, CopyBytes) each. Default: MC_PG_SHM_COPY_CHUNK or 2 MiB; ChunkBytes when
 	// only ChunkBytes is given.
 	CopyBytes int
+	// StreamOutBytes: all_to_all outputs of this size and more are copied out of the peers'
+	// arenas with non-temporal stores. Default: MC_PG_SHM_STREAM_OUT or 8 MiB.
+	StreamOutBytes int
 	// Spin is how long a wait polls before it sleeps on the futex. Default: MC_PG_SHM_SPIN_US
 	// or 20 µs (2 µs when the group has more ranks than the machine has CPUs).
 	Spin time.Duration
@@ -73,6 +76,9 @@ func (o SharedOptions) withDefaults(n int) SharedOptions {
 	}
 	o.ChunkBytes = (o.ChunkBytes + 63) &^ 63
 	o.CopyBytes = max((o.CopyBytes+63)&^63, o.ChunkBytes)
+	if o.StreamOutBytes <= 0 {
+		o.StreamOutBytes = envBytes("MC_PG_SHM_STREAM_OUT", 8<<20)
+	}
 	if o.Spin <= 0 {
 		us := 20
 		if n > runtime.NumCPU() {
@@ -141,14 +147,16 @@ func arenaSize(maxSize, half int) int { return dataOffset(maxSize) + 2*half }
 
 // shmPath is the fast path of one group; ops run on it one at a time (like the Group).
 type shmPath struct {
-	g       *Group
-	rank    int
-	chunk   int // pipelining unit of the reductions (SharedOptions.ChunkBytes)
-	half    int // bytes of each data half, the largest copy round (SharedOptions.CopyBytes)
-	spin    time.Duration
-	goYield bool // yield to the Go scheduler while spinning (ranks in one process)
-	hdrSize int
-	dataOff int
+	g     *Group
+	rank  int
+	chunk int // pipelining unit of the reductions (SharedOptions.ChunkBytes)
+	half  int // bytes of each data half, the largest copy round (SharedOptions.CopyBytes)
+	// all_to_all outputs from this size on are copied out non-temporally (SharedOptions)
+	streamOut int
+	spin      time.Duration
+	goYield   bool // yield to the Go scheduler while spinning (ranks in one process)
+	hdrSize   int
+	dataOff   int
 
 	views    [][]byte // arena of each rank (nil: not mapped), own included
 	releases []func()
@@ -221,7 +229,7 @@ func (g *Group) EnableSharedMemory(ctx context.Context, sm SharedMemory, opts Sh
 		freeMine()
 		return false, err
 	}
-	p := &shmPath{g: g, rank: g.rank, chunk: opts.ChunkBytes, half: opts.CopyBytes, spin: opts.Spin,
+	p := &shmPath{g: g, rank: g.rank, chunk: opts.ChunkBytes, half: opts.CopyBytes, streamOut: opts.StreamOutBytes, spin: opts.Spin,
 		hdrSize: hdrBytes(g.maxSize), dataOff: dataOffset(g.maxSize),
 		views: make([][]byte, g.maxSize)}
 	if rs, ok := sm.(ranksShareProcess); ok && rs.RanksShareProcess() {

@@ -411,23 +411,22 @@ func (p *shmPath) allToAll(ctx context.Context, ins, outs [][]byte) error {
 		}
 		for i, m := range o.members {
 			if i != o.idx && off < len(outs[m]) {
-				copyOut(outs[m][off:min(off+slot, len(outs[m]))], o.halfOf(m, par)[o.idx*slot:], len(outs[m]))
+				p.copyOut(outs[m][off:min(off+slot, len(outs[m]))], o.halfOf(m, par)[o.idx*slot:], len(outs[m]))
 			}
 		}
 	}
 	return nil
 }
 
-// copyOut copies a piece of an all_to_all output of total bytes out of a peer's arena. Outputs
-// of streamOutBytes (MC_PG_SHM_STREAM_OUT, 8 MiB) and more take non-temporal stores: they do
-// not stay in cache anyway, and a plain store first reads every destination line from memory
-// (4 ranks, 64 MiB: 34.4 -> 26.5-28 ms, CPU per op 16.6 -> 13.3 ms). broadcast and all_gather
-// showed no gain from it (their rounds are larger; their readers overlap the writer's copy).
-func copyOut(dst, src []byte, total int) int {
-	if total >= streamOutBytes {
+// copyOut copies a piece of an all_to_all output of total bytes out of a peer's arena.
+// Outputs of SharedOptions.StreamOutBytes (MC_PG_SHM_STREAM_OUT, 8 MiB) and more take
+// non-temporal stores: they do not stay in cache anyway, and a plain store first reads every
+// destination line from memory (4 ranks, 64 MiB: 34.4 -> 26.5-28 ms, CPU per op 16.6 -> 13.3
+// ms). broadcast and all_gather showed no gain from it (their rounds are larger; their readers
+// overlap the writer's copy).
+func (p *shmPath) copyOut(dst, src []byte, total int) int {
+	if total >= p.streamOut {
 		return reduce.CopyStream(dst, src)
 	}
 	return copy(dst, src)
 }
-
-var streamOutBytes = envBytes("MC_PG_SHM_STREAM_OUT", 8<<20)

@@ -449,8 +449,7 @@ func TestShmAllReduceOrRestore(t *testing.T) {
 // TestShmAllToAllStreamed: all_to_all pieces copied out with non-temporal stores (the large
 // output path) arrive exact, pieces of unequal sizes and not multiples of 64 included.
 func TestShmAllToAllStreamed(t *testing.T) {
-	shmTest = &SharedOptions{ChunkBytes: 32 << 10}
-	defer func(v int) { shmTest, streamOutBytes = nil, v }(streamOutBytes)
-	streamOutBytes = 1
+	shmTest = &SharedOptions{ChunkBytes: 32 << 10, StreamOutBytes: 1}
+	defer func() { shmTest = nil }()
 	checkAllToAll(t, 3, Options{}, func(from, to int) int { return 20000 + from*4099 + to*77 })
 }

@@ -36,8 +36,7 @@ type Notify struct {
 // Engine is one process's transfer engine: one named segment, its listener, open remote
 // segments and batches. All methods are safe for concurrent use.
 type Engine struct {
-	watchMu  sync.Mutex
-	watchers atomic.Pointer[map[uint64]chan struct{}] // WatchWord: copy on write
+	watchers sync.Map // WatchWord: word address (uint64) -> chan struct{}
 
 	name     string
 	ip       string
@@ -311,12 +310,10 @@ func (h *serverHandler) Acquire(addr, length uint64) ([]byte, tcp.Pin, error) {
 }
 
 func (h *serverHandler) Signaled(addr uint64) {
-	if ws := (*Engine)(h).watchers.Load(); ws != nil {
-		if ch, ok := (*ws)[addr]; ok {
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
+	if ch, ok := (*Engine)(h).watchers.Load(addr); ok {
+		select {
+		case ch.(chan struct{}) <- struct{}{}:
+		default:
 		}
 	}
 }
@@ -329,31 +326,8 @@ func (h *serverHandler) Signaled(addr uint64) {
 // watcher per word; stop removes it.
 func (e *Engine) WatchWord(addr uintptr) (ch <-chan struct{}, stop func()) {
 	c := make(chan struct{}, 1)
-	e.watchMu.Lock()
-	next := map[uint64]chan struct{}{}
-	if ws := e.watchers.Load(); ws != nil {
-		for k, v := range *ws {
-			next[k] = v
-		}
-	}
-	next[uint64(addr)] = c
-	e.watchers.Store(&next)
-	e.watchMu.Unlock()
-	return c, func() {
-		e.watchMu.Lock()
-		defer e.watchMu.Unlock()
-		ws := e.watchers.Load()
-		if ws == nil || (*ws)[uint64(addr)] != c {
-			return
-		}
-		next := map[uint64]chan struct{}{}
-		for k, v := range *ws {
-			if k != uint64(addr) {
-				next[k] = v
-			}
-		}
-		e.watchers.Store(&next)
-	}
+	e.watchers.Store(uint64(addr), c)
+	return c, func() { e.watchers.CompareAndDelete(uint64(addr), c) }
 }
 
 func (h *serverHandler) Control(op tcp.Op, payload []byte) ([]byte, error) {

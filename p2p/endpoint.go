@@ -162,8 +162,7 @@ type inbound struct {
 	req      *Request // matched posted receive
 	parts    [][]byte // unexpected: the payload so far, one pooled buffer per chunk
 	done     bool
-	claimer  *Request                // a receive that took this unexpected message before it completed
-	claimed  atomic.Pointer[Request] // claimer, for the progress goroutine (adopt)
+	claimer  atomic.Pointer[Request] // a receive that took this unexpected message before it completed
 	discard  atomic.Bool             // dropped (aborted op, too long for its receive)
 	arrivals uint64
 }
@@ -286,6 +285,19 @@ func (e *Endpoint) linksChanged() {
 	e.wake()
 }
 
+// park waits in the Go scheduler (timer t reused) for a token on sig, for other (nil: none), for
+// Close, or for d to pass. Its callers recheck their condition after it returns.
+func (e *Endpoint) park(t *time.Timer, d time.Duration, sig, other <-chan struct{}) {
+	t.Reset(d)
+	select {
+	case <-sig:
+	case <-other:
+	case <-t.C:
+	case <-e.closed:
+	}
+	t.Stop()
+}
+
 // wake wakes the progress goroutine however it sleeps.
 func (e *Endpoint) wake() {
 	futex.Wake(e.bell, 1)
@@ -330,8 +342,8 @@ func (e *Endpoint) Close() error {
 			reqs = append(reqs, r)
 		}
 		for _, in := range e.unexpected {
-			if in.claimer != nil {
-				reqs = append(reqs, in.claimer)
+			if c := in.claimer.Load(); c != nil {
+				reqs = append(reqs, c)
 			}
 		}
 		e.posted, e.inflight = nil, map[*Request]*inbound{}
@@ -372,7 +384,8 @@ func (e *Endpoint) waitWord(ctx context.Context, word *uint32, cond func() bool,
 		}
 	}
 	lastProbe := time.Now()
-	var park *time.Timer
+	park := time.NewTimer(time.Hour)
+	defer park.Stop()
 	for {
 		v := atomic.LoadUint32(word)
 		if cond() {
@@ -396,18 +409,7 @@ func (e *Endpoint) waitWord(ctx context.Context, word *uint32, cond func() bool,
 			}
 		}
 		if sig != nil && net() {
-			if park == nil {
-				park = time.NewTimer(d)
-			} else {
-				park.Reset(d)
-			}
-			select {
-			case <-sig:
-			case <-park.C:
-			case <-ctx.Done():
-			case <-e.closed:
-			}
-			park.Stop()
+			e.park(park, d, sig, ctx.Done())
 			continue
 		}
 		futex.Wait(word, v, d)
@@ -568,7 +570,7 @@ func (e *Endpoint) progress() {
 	K := uint32(e.lay.K)
 	idle := 0
 	park := time.NewTimer(time.Hour)
-	park.Stop()
+	defer park.Stop()
 	for {
 		bell := atomic.LoadUint32(e.bell)
 		did := false
@@ -624,19 +626,7 @@ func (e *Endpoint) progress() {
 			// Every bell write comes through our tcp server, which signals bellCh after
 			// storing it (a token stays buffered, so a write since this pass began is not
 			// missed).
-			park.Reset(50 * time.Millisecond)
-			select {
-			case <-e.bellCh:
-			case <-e.kick:
-			case <-park.C:
-			case <-e.closed:
-			}
-			if !park.Stop() {
-				select {
-				case <-park.C:
-				default:
-				}
-			}
+			e.park(park, 50*time.Millisecond, e.bellCh, e.kick)
 			continue
 		}
 		futex.Wait(e.bell, bell, 50*time.Millisecond)
@@ -733,7 +723,7 @@ func (e *Endpoint) handleChunk(p *peer, hd chunkHdr, payload []byte) {
 	}
 	in := p.cur
 	if in.req == nil && !in.discard.Load() {
-		if c := in.claimed.Load(); c != nil {
+		if c := in.claimer.Load(); c != nil {
 			e.adopt(in, c)
 		}
 	}
@@ -761,7 +751,7 @@ func (e *Endpoint) handleChunk(p *peer, hd chunkHdr, payload []byte) {
 	}
 	e.mu.Lock()
 	in.done = true
-	c := in.claimer
+	c := in.claimer.Load()
 	if c != nil {
 		delete(e.inflight, c)
 	}
@@ -781,7 +771,7 @@ func (e *Endpoint) adopt(in *inbound, c *Request) {
 		in.discard.Store(true)
 		e.mu.Lock()
 		delete(e.inflight, c)
-		in.claimer = nil
+		in.claimer.Store(nil)
 		e.mu.Unlock()
 		e.freeParts(in)
 		c.finish(0, in.peer, tooLong(in.peer, in.tag, in.total, len(c.buf)))
@@ -794,7 +784,8 @@ func (e *Endpoint) adopt(in *inbound, c *Request) {
 	}
 	e.freeParts(in)
 	e.mu.Lock()
-	in.req, in.claimer = c, nil
+	in.req = c
+	in.claimer.Store(nil)
 	e.mu.Unlock()
 }
 
@@ -838,7 +829,7 @@ func (e *Endpoint) cutOff(in *inbound) {
 		r = in.req
 		delete(e.inflight, r)
 	} else {
-		r = in.claimer
+		r = in.claimer.Load()
 		if r != nil {
 			delete(e.inflight, r)
 		}
@@ -1031,8 +1022,7 @@ func (e *Endpoint) postRecv(peer int, tag uint64, buf []byte, into func(dst, src
 				r.fillFrom(in)
 				return r
 			}
-			in.claimer = r
-			in.claimed.Store(r)
+			in.claimer.Store(r)
 			e.inflight[r] = in
 			e.mu.Unlock()
 			return r

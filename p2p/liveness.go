@@ -235,7 +235,7 @@ func (e *Endpoint) resetRecv(p *peer) {
 	e.mu.Lock()
 	u := e.unexpected[:0]
 	for _, in := range e.unexpected {
-		if in.peer == p.rank && in.claimer == nil {
+		if in.peer == p.rank && in.claimer.Load() == nil {
 			in.discard.Store(true)
 			continue
 		}
