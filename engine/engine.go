@@ -36,7 +36,7 @@ type Notify struct {
 // Engine is one process's transfer engine: one named segment, its listener, open remote
 // segments and batches. All methods are safe for concurrent use.
 type Engine struct {
-	watchers sync.Map // WatchWord: word address (uint64) -> chan struct{}
+	watchers sync.Map // WatchWord: word address (uint64) -> *watcher
 
 	name     string
 	ip       string
@@ -310,12 +310,22 @@ func (h *serverHandler) Acquire(addr, length uint64) ([]byte, tcp.Pin, error) {
 }
 
 func (h *serverHandler) Signaled(addr uint64) {
-	if ch, ok := (*Engine)(h).watchers.Load(addr); ok {
+	if v, ok := (*Engine)(h).watchers.Load(addr); ok {
+		w := v.(*watcher)
+		if w.hook != nil && w.hook() {
+			return
+		}
 		select {
-		case ch.(chan struct{}) <- struct{}{}:
+		case w.ch <- struct{}{}:
 		default:
 		}
 	}
+}
+
+// watcher is a WatchWord registration.
+type watcher struct {
+	ch   chan struct{}
+	hook func() bool
 }
 
 // WatchWord returns a channel that gets a token (it holds one) whenever a peer's signal write
@@ -324,10 +334,15 @@ func (h *serverHandler) Signaled(addr uint64) {
 // instead of sleeping in a futex syscall (a thread hand-off each time). Writes by same-host
 // processes through shared memory do not reach it; they still wake futex waiters only. One
 // watcher per word; stop removes it.
-func (e *Engine) WatchWord(addr uintptr) (ch <-chan struct{}, stop func()) {
-	c := make(chan struct{}, 1)
-	e.watchers.Store(uint64(addr), c)
-	return c, func() { e.watchers.CompareAndDelete(uint64(addr), c) }
+//
+// hook (nil: none) runs first, on the tcp server goroutine that stored the word: when it
+// reports that it handled the write (true), no token is left. It lets the watcher act on the
+// write without waking a goroutine at all; it must not block (the connection's next frames
+// wait for it), and it may still run once after stop returns.
+func (e *Engine) WatchWord(addr uintptr, hook func() bool) (ch <-chan struct{}, stop func()) {
+	w := &watcher{ch: make(chan struct{}, 1), hook: hook}
+	e.watchers.Store(uint64(addr), w)
+	return w.ch, func() { e.watchers.CompareAndDelete(uint64(addr), w) }
 }
 
 func (h *serverHandler) Control(op tcp.Op, payload []byte) ([]byte, error) {

@@ -104,12 +104,20 @@ func TestStream(t *testing.T) {
 
 // TestWatchWord: a signal write that arrives over tcp to a watched word leaves a token on its
 // channel after the word is stored; writes to other words and larger writes do not; after
-// stop the word is no longer watched.
+// stop the word is no longer watched. A hook runs after the store, and its write leaves a
+// token only when the hook does not take it.
 func TestWatchWord(t *testing.T) {
 	ini, tgt, seg, sh, _, src := pair(t, true)
-	ch, stop := tgt.WatchWord(addr(sh))
-	other, stopOther := tgt.WatchWord(addr(sh) + 64)
+	ch, stop := tgt.WatchWord(addr(sh), nil)
+	other, stopOther := tgt.WatchWord(addr(sh)+64, nil)
 	defer stopOther()
+	hooked := make(chan uint32, 4)
+	hookCh, stopHooked := tgt.WatchWord(addr(sh)+192, func() bool {
+		v := atomic.LoadUint32(memview.Uint32(addr(sh) + 192))
+		hooked <- v
+		return v%2 == 1 // odd values: handled, no token
+	})
+	defer stopHooked()
 	st, err := ini.OpenStream(seg)
 	if err != nil {
 		t.Fatal(err)
@@ -155,5 +163,23 @@ func TestWatchWord(t *testing.T) {
 	case <-ch:
 		t.Fatal("a token after stop")
 	default:
+	}
+	for _, v := range []uint32{7, 8} {
+		write(192, 4, v)
+		if got := <-hooked; got != v {
+			t.Fatalf("the hook saw %d, want %d (it runs after the store)", got, v)
+		}
+		write(64, 4, 11+v) // ordered after the hooked write, whose hook has returned by its token
+		<-other
+		select {
+		case <-hookCh:
+			if v%2 == 1 {
+				t.Fatalf("a token for %d, which the hook took", v)
+			}
+		default:
+			if v%2 == 0 {
+				t.Fatalf("no token for %d, which the hook did not take", v)
+			}
+		}
 	}
 }

@@ -37,7 +37,11 @@
 // storing the doorbell, so a wake-up is a goroutine switch rather than a thread hand-off; the
 // same holds for a sender's credit wait), drains every peer's filled slots in order, and
 // returns credits through a per-peer goroutine with a 4-byte write of the consumed count into
-// the sender's tail word after each pass that consumed something. It never waits for the application: a message that matches a posted receive (first posted, by
+// the sender's tail word after each pass that consumed something. Over the network the tcp
+// server runs drainHook before it signals the doorbell's channel: when no pass is under way it
+// makes one on its own goroutine (drainMu serialises passes), so a chunk from the network
+// usually lands without waking any goroutine. Draining never waits for the application: a
+// message that matches a posted receive (first posted, by
 // peer or any source, and tag) is copied straight into its buffer; otherwise it is stashed in
 // the unexpected queue (chunk by chunk, in pooled slot-size buffers), where a later receive
 // finds it. A receive that finds a message still arriving takes it over: the stashed chunks

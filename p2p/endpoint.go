@@ -104,10 +104,15 @@ type Endpoint struct {
 	unwatch  func()
 	kick     chan struct{} // local wake-ups (close, reset, dead peer) for a channel park
 	netPeers atomic.Bool   // every other peer connected, over the network: park on bellCh
-	linksMu  sync.Mutex    // serialises linksChanged, so the last decision sees every link
+	// drainMu is held by whoever drains the rings: the progress goroutine, or the tcp server
+	// goroutine that stored a bell write (drainHook). It owns the receive side of every peer
+	// (cur, consumed, resets).
+	drainMu sync.Mutex
+	linksMu sync.Mutex // serialises linksChanged, so the last decision sees every link
 
 	parts   sync.Pool    // *[]byte of S bytes: chunks of unexpected messages
 	stashed atomic.Int64 // bytes copied into unexpected messages' parts (tests)
+	hooked  atomic.Int64 // drainHook passes that consumed something (tests)
 
 	testOnChunk atomic.Pointer[func(hd chunkHdr)] // tests: runs before each received chunk is handled
 }
@@ -131,7 +136,7 @@ type peer struct {
 	tailCh  <-chan struct{} // WatchWord of tailWord (nil: the fabric cannot watch words)
 	unwatch func()
 
-	// receive side, owned by the progress goroutine (self: by the self-sender)
+	// receive side, owned by whoever holds drainMu (self: by the self-sender)
 	consumed atomic.Uint32
 	cur      *inbound
 	creditCh chan struct{}
@@ -185,7 +190,7 @@ func New(f Fabric, rank, maxPeers int, opts Options) (*Endpoint, error) {
 		closed:    make(chan struct{}), kick: make(chan struct{}, 1)}
 	e.bell = memview.Uint32(base + uintptr(lay.bell()))
 	if ww, ok := f.(WordWatcher); ok {
-		e.bellCh, e.unwatch = ww.WatchWord(base + uintptr(lay.bell()))
+		e.bellCh, e.unwatch = ww.WatchWord(base+uintptr(lay.bell()), e.drainHook)
 	}
 	for p := 0; p < maxPeers; p++ {
 		pp := &peer{rank: p, sendSem: make(chan struct{}, 1), creditCh: make(chan struct{}, 1)}
@@ -195,7 +200,7 @@ func New(f Fabric, rank, maxPeers int, opts Options) (*Endpoint, error) {
 		pp.stageAddr = base + uintptr(lay.stage(p, 0))
 		pp.stage = e.mem[lay.stage(p, 0):lay.stage(p, lay.K)]
 		if ww, ok := f.(WordWatcher); ok && p != rank {
-			pp.tailCh, pp.unwatch = ww.WatchWord(base + uintptr(lay.ctrl(p)+4))
+			pp.tailCh, pp.unwatch = ww.WatchWord(base+uintptr(lay.ctrl(p)+4), nil)
 		}
 		e.peers = append(e.peers, pp)
 	}
@@ -329,6 +334,8 @@ func (e *Endpoint) Close() error {
 		if e.unwatch != nil {
 			e.unwatch()
 		}
+		e.drainMu.Lock() // a drainHook under way finishes; later ones see closed
+		e.drainMu.Unlock()
 		for _, p := range e.peers {
 			if p.unwatch != nil {
 				p.unwatch()
@@ -564,50 +571,18 @@ func (e *Endpoint) sendSelf(p *peer, tag uint64, data []byte) {
 	e.handleChunk(p, chunkHdr{tag: tag, id: p.msgID, n: len(data), total: len(data)}, data)
 }
 
-// progress drains every peer's ring into posted receives or the unexpected queue.
+// progress drains every peer's ring into posted receives or the unexpected queue, when
+// drainHook has not done it already.
 func (e *Endpoint) progress() {
 	defer e.wg.Done()
-	K := uint32(e.lay.K)
 	idle := 0
 	park := time.NewTimer(time.Hour)
 	defer park.Stop()
 	for {
 		bell := atomic.LoadUint32(e.bell)
-		did := false
-		for _, p := range e.peers {
-			if p.rank == e.rank {
-				continue
-			}
-			if rc := p.reset.Load(); rc != nil {
-				e.resetRecv(p)
-				p.reset.Store(nil)
-				close(*rc)
-			}
-			h := atomic.LoadUint32(p.headWord)
-			c := p.consumed.Load()
-			if c == h || h-c > K {
-				// h-c > K: no sender gets more than K slots ahead, so this head was written by a
-				// new incarnation of the peer before Reconnect reset our side; draining from
-				// the old count would walk ~2^32 slots of garbage. Wait for the reset.
-				continue
-			}
-			for ; c != h; c++ {
-				off := e.lay.ring(p.rank, int(c%K))
-				slot := e.mem[off : off+e.lay.slotSize()]
-				hd := getHeader(slot)
-				if hd.n < 0 || hd.n > e.lay.S {
-					hd.n = 0 // corrupt; drop
-				}
-				e.handleChunk(p, hd, slot[slotHdr:slotHdr+hd.n])
-			}
-			p.consumed.Store(c)
-			p.lastAlive.Store(time.Now().UnixNano())
-			select {
-			case p.creditCh <- struct{}{}:
-			default:
-			}
-			did = true
-		}
+		e.drainMu.Lock() // a drainHook that holds it finishes its pass first
+		did, _ := e.drain(true)
+		e.drainMu.Unlock()
 		if did {
 			idle = 0
 			continue
@@ -623,14 +598,83 @@ func (e *Endpoint) progress() {
 			continue
 		}
 		if e.netPeers.Load() {
-			// Every bell write comes through our tcp server, which signals bellCh after
-			// storing it (a token stays buffered, so a write since this pass began is not
-			// missed).
+			// Every bell write comes through our tcp server, which runs drainHook after
+			// storing it and signals bellCh when the hook left the write to us (a token stays
+			// buffered, so a write since this pass began is not missed).
 			e.park(park, 50*time.Millisecond, e.bellCh, e.kick)
 			continue
 		}
 		futex.Wait(e.bell, bell, 50*time.Millisecond)
 	}
+}
+
+// drainHook runs on the tcp server goroutine that stored a bell write: when every peer is
+// reached over the network and nobody else is draining, it drains the rings right there, so
+// a chunk that arrives over tcp is delivered (copied or reduced into its receive) without
+// waking the progress goroutine: one goroutine hand-off less per chunk, and no idle P woken
+// to run it. It leaves the write to the progress goroutine (false) when a pass is under way
+// (that goroutine passes again after it), when a peer's receive side awaits a reset, or after
+// Close.
+func (e *Endpoint) drainHook() bool {
+	if !e.netPeers.Load() || !e.drainMu.TryLock() {
+		return false
+	}
+	defer e.drainMu.Unlock()
+	if e.isClosed() {
+		return false
+	}
+	did, ok := e.drain(false)
+	if did {
+		e.hooked.Add(1)
+	}
+	return ok
+}
+
+// drain is one pass over every peer's ring (under drainMu); did reports whether it consumed
+// anything. Resets that Reconnect asked for are applied when resets is set; otherwise a peer
+// that awaits one is skipped and ok is false.
+func (e *Endpoint) drain(resets bool) (did, ok bool) {
+	K := uint32(e.lay.K)
+	ok = true
+	for _, p := range e.peers {
+		if p.rank == e.rank {
+			continue
+		}
+		if rc := p.reset.Load(); rc != nil {
+			if !resets {
+				ok = false
+				continue
+			}
+			e.resetRecv(p)
+			p.reset.Store(nil)
+			close(*rc)
+		}
+		h := atomic.LoadUint32(p.headWord)
+		c := p.consumed.Load()
+		if c == h || h-c > K {
+			// h-c > K: no sender gets more than K slots ahead, so this head was written by a
+			// new incarnation of the peer before Reconnect reset our side; draining from
+			// the old count would walk ~2^32 slots of garbage. Wait for the reset.
+			continue
+		}
+		for ; c != h; c++ {
+			off := e.lay.ring(p.rank, int(c%K))
+			slot := e.mem[off : off+e.lay.slotSize()]
+			hd := getHeader(slot)
+			if hd.n < 0 || hd.n > e.lay.S {
+				hd.n = 0 // corrupt; drop
+			}
+			e.handleChunk(p, hd, slot[slotHdr:slotHdr+hd.n])
+		}
+		p.consumed.Store(c)
+		p.lastAlive.Store(time.Now().UnixNano())
+		select {
+		case p.creditCh <- struct{}{}:
+		default:
+		}
+		did = true
+	}
+	return did, ok
 }
 
 // creditor returns credits to p: it writes the consumed count into p's tail word for us.

@@ -40,8 +40,10 @@ type WriteStream interface {
 // peer's 4-byte signal write to a local word arrived over the network (EngineFabric: the
 // engine's tcp server), so that a wait on the word can park in the Go scheduler instead of
 // sleeping in a futex syscall. Writes through shared memory still only wake futex waiters.
+// hook (nil: none) runs first, on the goroutine that stored the word; when it returns true
+// (it handled the write) no token is left. It must not block, and may run once after stop.
 type WordWatcher interface {
-	WatchWord(addr uintptr) (ch <-chan struct{}, stop func())
+	WatchWord(addr uintptr, hook func() bool) (ch <-chan struct{}, stop func())
 }
 
 // networked is implemented by streams that know whether they reach their segment over the
@@ -149,8 +151,8 @@ func (f *engineFabric) OpenStream(seg uint64) (WriteStream, error) {
 }
 
 // WatchWord implements WordWatcher.
-func (f *engineFabric) WatchWord(addr uintptr) (<-chan struct{}, func()) {
-	return f.e.WatchWord(addr)
+func (f *engineFabric) WatchWord(addr uintptr, hook func() bool) (<-chan struct{}, func()) {
+	return f.e.WatchWord(addr, hook)
 }
 
 // Network reports whether the stream reaches its segment over the network.

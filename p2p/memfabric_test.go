@@ -18,10 +18,18 @@ type memHub struct {
 	maps  map[uintptr][]byte
 	dead  map[string]bool
 	mute  map[string]bool // its own writes fail (it cannot return credits)
+	watch map[uint64]*memWatch
+}
+
+// memWatch is a netFabric's WordWatcher registration.
+type memWatch struct {
+	ch   chan struct{}
+	hook func() bool
 }
 
 func newHub() *memHub {
-	return &memHub{maps: map[uintptr][]byte{}, dead: map[string]bool{}, mute: map[string]bool{}}
+	return &memHub{maps: map[uintptr][]byte{}, dead: map[string]bool{}, mute: map[string]bool{},
+		watch: map[uint64]*memWatch{}}
 }
 
 func (h *memHub) fabric(name string) *memFabric { return &memFabric{h: h, name: name} }
@@ -95,9 +103,50 @@ func (f *memFabric) Write(ctx context.Context, seg uint64, ws []Write) error {
 		if w.Len == 4 && w.Dst%4 == 0 {
 			atomic.StoreUint32(memview.Uint32(uintptr(w.Dst)), atomic.LoadUint32(memview.Uint32(w.Src)))
 			futex.Wake(memview.Uint32(uintptr(w.Dst)), 1<<30)
+			f.h.mu.Lock()
+			wt := f.h.watch[w.Dst]
+			f.h.mu.Unlock()
+			if wt != nil && (wt.hook == nil || !wt.hook()) {
+				select {
+				case wt.ch <- struct{}{}:
+				default:
+				}
+			}
 			continue
 		}
 		copy(memview.Bytes(uintptr(w.Dst), int(w.Len)), memview.Bytes(w.Src, int(w.Len)))
 	}
 	return nil
 }
+
+// netFabric is a memFabric that plays a peer reached over the network, as EngineFabric's tcp
+// path does: ordered streams that say so, and watched words whose writes run the watcher's
+// hook (on the writer's goroutine, standing in for the engine's tcp server) and then signal.
+type netFabric struct{ *memFabric }
+
+func (h *memHub) netFabric(name string) netFabric { return netFabric{h.fabric(name)} }
+
+func (f netFabric) WatchWord(addr uintptr, hook func() bool) (<-chan struct{}, func()) {
+	w := &memWatch{ch: make(chan struct{}, 1), hook: hook}
+	f.h.mu.Lock()
+	f.h.watch[uint64(addr)] = w
+	f.h.mu.Unlock()
+	return w.ch, func() {
+		f.h.mu.Lock()
+		if f.h.watch[uint64(addr)] == w {
+			delete(f.h.watch, uint64(addr))
+		}
+		f.h.mu.Unlock()
+	}
+}
+
+func (f netFabric) OpenStream(seg uint64) (WriteStream, error) { return netStream{f, seg}, nil }
+
+type netStream struct {
+	f   netFabric
+	seg uint64
+}
+
+func (s netStream) Write(ctx context.Context, ws []Write) error { return s.f.Write(ctx, s.seg, ws) }
+func (s netStream) Close() error                                { return nil }
+func (s netStream) Network() bool                               { return true }
