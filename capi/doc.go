@@ -18,7 +18,8 @@
 // Process-group tuning knobs (environment; 0 or unset: the defaults): MC_PG_SLOTS and
 // MC_PG_SLOT_BYTES (p2p ring slots per peer, 4 x 512 KiB), MC_PG_SMALL_BYTES and
 // MC_PG_CHUNK_BYTES (collective algorithm switch and ring chunk, 64 KiB / 1 MiB),
-// MC_PG_FUSED_BYTES (all_reduce carried in its header message, 16 KiB; -1 off), MC_PG_SHM=0
+// MC_PG_FUSED_BYTES (all_reduce carried in its header message, 16 KiB; -1 off),
+// MC_PG_PAIR_BYTES (two-member all_reduce as one exchange instead of the ring, 512 KiB), MC_PG_SHM=0
 // (no same-host fast path), MC_PG_SHM_CHUNK and MC_PG_SHM_COPY_CHUNK (its reduction unit and
 // largest copy round, 256 KiB / 2 MiB), MC_PG_SHM_STREAM_OUT (all_to_all outputs that take
 // non-temporal stores, 8 MiB), MC_P2P_STREAMS=0 (p2p over the network without write streams),

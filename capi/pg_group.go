@@ -148,6 +148,7 @@ func newPGroup(cfg pgConfig, st kvStore, f p2p.Fabric) (*pgroup, error) {
 		SmallBytes: envInt("MC_PG_SMALL_BYTES", 0),
 		ChunkBytes: envInt("MC_PG_CHUNK_BYTES", 0),
 		FusedBytes: envInt("MC_PG_FUSED_BYTES", 0), // -1: no fused small all_reduce
+		PairBytes:  envInt("MC_PG_PAIR_BYTES", 0),
 	}
 	pg := &pgroup{cfg: cfg, st: st, fabric: f, ep: ep, q: worker.NewQueue(fmt.Sprintf("rank %d", cfg.rank), cfg.timeout),
 		sendQs: map[int]*worker.Queue{}}

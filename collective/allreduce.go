@@ -61,7 +61,11 @@ func (g *Group) allReduce(ctx context.Context, buf, save []byte, dt reduce.DType
 	if o.n == 1 {
 		return nil
 	}
-	if len(buf) <= g.opts.SmallBytes || len(buf)/es < o.n {
+	small := g.opts.SmallBytes
+	if o.n == 2 {
+		small = max(small, g.opts.PairBytes)
+	}
+	if len(buf) <= small || len(buf)/es < o.n {
 		copy(save, buf)
 		err = o.allReduceRecursive(buf, dt, op)
 		if err == nil && op == reduce.Avg {
@@ -146,11 +150,7 @@ func (o *opState) allReduceRecursive(buf []byte, dt reduce.DType, op reduce.Op) 
 			} else {
 				pi = pn + rem
 			}
-			peer := o.members[pi]
-			if err := o.send(peer, stepData, buf); err != nil {
-				return err
-			}
-			if err := o.recvFull(peer, stepData, tmp); err != nil {
+			if err := o.exchange(o.members[pi], stepData, buf, tmp); err != nil {
 				return err
 			}
 			if err := reduce.Reduce(buf, tmp, dt, op); err != nil {
@@ -163,6 +163,23 @@ func (o *opState) allReduceRecursive(buf []byte, dt reduce.DType, op reduce.Op) 
 			return o.send(o.members[idx-1], stepResult, buf)
 		}
 		return o.recvFull(o.members[idx+1], stepResult, buf)
+	}
+	return nil
+}
+
+// exchange sends out to peer and receives its message of the same step into in (all of it).
+// With a Conn that posts receives, in is posted before the send, so the peer's message lands
+// there directly even when it arrives while the send is under way (both sides send at once).
+func (o *opState) exchange(peer int, step uint16, out, in []byte) error {
+	q := o.recvAhead(o.ctx, peer, step, 1)
+	q.add(in)
+	if err := o.send(peer, step, out); err != nil {
+		q.stop(err)
+		return err
+	}
+	if err := q.next(); err != nil {
+		q.stop(err)
+		return err
 	}
 	return nil
 }

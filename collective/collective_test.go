@@ -22,7 +22,7 @@ var allOps = []reduce.Op{reduce.Sum, reduce.Avg, reduce.Product, reduce.Min, red
 	reduce.BAnd, reduce.BOr, reduce.BXor}
 
 // tiny options push even small buffers through the ring/chain algorithms and many chunks.
-var tinyOpts = Options{SmallBytes: 16, ChunkBytes: 24, FusedBytes: -1} // no fused all_reduce: the other paths
+var tinyOpts = Options{SmallBytes: 16, ChunkBytes: 24, FusedBytes: -1, PairBytes: 16} // no fused all_reduce: the other paths
 
 // runGroups runs fn on n ranks of a MemNetwork concurrently and returns their errors.
 func runGroups(t testing.TB, n int, opts Options, timeout time.Duration, fn func(ctx context.Context, g *Group) error) []error {
