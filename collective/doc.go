@@ -34,15 +34,19 @@
 // among at most 8 members is fused with its header: every rank's input rides in its header
 // message, and after that single exchange each rank reduces all inputs in member order (one
 // message per peer and one round instead of a header round plus log2(n) rounds; over tcp that
-// halved the latency of an 8-byte all_reduce). Large messages: ring reduce-scatter + all-gather
-// in chunks of Options.ChunkBytes, where the reduction of one chunk overlaps the transfer of the
-// next (a sender goroutine streams chunks as the receiving loop makes them ready), and a
-// pipelined chain for broadcast. The ring posts its next three receives ahead when the Conn is a
-// Poster (p2p), so chunks that arrive early land in their buffers instead of being set aside
-// and copied again; all-gather chunks are received straight into the output. An in-place
-// all_reduce that a caller may rerun (AllReduceOrRestore) saves each chunk just before the ring
-// first overwrites it and puts those back if the op fails. gather, scatter and all_to_all are direct. Results are
-// identical on every rank (each element is reduced once, then copied). AVG is SUM followed by
+// halved the latency of an 8-byte all_reduce). Between two members an all_reduce of at most
+// Options.PairBytes (512 KiB) is one exchange of whole buffers, the receive posted before the
+// send: as many bytes as the ring moves, in one dependent step instead of two. Large messages:
+// ring reduce-scatter + all-gather in chunks of Options.ChunkBytes, where the reduction of one
+// chunk overlaps the transfer of the next (a sender goroutine streams chunks as the receiving
+// loop makes them ready), and a pipelined chain for broadcast. The ring posts its next three
+// receives ahead when the Conn is a Poster (p2p), so chunks that arrive early land in their
+// buffers instead of being set aside and copied again; all-gather chunks are received straight
+// into the output. An in-place all_reduce that a caller may rerun (AllReduceOrRestore) saves
+// each chunk just before the ring first overwrites it and puts those back if the op fails.
+// gather, scatter and all_to_all are direct. Results are identical on every rank (the ring
+// reduces each element once, then copies it; the exchanges combine the same two operands on
+// both sides of a pair, and a two-operand reduction commutes exactly). AVG is SUM followed by
 // reduce.Divide; the reductions themselves are collective/reduce's kernels.
 //
 // # Same-host fast path (shm.go, shm_ops.go)
