@@ -568,33 +568,30 @@ func (c *flakyConn) Recv(ctx context.Context, peer int, tag uint64, buf []byte) 
 // TestRingAllReduceOrRestore: the ring all_reduce over Conn fails part way (rank 1's link
 // breaks at its 11th receive of a ~500-chunk op: it has reduced several chunks into its buffer
 // by then); every rank's buffer holds its input again. Without a save buffer rank 1's input is
-// overwritten, so the test can tell.
+// overwritten, so the test can tell. It runs over plain Conns (chunks saved before they are
+// reduced) and over Conns that post receives and reduce on arrival (postConn, as p2p: chunks
+// saved before their receives are posted).
 func TestRingAllReduceOrRestore(t *testing.T) {
 	if shmTest != nil {
 		t.Skip("the Conn path's restore")
 	}
 	const n, count = 3, 3000
-	for _, withSave := range []bool{true, false} {
-		t.Run(fmt.Sprint("save=", withSave), func(t *testing.T) {
-			net := NewMemNetwork(n)
-			gs := make([]*Group, n)
-			for r := range gs {
-				var c Conn = net.Conn(r)
-				if r == 1 {
-					c = &flakyConn{Conn: c, ok: 10} // 2 op headers, then ring chunks
-				}
-				g, err := NewGroup(c, r, n, 0, tinyOpts)
-				if err != nil {
-					t.Fatal(err)
-				}
-				gs[r] = g
-			}
-			ins, bufs := restoreInputs(n, count)
-			errs := runEach(gs, 10*time.Second, func(ctx context.Context, g *Group) error {
-				return allReduceMaybeSave(ctx, g, bufs[g.Rank()], withSave)
+	for _, piece := range []int{0, 8} {
+		for _, withSave := range []bool{true, false} {
+			t.Run(fmt.Sprintf("posted=%v/save=%v", piece > 0, withSave), func(t *testing.T) {
+				gs := memGroups(t, n, piece, tinyOpts, func(r int, c Conn) Conn {
+					if r == 1 {
+						return &flakyConn{Conn: c, ok: 10} // 2 op headers, then ring chunks
+					}
+					return c
+				})
+				ins, bufs := restoreInputs(n, count)
+				errs := runEach(gs, 10*time.Second, func(ctx context.Context, g *Group) error {
+					return allReduceMaybeSave(ctx, g, bufs[g.Rank()], withSave)
+				})
+				checkRestored(t, errs, ins, bufs, withSave, 1)
 			})
-			checkRestored(t, errs, ins, bufs, withSave, 1)
-		})
+		}
 	}
 }
 

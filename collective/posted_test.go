@@ -88,9 +88,9 @@ func (r *postRecv) Cancel(err error) {
 	r.stop()
 }
 
-// postGroups are n groups over postConns of a MemNetwork (wrap, when set, wraps rank r's Conn
-// first).
-func postGroups(t *testing.T, n, piece int, opts Options, wrap func(r int, c Conn) Conn) []*Group {
+// memGroups are n groups over a MemNetwork: over postConns landing pieces of piece bytes, or
+// (piece 0) over its Conns as they are; wrap, when set, wraps rank r's Conn first.
+func memGroups(t *testing.T, n, piece int, opts Options, wrap func(r int, c Conn) Conn) []*Group {
 	t.Helper()
 	net := NewMemNetwork(n)
 	gs := make([]*Group, n)
@@ -99,7 +99,10 @@ func postGroups(t *testing.T, n, piece int, opts Options, wrap func(r int, c Con
 		if wrap != nil {
 			c = wrap(r, c)
 		}
-		g, err := NewGroup(&postConn{Conn: c, piece: piece}, r, n, 0, opts)
+		if piece > 0 {
+			c = &postConn{Conn: c, piece: piece}
+		}
+		g, err := NewGroup(c, r, n, 0, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -137,7 +140,7 @@ func TestRingPostedAllReduce(t *testing.T) {
 					}
 					name := fmt.Sprintf("c%d/p%d/n%d/%s/save=%v", c.count, c.piece, n, op, withSave)
 					t.Run(name, func(t *testing.T) {
-						gs := postGroups(t, n, c.piece, c.opts, nil)
+						gs := memGroups(t, n, c.piece, c.opts, nil)
 						ins := make([][]byte, n)
 						bufs := make([][]byte, n)
 						for r := range ins {
@@ -161,30 +164,5 @@ func TestRingPostedAllReduce(t *testing.T) {
 				}
 			}
 		}
-	}
-}
-
-// TestRingPostedRestore is TestRingAllReduceOrRestore over postConns: the chunks the ring
-// saved before posting the receives that overwrite them are put back when the op fails part
-// way.
-func TestRingPostedRestore(t *testing.T) {
-	if shmTest != nil {
-		t.Skip("the Conn path's restore")
-	}
-	const n, count = 3, 3000
-	for _, withSave := range []bool{true, false} {
-		t.Run(fmt.Sprint("save=", withSave), func(t *testing.T) {
-			gs := postGroups(t, n, 8, tinyOpts, func(r int, c Conn) Conn {
-				if r == 1 {
-					return &flakyConn{Conn: c, ok: 10} // 2 op headers, then ring chunks
-				}
-				return c
-			})
-			ins, bufs := restoreInputs(n, count)
-			errs := runEach(gs, 10*time.Second, func(ctx context.Context, g *Group) error {
-				return allReduceMaybeSave(ctx, g, bufs[g.Rank()], withSave)
-			})
-			checkRestored(t, errs, ins, bufs, withSave, 1)
-		})
 	}
 }
