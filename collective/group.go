@@ -43,9 +43,6 @@ func (o Options) withDefaults() Options {
 	if o.FusedBytes == 0 {
 		o.FusedBytes = 16 << 10
 	}
-	if o.PairBytes <= 0 {
-		o.PairBytes = 512 << 10
-	}
 	o.FusedBytes = max(o.FusedBytes, 0)
 	if o.PairBytes <= 0 {
 		o.PairBytes = 512 << 10

@@ -23,8 +23,9 @@ type memHub struct {
 
 // memWatch is a netFabric's WordWatcher registration.
 type memWatch struct {
-	ch   chan struct{}
-	hook func() bool
+	ch    chan struct{}
+	hook  func() bool
+	taken atomic.Int64 // writes the hook handled
 }
 
 func newHub() *memHub {
@@ -106,10 +107,14 @@ func (f *memFabric) Write(ctx context.Context, seg uint64, ws []Write) error {
 			f.h.mu.Lock()
 			wt := f.h.watch[w.Dst]
 			f.h.mu.Unlock()
-			if wt != nil && (wt.hook == nil || !wt.hook()) {
-				select {
-				case wt.ch <- struct{}{}:
-				default:
+			if wt != nil {
+				if wt.hook != nil && wt.hook() {
+					wt.taken.Add(1)
+				} else {
+					select {
+					case wt.ch <- struct{}{}:
+					default:
+					}
 				}
 			}
 			continue
@@ -138,6 +143,16 @@ func (f netFabric) WatchWord(addr uintptr, hook func() bool) (<-chan struct{}, f
 		}
 		f.h.mu.Unlock()
 	}
+}
+
+// taken is how many writes to the watched word at addr its hook handled.
+func (h *memHub) taken(addr uintptr) int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if w := h.watch[uint64(addr)]; w != nil {
+		return w.taken.Load()
+	}
+	return 0
 }
 
 func (f netFabric) OpenStream(seg uint64) (WriteStream, error) { return netStream{f, seg}, nil }
