@@ -1,7 +1,8 @@
 package main
 
-// Process-group section of the C ABI (include/mooncake_pg.h): argument checks, C pointers to
-// Go slices, handles; the group itself is in pg_group.go.
+// Process-group section of the C ABI (include/mooncake_pg.h): C pointers to Go slices, the
+// handle tables, the shim's store callbacks and completion hook. The group itself (creation,
+// ops, membership) is package pg.
 //
 // The preamble repeats the header's types instead of including it: cgo writes its own
 // prototypes of the exported functions (without const), and a second, const-qualified
@@ -58,6 +59,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -65,17 +67,36 @@ import (
 	"github.com/mooncake-go/mooncake/collective/reduce"
 	"github.com/mooncake-go/mooncake/internal/memview"
 	"github.com/mooncake-go/mooncake/p2p"
+	"github.com/mooncake-go/mooncake/pg"
 	"github.com/mooncake-go/mooncake/worker"
 )
 
+// codeStillRunning is mc_work_wait's answer when the op is still running at the timeout.
+const codeStillRunning = -2
+
 var (
-	pgs   handles[*pgroup]
+	pgs   handles[*pgHandle]
 	works handles[*workRef]
 )
+
+// pgHandle is a process group as the C side holds it: the group, the C memory it owns, and
+// the shim's completion hook.
+type pgHandle struct {
+	g    *pg.Group
+	ops  *C.mc_store_ops // the caller's store callbacks, copied
+	word *C.int32_t      // the active extent, read by the shim (mc_pg_extent_word)
+	hook atomic.Pointer[workHook]
+}
 
 type workRef struct {
 	w       *worker.Work
 	timeout time.Duration
+}
+
+// workHook is the shim's completion callback (mc_pg_set_completion_hook).
+type workHook struct {
+	fn  C.mc_work_hook
+	arg unsafe.Pointer
 }
 
 // cStore calls the shim's store callbacks. ops is a C copy of the caller's struct.
@@ -113,12 +134,32 @@ func (s cStore) Get(key string, timeout time.Duration) ([]byte, error) {
 	return C.GoBytes(unsafe.Pointer(val), C.int(n)), nil
 }
 
-func pgOf(h C.uint64_t) (*pgroup, error) {
-	pg, ok := pgs.get(uint64(h))
-	if !ok || pg.closed.Load() {
+func (s cStore) Check(key string) (bool, error) {
+	ck := C.CString(key)
+	defer C.free(unsafe.Pointer(ck))
+	rc := C.mc_pg_store_check(s.ops, ck)
+	if rc < 0 {
+		return false, fmt.Errorf("store check %q failed (status %d)", key, int(rc))
+	}
+	return rc == 1, nil
+}
+
+func (s cStore) Add(key string, delta int64) (int64, error) {
+	ck := C.CString(key)
+	defer C.free(unsafe.Pointer(ck))
+	var out C.int64_t
+	if rc := C.mc_pg_store_add(s.ops, ck, C.int64_t(delta), &out); rc != 0 {
+		return 0, fmt.Errorf("store add %q failed (status %d)", key, int(rc))
+	}
+	return int64(out), nil
+}
+
+func pgOf(h C.uint64_t) (*pgHandle, error) {
+	ph, ok := pgs.get(uint64(h))
+	if !ok || ph.g.Closed() {
 		return nil, invalid(fmt.Sprintf("unknown process group handle %d", uint64(h)))
 	}
-	return pg, nil
+	return ph, nil
 }
 
 func workOf(h C.uint64_t) (*workRef, error) {
@@ -129,30 +170,23 @@ func workOf(h C.uint64_t) (*workRef, error) {
 	return w, nil
 }
 
-func putWork(pg *pgroup, w *worker.Work, out *C.uint64_t) C.int {
-	*out = C.uint64_t(works.put(&workRef{w: w, timeout: pg.cfg.timeout}))
-	if hk := pg.hook.Load(); hk != nil {
-		w.OnFinish(func() { C.mc_call_work_hook(hk.fn, hk.arg) })
-	}
-	return 0
-}
-
-// workHook is the shim's completion callback (mc_pg_set_completion_hook).
-type workHook struct {
-	fn  C.mc_work_hook
-	arg unsafe.Pointer
-}
-
-//export mc_pg_set_completion_hook
-func mc_pg_set_completion_hook(h C.uint64_t, fn C.mc_work_hook, arg unsafe.Pointer) C.int {
-	pg, err := pgOf(h)
+// pgOp is the body of every op entry: it finds the group, builds the op (build converts the
+// C arguments and submits) and returns the work's handle through out.
+func pgOp(h C.uint64_t, op string, out *C.uint64_t, build func(g *pg.Group) (*worker.Work, error)) C.int {
+	ph, err := pgOf(h)
 	if err != nil {
 		return setErr(err)
 	}
-	if fn == nil {
-		pg.hook.Store(nil)
-	} else {
-		pg.hook.Store(&workHook{fn: fn, arg: arg})
+	if out == nil {
+		return setErr(invalid(op + ": work is NULL"))
+	}
+	w, err := build(ph.g)
+	if err != nil {
+		return setErr(err)
+	}
+	*out = C.uint64_t(works.put(&workRef{w: w, timeout: ph.g.Timeout()}))
+	if hk := ph.hook.Load(); hk != nil {
+		w.OnFinish(func() { C.mc_call_work_hook(hk.fn, hk.arg) })
 	}
 	return 0
 }
@@ -187,7 +221,8 @@ func cbufs(op, what string, arr unsafe.Pointer, size int, n int64) ([][]byte, er
 	return out, nil
 }
 
-// elems converts count elements of dtype into bytes, checking the dtype and op.
+// elems converts count elements of dtype into bytes, checking the dtype and, when rop is not
+// nil, the reduction.
 func elems(op string, count int64, dtype C.int32_t, rop *C.int32_t) (int64, reduce.DType, reduce.Op, error) {
 	dt := reduce.DType(dtype)
 	es, err := reduce.ElemSize(dt)
@@ -210,11 +245,14 @@ func elems(op string, count int64, dtype C.int32_t, rop *C.int32_t) (int64, redu
 	return count * int64(es), dt, o, nil
 }
 
-func (pg *pgroup) checkRank(op, what string, r C.int32_t) error {
-	if n := pg.extent(); r < 0 || int(r) >= n {
-		return invalid(fmt.Sprintf("%s: %s %d is not a rank of this group (size %d)", op, what, int32(r), n))
+// reduceArgs converts a reduction's C buffer, element count, dtype and op.
+func reduceArgs(op, what string, buf unsafe.Pointer, count C.int64_t, dtype, rop C.int32_t) ([]byte, reduce.DType, reduce.Op, error) {
+	n, dt, o, err := elems(op, int64(count), dtype, &rop)
+	if err != nil {
+		return nil, 0, 0, err
 	}
-	return nil
+	b, err := cbytes(op, what, buf, n)
+	return b, dt, o, err
 }
 
 //export mc_pg_create
@@ -222,316 +260,240 @@ func mc_pg_create(cfg *C.mc_pg_config, store *C.mc_store_ops, out *C.uint64_t) C
 	if cfg == nil || store == nil || out == nil {
 		return setErr(invalid("mc_pg_create: cfg, store and out must not be NULL"))
 	}
-	c := pgConfig{
-		rank: int(cfg.rank), size: int(cfg.size), maxSize: int(cfg.max_group_size),
-		isExtension: cfg.is_extension != 0, autoDeactivate: cfg.auto_deactivate_on_failure != 0,
-		autoSync: cfg.auto_sync_on_failure != 0, deviceType: int(cfg.device_type),
-		timeout: time.Duration(cfg.timeout_ms) * time.Millisecond, name: goString(cfg.group_name),
-	}
-	if c.maxSize <= 0 {
-		c.maxSize = c.size
-	}
-	switch {
-	case c.size < 1:
-		return setErr(invalid(fmt.Sprintf("mc_pg_create: group size %d, want at least 1", c.size)))
-	case c.maxSize < c.size:
-		return setErr(invalid(fmt.Sprintf("mc_pg_create: max_group_size %d is below the group size %d", c.maxSize, c.size)))
-	case c.maxSize > 1024:
-		return setErr(invalid(fmt.Sprintf("mc_pg_create: max_group_size %d is above 1024", c.maxSize)))
-	case c.rank < 0 || c.rank >= c.maxSize:
-		return setErr(invalid(fmt.Sprintf("mc_pg_create: rank %d outside the group's %d slots", c.rank, c.maxSize)))
-	case !c.isExtension && c.rank >= c.size:
-		return setErr(invalid(fmt.Sprintf("mc_pg_create: rank %d outside a group of %d (is_extension not set)", c.rank, c.size)))
-	case c.autoSync && !c.autoDeactivate:
-		return setErr(invalid("mc_pg_create: auto_sync_on_failure needs auto_deactivate_on_failure"))
-	case c.deviceType != 0 && c.deviceType != 1:
-		return setErr(invalid(fmt.Sprintf("mc_pg_create: device_type %d (want 0 cpu or 1 cuda)", c.deviceType)))
-	}
 	eng, err := processEngine()
 	if err != nil {
 		return setErr(err)
 	}
-	ops := (*C.mc_store_ops)(C.malloc(C.size_t(unsafe.Sizeof(C.mc_store_ops{}))))
-	*ops = *store
-	pg, err := newPGroup(c, cStore{ops}, p2p.EngineFabric(eng))
+	ph := &pgHandle{
+		ops:  (*C.mc_store_ops)(C.malloc(C.size_t(unsafe.Sizeof(C.mc_store_ops{})))),
+		word: (*C.int32_t)(C.malloc(4)),
+	}
+	*ph.ops = *store
+	word := (*int32)(unsafe.Pointer(ph.word))
+	*word = 0
+	c := pg.Config{
+		Rank: int(cfg.rank), Size: int(cfg.size), MaxSize: int(cfg.max_group_size),
+		IsExtension: cfg.is_extension != 0, AutoDeactivate: cfg.auto_deactivate_on_failure != 0,
+		AutoSync: cfg.auto_sync_on_failure != 0, DeviceType: int(cfg.device_type),
+		Timeout: time.Duration(cfg.timeout_ms) * time.Millisecond, Name: goString(cfg.group_name),
+		OnExtent: func(extent int) { atomic.StoreInt32(word, int32(extent)) },
+		Options:  pgOptions(),
+	}
+	ph.g, err = pg.New(c, cStore{ph.ops}, p2p.EngineFabric(eng))
 	if err != nil {
-		C.free(unsafe.Pointer(ops))
-		return setErr(err)
+		ph.free()
+		return setErr(fmt.Errorf("mc_pg_create: %w", err))
 	}
-	word := (*C.int32_t)(C.malloc(4))
-	pg.onView = func(extent int) { atomic.StoreInt32((*int32)(unsafe.Pointer(word)), int32(extent)) }
-	pg.onView(pg.extent())
-	pg.release = func() {
-		C.free(unsafe.Pointer(ops))
-		C.free(unsafe.Pointer(word))
-	}
-	pg.extentWord = unsafe.Pointer(word)
-	*out = C.uint64_t(pgs.put(pg))
+	*out = C.uint64_t(pgs.put(ph))
 	return 0
+}
+
+func (ph *pgHandle) free() {
+	C.free(unsafe.Pointer(ph.ops))
+	C.free(unsafe.Pointer(ph.word))
 }
 
 //export mc_pg_extent_word
 func mc_pg_extent_word(h C.uint64_t) *C.int32_t {
-	pg, err := pgOf(h)
+	ph, err := pgOf(h)
 	if err != nil {
 		setErr(err)
 		return nil
 	}
-	return (*C.int32_t)(pg.extentWord)
+	return ph.word
 }
 
 //export mc_pg_destroy
 func mc_pg_destroy(h C.uint64_t) C.int {
-	pg, ok := pgs.take(uint64(h))
+	ph, ok := pgs.take(uint64(h))
 	if !ok {
 		return setErr(invalid(fmt.Sprintf("unknown process group handle %d", uint64(h))))
 	}
-	return setErr(pg.close())
+	err := ph.g.Close()
+	ph.free()
+	return setErr(err)
+}
+
+//export mc_pg_set_completion_hook
+func mc_pg_set_completion_hook(h C.uint64_t, fn C.mc_work_hook, arg unsafe.Pointer) C.int {
+	ph, err := pgOf(h)
+	if err != nil {
+		return setErr(err)
+	}
+	if fn == nil {
+		ph.hook.Store(nil)
+	} else {
+		ph.hook.Store(&workHook{fn: fn, arg: arg})
+	}
+	return 0
+}
+
+//export mc_pg_set_held_starts
+func mc_pg_set_held_starts(h C.uint64_t, on C.int) C.int {
+	ph, err := pgOf(h)
+	if err != nil {
+		return setErr(err)
+	}
+	ph.g.SetHeldStarts(on != 0)
+	return 0
 }
 
 //export mc_pg_broadcast
 func mc_pg_broadcast(h C.uint64_t, buf unsafe.Pointer, nbytes C.int64_t, root C.int32_t, work *C.uint64_t) C.int {
-	const op = "broadcast"
-	pg, err := pgOf(h)
-	if err != nil {
-		return setErr(err)
-	}
-	if work == nil {
-		return setErr(invalid(op + ": work is NULL"))
-	}
-	if err := pg.checkRank(op, "root", root); err != nil {
-		return setErr(err)
-	}
-	b, err := cbytes(op, "buf", buf, int64(nbytes))
-	if err != nil {
-		return setErr(err)
-	}
-	return putWork(pg, pg.broadcast(b, int(root)), work)
+	return pgOp(h, "broadcast", work, func(g *pg.Group) (*worker.Work, error) {
+		b, err := cbytes("broadcast", "buf", buf, int64(nbytes))
+		if err != nil {
+			return nil, err
+		}
+		return g.Broadcast(b, int(root))
+	})
 }
 
 //export mc_pg_allreduce
 func mc_pg_allreduce(h C.uint64_t, buf unsafe.Pointer, count C.int64_t, dtype C.int32_t, rop C.int32_t, work *C.uint64_t) C.int {
-	const op = "all_reduce"
-	pg, err := pgOf(h)
-	if err != nil {
-		return setErr(err)
-	}
-	if work == nil {
-		return setErr(invalid(op + ": work is NULL"))
-	}
-	n, dt, o, err := elems(op, int64(count), dtype, &rop)
-	if err != nil {
-		return setErr(err)
-	}
-	b, err := cbytes(op, "buf", buf, n)
-	if err != nil {
-		return setErr(err)
-	}
-	return putWork(pg, pg.allreduce(b, dt, o), work)
+	return pgOp(h, "all_reduce", work, func(g *pg.Group) (*worker.Work, error) {
+		b, dt, o, err := reduceArgs("all_reduce", "buf", buf, count, dtype, rop)
+		if err != nil {
+			return nil, err
+		}
+		return g.AllReduce(b, dt, o)
+	})
 }
 
 //export mc_pg_reduce
 func mc_pg_reduce(h C.uint64_t, buf unsafe.Pointer, count C.int64_t, dtype C.int32_t, rop C.int32_t, root C.int32_t, work *C.uint64_t) C.int {
-	const op = "reduce"
-	pg, err := pgOf(h)
-	if err != nil {
-		return setErr(err)
-	}
-	if work == nil {
-		return setErr(invalid(op + ": work is NULL"))
-	}
-	if err := pg.checkRank(op, "root", root); err != nil {
-		return setErr(err)
-	}
-	n, dt, o, err := elems(op, int64(count), dtype, &rop)
-	if err != nil {
-		return setErr(err)
-	}
-	b, err := cbytes(op, "buf", buf, n)
-	if err != nil {
-		return setErr(err)
-	}
-	return putWork(pg, pg.reduce(b, dt, o, int(root)), work)
+	return pgOp(h, "reduce", work, func(g *pg.Group) (*worker.Work, error) {
+		b, dt, o, err := reduceArgs("reduce", "buf", buf, count, dtype, rop)
+		if err != nil {
+			return nil, err
+		}
+		return g.Reduce(b, dt, o, int(root))
+	})
 }
 
 //export mc_pg_allgather
 func mc_pg_allgather(h C.uint64_t, in unsafe.Pointer, nbytes C.int64_t, outs unsafe.Pointer, work *C.uint64_t) C.int {
 	const op = "all_gather"
-	pg, err := pgOf(h)
-	if err != nil {
-		return setErr(err)
+	return pgOp(h, op, work, func(g *pg.Group) (*worker.Work, error) {
+		b, err := cbytes(op, "in", in, int64(nbytes))
+		if err != nil {
+			return nil, err
+		}
+		bs, err := cbufs(op, "outs", outs, g.Extent(), int64(nbytes))
+		if err != nil {
+			return nil, err
+		}
+		return g.AllGather(b, bs)
+	})
+}
+
+// rootBufs converts the buffer list that only the root of a gather or scatter passes.
+func rootBufs(g *pg.Group, op, what string, arr unsafe.Pointer, root C.int32_t, n int64) ([][]byte, error) {
+	if int(root) != g.Rank() {
+		return nil, nil
 	}
-	if work == nil {
-		return setErr(invalid(op + ": work is NULL"))
-	}
-	b, err := cbytes(op, "in", in, int64(nbytes))
-	if err != nil {
-		return setErr(err)
-	}
-	bs, err := cbufs(op, "outs", outs, pg.extent(), int64(nbytes))
-	if err != nil {
-		return setErr(err)
-	}
-	return putWork(pg, pg.allgather(b, bs), work)
+	return cbufs(op, what, arr, g.Extent(), n)
 }
 
 //export mc_pg_gather
 func mc_pg_gather(h C.uint64_t, in unsafe.Pointer, nbytes C.int64_t, outs unsafe.Pointer, root C.int32_t, work *C.uint64_t) C.int {
 	const op = "gather"
-	pg, err := pgOf(h)
-	if err != nil {
-		return setErr(err)
-	}
-	if work == nil {
-		return setErr(invalid(op + ": work is NULL"))
-	}
-	if err := pg.checkRank(op, "root", root); err != nil {
-		return setErr(err)
-	}
-	b, err := cbytes(op, "in", in, int64(nbytes))
-	if err != nil {
-		return setErr(err)
-	}
-	var bs [][]byte
-	if int(root) == pg.cfg.rank {
-		if bs, err = cbufs(op, "outs", outs, pg.extent(), int64(nbytes)); err != nil {
-			return setErr(err)
+	return pgOp(h, op, work, func(g *pg.Group) (*worker.Work, error) {
+		b, err := cbytes(op, "in", in, int64(nbytes))
+		if err != nil {
+			return nil, err
 		}
-	}
-	return putWork(pg, pg.gather(b, bs, int(root)), work)
+		bs, err := rootBufs(g, op, "outs", outs, root, int64(nbytes))
+		if err != nil {
+			return nil, err
+		}
+		return g.Gather(b, bs, int(root))
+	})
 }
 
 //export mc_pg_scatter
 func mc_pg_scatter(h C.uint64_t, ins unsafe.Pointer, out unsafe.Pointer, nbytes C.int64_t, root C.int32_t, work *C.uint64_t) C.int {
 	const op = "scatter"
-	pg, err := pgOf(h)
-	if err != nil {
-		return setErr(err)
-	}
-	if work == nil {
-		return setErr(invalid(op + ": work is NULL"))
-	}
-	if err := pg.checkRank(op, "root", root); err != nil {
-		return setErr(err)
-	}
-	b, err := cbytes(op, "out", out, int64(nbytes))
-	if err != nil {
-		return setErr(err)
-	}
-	var bs [][]byte
-	if int(root) == pg.cfg.rank {
-		if bs, err = cbufs(op, "ins", ins, pg.extent(), int64(nbytes)); err != nil {
-			return setErr(err)
+	return pgOp(h, op, work, func(g *pg.Group) (*worker.Work, error) {
+		b, err := cbytes(op, "out", out, int64(nbytes))
+		if err != nil {
+			return nil, err
 		}
-	}
-	return putWork(pg, pg.scatter(bs, b, int(root)), work)
+		bs, err := rootBufs(g, op, "ins", ins, root, int64(nbytes))
+		if err != nil {
+			return nil, err
+		}
+		return g.Scatter(bs, b, int(root))
+	})
 }
 
 //export mc_pg_reduce_scatter
 func mc_pg_reduce_scatter(h C.uint64_t, ins unsafe.Pointer, out unsafe.Pointer, count C.int64_t, dtype C.int32_t, rop C.int32_t, work *C.uint64_t) C.int {
 	const op = "reduce_scatter"
-	pg, err := pgOf(h)
-	if err != nil {
-		return setErr(err)
-	}
-	if work == nil {
-		return setErr(invalid(op + ": work is NULL"))
-	}
-	n, dt, o, err := elems(op, int64(count), dtype, &rop)
-	if err != nil {
-		return setErr(err)
-	}
-	b, err := cbytes(op, "out", out, n)
-	if err != nil {
-		return setErr(err)
-	}
-	bs, err := cbufs(op, "ins", ins, pg.extent(), n)
-	if err != nil {
-		return setErr(err)
-	}
-	return putWork(pg, pg.reduceScatter(bs, b, dt, o), work)
+	return pgOp(h, op, work, func(g *pg.Group) (*worker.Work, error) {
+		b, dt, o, err := reduceArgs(op, "out", out, count, dtype, rop)
+		if err != nil {
+			return nil, err
+		}
+		bs, err := cbufs(op, "ins", ins, g.Extent(), int64(len(b)))
+		if err != nil {
+			return nil, err
+		}
+		return g.ReduceScatter(bs, b, dt, o)
+	})
 }
 
 //export mc_pg_alltoall
 func mc_pg_alltoall(h C.uint64_t, ins unsafe.Pointer, inBytes *C.int64_t, outs unsafe.Pointer, outBytes *C.int64_t, work *C.uint64_t) C.int {
 	const op = "all_to_all"
-	pg, err := pgOf(h)
-	if err != nil {
-		return setErr(err)
-	}
-	if work == nil {
-		return setErr(invalid(op + ": work is NULL"))
-	}
-	if ins == nil || outs == nil || inBytes == nil || outBytes == nil {
-		return setErr(invalid(op + ": ins, in_bytes, outs and out_bytes must not be NULL"))
-	}
-	n := pg.extent()
-	ib := unsafe.Slice((*int64)(unsafe.Pointer(inBytes)), n)
-	ob := unsafe.Slice((*int64)(unsafe.Pointer(outBytes)), n)
-	ip := unsafe.Slice((*unsafe.Pointer)(ins), n)
-	opp := unsafe.Slice((*unsafe.Pointer)(outs), n)
-	bi, bo := make([][]byte, n), make([][]byte, n)
-	for i := 0; i < n; i++ {
-		if bi[i], err = cbytes(op, fmt.Sprintf("ins[%d]", i), ip[i], ib[i]); err != nil {
-			return setErr(err)
+	return pgOp(h, op, work, func(g *pg.Group) (*worker.Work, error) {
+		if ins == nil || outs == nil || inBytes == nil || outBytes == nil {
+			return nil, invalid(op + ": ins, in_bytes, outs and out_bytes must not be NULL")
 		}
-		if bo[i], err = cbytes(op, fmt.Sprintf("outs[%d]", i), opp[i], ob[i]); err != nil {
-			return setErr(err)
+		n := g.Extent()
+		ib := unsafe.Slice((*int64)(unsafe.Pointer(inBytes)), n)
+		ob := unsafe.Slice((*int64)(unsafe.Pointer(outBytes)), n)
+		ip := unsafe.Slice((*unsafe.Pointer)(ins), n)
+		opp := unsafe.Slice((*unsafe.Pointer)(outs), n)
+		bi, bo := make([][]byte, n), make([][]byte, n)
+		var err error
+		for i := 0; i < n; i++ {
+			if bi[i], err = cbytes(op, fmt.Sprintf("ins[%d]", i), ip[i], ib[i]); err != nil {
+				return nil, err
+			}
+			if bo[i], err = cbytes(op, fmt.Sprintf("outs[%d]", i), opp[i], ob[i]); err != nil {
+				return nil, err
+			}
 		}
-	}
-	return putWork(pg, pg.alltoall(bi, bo), work)
+		return g.AllToAll(bi, bo)
+	})
 }
 
 //export mc_pg_send
 func mc_pg_send(h C.uint64_t, buf unsafe.Pointer, nbytes C.int64_t, dst C.int32_t, tag C.int32_t, work *C.uint64_t) C.int {
-	const op = "send"
-	pg, err := pgOf(h)
-	if err != nil {
-		return setErr(err)
-	}
-	if work == nil {
-		return setErr(invalid(op + ": work is NULL"))
-	}
-	if dst < 0 || int(dst) >= pg.cfg.maxSize {
-		return setErr(invalid(fmt.Sprintf("send: destination %d is not a rank of this group (size %d)", int32(dst), pg.extent())))
-	}
-	b, err := cbytes(op, "buf", buf, int64(nbytes))
-	if err != nil {
-		return setErr(err)
-	}
-	return putWork(pg, pg.send(b, int(dst), int32(tag)), work)
+	return pgOp(h, "send", work, func(g *pg.Group) (*worker.Work, error) {
+		b, err := cbytes("send", "buf", buf, int64(nbytes))
+		if err != nil {
+			return nil, err
+		}
+		return g.Send(b, int(dst), int32(tag))
+	})
 }
 
 //export mc_pg_recv
 func mc_pg_recv(h C.uint64_t, buf unsafe.Pointer, nbytes C.int64_t, src C.int32_t, tag C.int32_t, work *C.uint64_t) C.int {
-	const op = "recv"
-	pg, err := pgOf(h)
-	if err != nil {
-		return setErr(err)
-	}
-	if work == nil {
-		return setErr(invalid(op + ": work is NULL"))
-	}
-	if src < -1 || int(src) >= pg.cfg.maxSize {
-		return setErr(invalid(fmt.Sprintf("recv: source %d is not a rank of this group (size %d; -1 = any)", int32(src), pg.extent())))
-	}
-	b, err := cbytes(op, "buf", buf, int64(nbytes))
-	if err != nil {
-		return setErr(err)
-	}
-	return putWork(pg, pg.recv(b, int(src), int32(tag)), work)
+	return pgOp(h, "recv", work, func(g *pg.Group) (*worker.Work, error) {
+		b, err := cbytes("recv", "buf", buf, int64(nbytes))
+		if err != nil {
+			return nil, err
+		}
+		return g.Recv(b, int(src), int32(tag))
+	})
 }
 
 //export mc_pg_barrier
 func mc_pg_barrier(h C.uint64_t, work *C.uint64_t) C.int {
-	pg, err := pgOf(h)
-	if err != nil {
-		return setErr(err)
-	}
-	if work == nil {
-		return setErr(invalid("barrier: work is NULL"))
-	}
-	return putWork(pg, pg.barrier(), work)
+	return pgOp(h, "barrier", work, func(g *pg.Group) (*worker.Work, error) { return g.Barrier() })
 }
 
 //export mc_work_wait
@@ -549,63 +511,40 @@ func mc_work_wait(h C.uint64_t, timeoutMs C.int64_t) C.int {
 		setErr(err)
 		return codeStillRunning
 	}
-	return setErr(withCode(err))
+	return setErr(pg.Coded(err))
+}
+
+// workBool answers 1 or 0 for a work's predicate.
+func workBool(h C.uint64_t, f func(w *worker.Work) bool) C.int {
+	wr, err := workOf(h)
+	if err != nil {
+		return setErr(err)
+	}
+	if f(wr.w) {
+		return 1
+	}
+	return 0
 }
 
 //export mc_work_test
-func mc_work_test(h C.uint64_t) C.int {
-	wr, err := workOf(h)
-	if err != nil {
-		return setErr(err)
-	}
-	if wr.w.Completed() {
-		return 1
-	}
-	return 0
-}
+func mc_work_test(h C.uint64_t) C.int { return workBool(h, (*worker.Work).Completed) }
 
 //export mc_work_run
-func mc_work_run(h C.uint64_t) C.int {
-	wr, err := workOf(h)
-	if err != nil {
-		return setErr(err)
-	}
-	if wr.w.RunHere() {
-		return 1
-	}
-	return 0
-}
+func mc_work_run(h C.uint64_t) C.int { return workBool(h, (*worker.Work).RunHere) }
 
 //export mc_work_start
 func mc_work_start(h C.uint64_t) C.int {
-	wr, err := workOf(h)
-	if err != nil {
-		return setErr(err)
+	if rc := workBool(h, func(w *worker.Work) bool { w.Start(); return true }); rc < 0 {
+		return rc
 	}
-	wr.w.Start()
-	return 0
-}
-
-//export mc_pg_set_held_starts
-func mc_pg_set_held_starts(h C.uint64_t, on C.int) C.int {
-	pg, err := pgOf(h)
-	if err != nil {
-		return setErr(err)
-	}
-	pg.heldStarts.Store(on != 0)
 	return 0
 }
 
 //export mc_work_is_success
 func mc_work_is_success(h C.uint64_t) C.int {
-	wr, err := workOf(h)
-	if err != nil {
-		return setErr(err)
-	}
-	if wr.w.Completed() && wr.w.Err() == nil && len(wr.w.FailedRanks()) == 0 {
-		return 1
-	}
-	return 0
+	return workBool(h, func(w *worker.Work) bool {
+		return w.Completed() && w.Err() == nil && len(w.FailedRanks()) == 0
+	})
 }
 
 //export mc_work_error
@@ -631,25 +570,29 @@ func mc_work_source(h C.uint64_t) C.int32_t {
 	return C.int32_t(wr.w.Source())
 }
 
+// rankFlags writes 1 for each rank in ranks and 0 elsewhere into the n int32 flags at out.
+func rankFlags(name string, out *C.int32_t, n C.int32_t, set func(r int) bool) C.int {
+	if n < 0 || (n > 0 && out == nil) {
+		return setErr(invalid(name + ": out is NULL or n is negative"))
+	}
+	flags := unsafe.Slice((*int32)(unsafe.Pointer(out)), int(n))
+	for i := range flags {
+		flags[i] = 0
+		if set(i) {
+			flags[i] = 1
+		}
+	}
+	return 0
+}
+
 //export mc_work_failed_ranks
 func mc_work_failed_ranks(h C.uint64_t, out *C.int32_t, n C.int32_t) C.int {
 	wr, err := workOf(h)
 	if err != nil {
 		return setErr(err)
 	}
-	if n < 0 || (n > 0 && out == nil) {
-		return setErr(invalid("mc_work_failed_ranks: out is NULL or n is negative"))
-	}
-	flags := unsafe.Slice((*int32)(unsafe.Pointer(out)), int(n))
-	for i := range flags {
-		flags[i] = 0
-	}
-	for _, r := range wr.w.FailedRanks() {
-		if r >= 0 && r < len(flags) {
-			flags[r] = 1
-		}
-	}
-	return 0
+	failed := wr.w.FailedRanks()
+	return rankFlags("mc_work_failed_ranks", out, n, func(r int) bool { return slices.Contains(failed, r) })
 }
 
 //export mc_work_free
@@ -662,77 +605,46 @@ func mc_work_free(h C.uint64_t) C.int {
 
 //export mc_pg_get_active_ranks
 func mc_pg_get_active_ranks(h C.uint64_t, out *C.int32_t, n C.int32_t) C.int {
-	pg, err := pgOf(h)
+	ph, err := pgOf(h)
 	if err != nil {
 		return setErr(err)
 	}
-	if n < 0 || (n > 0 && out == nil) {
-		return setErr(invalid("mc_pg_get_active_ranks: out is NULL or n is negative"))
-	}
-	flags := unsafe.Slice((*int32)(unsafe.Pointer(out)), int(n))
-	act := pg.g.ActiveRanks()
-	for i := range flags {
-		flags[i] = 0
-		if i < len(act) && act[i] {
-			flags[i] = 1
-		}
-	}
-	return 0
+	act := ph.g.ActiveRanks()
+	return rankFlags("mc_pg_get_active_ranks", out, n, func(r int) bool { return r < len(act) && act[r] })
 }
 
 //export mc_pg_max_group_size
 func mc_pg_max_group_size(h C.uint64_t) C.int32_t {
-	pg, err := pgOf(h)
+	ph, err := pgOf(h)
 	if err != nil {
 		return C.int32_t(setErr(err))
 	}
-	return C.int32_t(pg.cfg.maxSize)
+	return C.int32_t(ph.g.MaxSize())
 }
 
 //export mc_pg_current_epoch
 func mc_pg_current_epoch(h C.uint64_t) C.int64_t {
-	pg, err := pgOf(h)
+	ph, err := pgOf(h)
 	if err != nil {
 		return C.int64_t(setErr(err))
 	}
-	return C.int64_t(pg.g.Epoch())
-}
-
-// storeCheck and storeAdd reach the other two callbacks (used by elastic membership).
-func (s cStore) Check(key string) (bool, error) {
-	ck := C.CString(key)
-	defer C.free(unsafe.Pointer(ck))
-	rc := C.mc_pg_store_check(s.ops, ck)
-	if rc < 0 {
-		return false, fmt.Errorf("store check %q failed (status %d)", key, int(rc))
-	}
-	return rc == 1, nil
-}
-
-func (s cStore) Add(key string, delta int64) (int64, error) {
-	ck := C.CString(key)
-	defer C.free(unsafe.Pointer(ck))
-	var out C.int64_t
-	if rc := C.mc_pg_store_add(s.ops, ck, C.int64_t(delta), &out); rc != 0 {
-		return 0, fmt.Errorf("store add %q failed (status %d)", key, int(rc))
-	}
-	return int64(out), nil
+	return C.int64_t(ph.g.Epoch())
 }
 
 //export mc_pg_membership
 func mc_pg_membership(h C.uint64_t, request *C.char, out *C.char, outlen C.int32_t) C.int {
-	pg, err := pgOf(h)
+	ph, err := pgOf(h)
 	if err != nil {
 		return setErr(err)
 	}
 	if request == nil {
 		return setErr(invalid("mc_pg_membership: request is NULL"))
 	}
-	var req memberRequest
+	var req pg.Request
 	if err := json.Unmarshal([]byte(C.GoString(request)), &req); err != nil {
 		return setErr(invalid(fmt.Sprintf("mc_pg_membership: malformed request: %v", err)))
 	}
-	res, err := pg.membershipCall(req)
+	res, err := ph.g.Membership(req)
 	if err != nil {
 		return setErr(err)
 	}

@@ -1,4 +1,4 @@
-package main
+package pg
 
 import (
 	"encoding/binary"
@@ -11,7 +11,7 @@ import (
 )
 
 // sumInt32 runs an int32 all_reduce of rank+1 on the given ranks and returns each result.
-func sumInt32(t *testing.T, pgs []*pgroup, ranks ...int) map[int]int32 {
+func sumInt32(t *testing.T, pgs []*Group, ranks ...int) map[int]int32 {
 	t.Helper()
 	out := map[int]int32{}
 	bufs := map[int][]byte{}
@@ -28,7 +28,7 @@ func sumInt32(t *testing.T, pgs []*pgroup, ranks ...int) map[int]int32 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w := pgs[r].allreduce(bufs[r], reduce.Int32, reduce.Sum)
+			w := must(t)(pgs[r].AllReduce(bufs[r], reduce.Int32, reduce.Sum))
 			if err := w.Wait(20 * time.Second); err != nil {
 				t.Errorf("rank %d: %v", r, err)
 				return
@@ -43,16 +43,16 @@ func sumInt32(t *testing.T, pgs []*pgroup, ranks ...int) map[int]int32 {
 }
 
 // call runs one membership call on each of ranks at once.
-func call(t *testing.T, pgs []*pgroup, req memberRequest, ranks ...int) map[int]memberResult {
+func call(t *testing.T, pgs []*Group, req Request, ranks ...int) map[int]Result {
 	t.Helper()
-	out := map[int]memberResult{}
+	out := map[int]Result{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, r := range ranks {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, err := pgs[r].membershipCall(req)
+			res, err := pgs[r].Membership(req)
 			if err != nil {
 				t.Errorf("rank %d %s: %v", r, req.Op, err)
 			}
@@ -74,9 +74,9 @@ func TestMembershipLog(t *testing.T) {
 	if got := sumInt32(t, pgs, 0, 1, 2); got[0] != 6 || got[2] != 6 {
 		t.Fatalf("before: %v", got)
 	}
-	res := call(t, pgs, memberRequest{Op: "deactivate", Ranks: []int{2}}, 0, 1)
+	res := call(t, pgs, Request{Op: "deactivate", Ranks: []int{2}}, 0, 1)
 	for r, x := range res {
-		if x.Status != statusApplied || x.NewEpoch != 1 || x.NumSynced != 2 {
+		if x.Status != ProposalApplied || x.NewEpoch != 1 || x.NumSynced != 2 {
 			t.Fatalf("rank %d deactivate: %+v", r, x)
 		}
 	}
@@ -87,28 +87,28 @@ func TestMembershipLog(t *testing.T) {
 		t.Fatalf("without rank 2: %v", got)
 	}
 	// Deactivating an inactive rank again is a no-op that still answers Applied.
-	if x := call(t, pgs, memberRequest{Op: "deactivate", Ranks: []int{2}}, 0)[0]; x.Status != statusApplied || x.NewEpoch != 1 {
+	if x := call(t, pgs, Request{Op: "deactivate", Ranks: []int{2}}, 0)[0]; x.Status != ProposalApplied || x.NewEpoch != 1 {
 		t.Fatalf("again: %+v", x)
 	}
-	if x := call(t, pgs, memberRequest{Op: "deactivate", Ranks: []int{0}}, 0)[0]; x.Status != statusRejected || !strings.Contains(x.RejectReason, "itself") {
+	if x := call(t, pgs, Request{Op: "deactivate", Ranks: []int{0}}, 0)[0]; x.Status != ProposalRejected || !strings.Contains(x.RejectReason, "itself") {
 		t.Fatalf("self: %+v", x)
 	}
 	// Rank 2 learns it was dropped and waits to be admitted; 0 and 1 admit it.
-	var joined memberResult
+	var joined Result
 	var jerr error
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		joined, jerr = pgs[2].membershipCall(memberRequest{Op: "join"})
+		joined, jerr = pgs[2].Membership(Request{Op: "join"})
 	}()
 	time.Sleep(200 * time.Millisecond)
-	res = call(t, pgs, memberRequest{Op: "activate", Ranks: []int{2}}, 0, 1)
+	res = call(t, pgs, Request{Op: "activate", Ranks: []int{2}}, 0, 1)
 	<-done
-	if jerr != nil || joined.Status != statusApplied || joined.NewEpoch != 2 {
+	if jerr != nil || joined.Status != ProposalApplied || joined.NewEpoch != 2 {
 		t.Fatalf("join: %+v %v", joined, jerr)
 	}
 	for r, x := range res {
-		if x.Status != statusApplied || x.NewEpoch != 2 {
+		if x.Status != ProposalApplied || x.NewEpoch != 2 {
 			t.Fatalf("rank %d activate: %+v", r, x)
 		}
 	}
@@ -117,8 +117,8 @@ func TestMembershipLog(t *testing.T) {
 	}
 	// Rank 1 skips a membership call that 0 makes: both fail the next op with a membership
 	// mismatch, rank 1 catches up, and the op after that works.
-	x := call(t, pgs, memberRequest{Op: "deactivate", Ranks: []int{2}}, 0)[0]
-	if x.Status != statusApplied {
+	x := call(t, pgs, Request{Op: "deactivate", Ranks: []int{2}}, 0)[0]
+	if x.Status != ProposalApplied {
 		t.Fatalf("%+v", x)
 	}
 	var wg sync.WaitGroup
@@ -127,11 +127,11 @@ func TestMembershipLog(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[r] = pgs[r].allreduce(make([]byte, 16), reduce.Int32, reduce.Sum).Wait(20 * time.Second)
+			errs[r] = must(t)(pgs[r].AllReduce(make([]byte, 16), reduce.Int32, reduce.Sum)).Wait(20 * time.Second)
 		}()
 	}
 	// Rank 2 (deactivated, not told) would wait for rank 0 and 1 in the same op: run it too.
-	w2 := pgs[2].allreduce(make([]byte, 16), reduce.Int32, reduce.Sum)
+	w2 := must(t)(pgs[2].AllReduce(make([]byte, 16), reduce.Int32, reduce.Sum))
 	wg.Wait()
 	for r, err := range errs {
 		if err == nil || !strings.Contains(err.Error(), "membership mismatch") {

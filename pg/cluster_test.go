@@ -1,0 +1,206 @@
+package pg
+
+// The test harness: every rank of a group in this process, each with its own transfer engine
+// (as separate processes have), sharing an in-memory rendezvous store. Killing a rank closes
+// its group and its engine without telling anyone: its peers see a process that no longer
+// answers, as they do when a rank's process dies.
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mooncake-go/mooncake/engine"
+	"github.com/mooncake-go/mooncake/p2p"
+	"github.com/mooncake-go/mooncake/worker"
+)
+
+// memKV is an in-memory Store.
+type memKV struct {
+	mu sync.Mutex
+	m  map[string][]byte
+	c  *sync.Cond
+}
+
+func newKV() *memKV {
+	kv := &memKV{m: map[string][]byte{}}
+	kv.c = sync.NewCond(&kv.mu)
+	return kv
+}
+
+func (kv *memKV) Set(k string, v []byte) error {
+	kv.mu.Lock()
+	kv.m[k] = append([]byte(nil), v...)
+	kv.c.Broadcast()
+	kv.mu.Unlock()
+	return nil
+}
+
+func (kv *memKV) Get(k string, timeout time.Duration) ([]byte, error) {
+	deadline := time.Now().Add(timeout)
+	t := time.AfterFunc(timeout, func() { kv.mu.Lock(); kv.c.Broadcast(); kv.mu.Unlock() })
+	defer t.Stop()
+	kv.mu.Lock()
+	defer kv.mu.Unlock()
+	for {
+		if v, ok := kv.m[k]; ok {
+			return v, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("key %q did not appear within %s", k, timeout)
+		}
+		kv.c.Wait()
+	}
+}
+
+func (kv *memKV) Check(k string) (bool, error) {
+	kv.mu.Lock()
+	defer kv.mu.Unlock()
+	_, ok := kv.m[k]
+	return ok, nil
+}
+
+func (kv *memKV) Add(k string, d int64) (int64, error) {
+	kv.mu.Lock()
+	defer kv.mu.Unlock()
+	n, _ := strconv.ParseInt(string(kv.m[k]), 10, 64)
+	n += d
+	kv.m[k] = []byte(strconv.FormatInt(n, 10))
+	kv.c.Broadcast()
+	return n, nil
+}
+
+// cluster is a group's ranks in this process.
+type cluster struct {
+	t    *testing.T
+	kv   *memKV
+	base Config
+	mu   sync.Mutex
+	pgs  []*Group // by rank; nil: not started or killed
+	engs []*engine.Engine
+}
+
+// newCluster starts ranks [0, base.Size) of a group configured as base (Rank is set per
+// rank; Name defaults to the test's name) and waits for all of them.
+func newCluster(t *testing.T, base Config) *cluster {
+	t.Helper()
+	if base.Name == "" {
+		base.Name = t.Name()
+	}
+	if base.MaxSize == 0 {
+		base.MaxSize = base.Size
+	}
+	c := &cluster{t: t, kv: newKV(), base: base, pgs: make([]*Group, base.MaxSize), engs: make([]*engine.Engine, base.MaxSize)}
+	t.Cleanup(c.closeAll)
+	ranks := make([]int, base.Size)
+	for r := range ranks {
+		ranks[r] = r
+	}
+	c.start(func(cfg *Config) {}, ranks...)
+	return c
+}
+
+// start starts a process for each of ranks (a replacement when the rank ran before, or a
+// joiner) with mod applied to its config, and waits until New returned on all of them.
+func (c *cluster) start(mod func(cfg *Config), ranks ...int) {
+	c.t.Helper()
+	errs := make([]error, len(ranks))
+	var wg sync.WaitGroup
+	for i, r := range ranks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			eng, err := engine.New(context.Background(), engine.Config{LocalServerName: "127.0.0.1", MetadataServer: "P2PHANDSHAKE"})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			cfg := c.base
+			cfg.Rank = r
+			mod(&cfg)
+			g, err := New(cfg, c.kv, p2p.EngineFabric(eng))
+			if err != nil {
+				eng.Close()
+				errs[i] = err
+				return
+			}
+			c.mu.Lock()
+			c.pgs[r], c.engs[r] = g, eng
+			c.mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			c.t.Fatalf("starting rank %d: %v", ranks[i], err)
+		}
+	}
+}
+
+// kill ends rank r's process as a crash would look to its peers.
+func (c *cluster) kill(r int) {
+	c.mu.Lock()
+	g, eng := c.pgs[r], c.engs[r]
+	c.pgs[r], c.engs[r] = nil, nil
+	c.mu.Unlock()
+	if g != nil {
+		g.Close()
+	}
+	if eng != nil {
+		eng.Close()
+	}
+}
+
+func (c *cluster) closeAll() {
+	for r := range c.pgs {
+		c.kill(r)
+	}
+}
+
+// groups returns the cluster's groups by rank.
+func (c *cluster) groups() []*Group {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*Group(nil), c.pgs...)
+}
+
+// groups makes n ranks of one group, each on its own engine.
+func groups(t *testing.T, n int, timeout time.Duration) []*Group {
+	t.Helper()
+	return newCluster(t, Config{Size: n, Timeout: timeout}).groups()
+}
+
+// must returns the work of an op that must be accepted.
+func must(t *testing.T) func(w *worker.Work, err error) *worker.Work {
+	return func(w *worker.Work, err error) *worker.Work {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+}
+
+func waitAll(t *testing.T, ws ...*worker.Work) {
+	t.Helper()
+	for i, w := range ws {
+		if err := w.Wait(20 * time.Second); err != nil {
+			t.Fatalf("work %d (%s): %v", i, w.Op(), err)
+		}
+	}
+}
+
+// newOn makes another group (a subgroup) on rank r's engine; the cluster closes it.
+func (c *cluster) newOn(r int, cfg Config) (*Group, error) {
+	c.mu.Lock()
+	eng := c.engs[r]
+	c.mu.Unlock()
+	g, err := New(cfg, c.kv, p2p.EngineFabric(eng))
+	if err == nil {
+		c.t.Cleanup(func() { g.Close() })
+	}
+	return g, err
+}

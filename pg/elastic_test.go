@@ -1,0 +1,258 @@
+package pg
+
+// The membership protocol with ranks that die: the scenarios tests/test_elastic.py runs with
+// real processes under torch, here with every rank in this process on its own engine
+// (cluster_test.go), so they run under the race detector and need no torch.
+
+import (
+	"encoding/binary"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mooncake-go/mooncake/collective/reduce"
+	"github.com/mooncake-go/mooncake/worker"
+)
+
+// sumOp is one rank's int32 all_reduce of rank+1.
+type sumOp struct {
+	got    int32
+	failed []int
+	err    error
+}
+
+// allReduce runs an int32 all_reduce of rank+1 (64 elements) on ranks at once and returns
+// each rank's result, failed-ranks hint and error.
+func allReduce(t *testing.T, c *cluster, ranks ...int) map[int]sumOp {
+	t.Helper()
+	pgs := c.groups()
+	out := map[int]sumOp{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, r := range ranks {
+		b := make([]byte, 4*64)
+		for i := 0; i < 64; i++ {
+			binary.LittleEndian.PutUint32(b[4*i:], uint32(r+1))
+		}
+		w := must(t)(pgs[r].AllReduce(b, reduce.Int32, reduce.Sum))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := w.Wait(30 * time.Second)
+			res := sumOp{failed: w.FailedRanks(), err: err}
+			if err == nil {
+				// Every element must hold the same sum.
+				res.got = int32(binary.LittleEndian.Uint32(b))
+				for i := 1; i < 64; i++ {
+					if v := int32(binary.LittleEndian.Uint32(b[4*i:])); v != res.got {
+						t.Errorf("rank %d: element %d is %d, element 0 is %d", r, i, v, res.got)
+					}
+				}
+			}
+			mu.Lock()
+			out[r] = res
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// wantSum checks that every rank of ranks completed with sum and the failed-ranks hint failed.
+func wantSum(t *testing.T, res map[int]sumOp, sum int32, failed ...int) {
+	t.Helper()
+	for r, x := range res {
+		if x.err != nil {
+			t.Fatalf("rank %d: %v", r, x.err)
+		}
+		if x.got != sum || !slices.Equal(x.failed, failed) {
+			t.Fatalf("rank %d: sum %d hint %v, want %d and %v", r, x.got, x.failed, sum, failed)
+		}
+	}
+}
+
+// calls runs one membership call on each of ranks at once.
+func calls(t *testing.T, c *cluster, req Request, ranks ...int) map[int]Result {
+	t.Helper()
+	return call(t, c.groups(), req, ranks...)
+}
+
+func active(g *Group) []int { return ranksOf(g.ActiveRanks()) }
+
+// TestKilledDuringOp: a rank dies while the others run an all_reduce; the op completes over
+// the survivors with the dead rank as its hint, the group moves to a new epoch without it, and
+// the next op is clean.
+func TestKilledDuringOp(t *testing.T) {
+	c := newCluster(t, Config{Size: 3, Timeout: 30 * time.Second, AutoDeactivate: true, AutoSync: true})
+	wantSum(t, allReduce(t, c, 0, 1, 2), 6)
+	c.kill(2)
+	wantSum(t, allReduce(t, c, 0, 1), 3, 2)
+	for _, r := range []int{0, 1} {
+		g := c.groups()[r]
+		if g.Epoch() != 1 || !slices.Equal(active(g), []int{0, 1}) || g.Extent() != 2 {
+			t.Fatalf("rank %d: epoch %d active %v extent %d", r, g.Epoch(), active(g), g.Extent())
+		}
+	}
+	wantSum(t, allReduce(t, c, 0, 1), 3)
+}
+
+// TestReplaceAndRecover: a killed rank's replacement process starts outside the group (it
+// finds that the old process completed set-up and is gone), joins through join_group while
+// the survivors call recover_ranks, and the three run collectives and p2p again.
+func TestReplaceAndRecover(t *testing.T) {
+	c := newCluster(t, Config{Size: 3, Timeout: 30 * time.Second, AutoDeactivate: true, AutoSync: true})
+	wantSum(t, allReduce(t, c, 0, 1, 2), 6)
+	c.kill(1)
+	wantSum(t, allReduce(t, c, 0, 2), 4, 1)
+	c.start(func(*Config) {}, 1)
+	pgs := c.groups()
+	if pgs[1].m.joined {
+		t.Fatal("the replacement joined the group by itself")
+	}
+	// Before join_group it is no member: collectives fail at once with a clear error.
+	if err := must(t)(pgs[1].Barrier()).Wait(5 * time.Second); err == nil {
+		t.Fatal("a barrier on the replacement before join_group succeeded")
+	}
+	joined := make(chan Result, 1)
+	go func() {
+		res, err := pgs[1].Membership(Request{Op: "join"})
+		if err != nil {
+			t.Errorf("join: %v", err)
+		}
+		joined <- res
+	}()
+	for r, x := range calls(t, c, Request{Op: "activate", Ranks: []int{1}}, 0, 2) {
+		if x.Status != ProposalApplied || x.NewEpoch != 2 || x.NumSynced != 3 {
+			t.Fatalf("rank %d recover_ranks: %+v", r, x)
+		}
+	}
+	if x := <-joined; x.Status != ProposalApplied || x.NewEpoch != 2 {
+		t.Fatalf("join: %+v", x)
+	}
+	wantSum(t, allReduce(t, c, 0, 1, 2), 6)
+	// p2p with the replacement both ways.
+	buf := make([]byte, 100)
+	rw := must(t)(pgs[1].Recv(buf, 0, 7))
+	waitAll(t, must(t)(pgs[0].Send(make([]byte, 100), 1, 7)), rw)
+	rw = must(t)(pgs[0].Recv(buf, 1, 8))
+	waitAll(t, must(t)(pgs[1].Send(make([]byte, 100), 0, 8)), rw)
+}
+
+// TestCoordinatorKilled: rank 0 (the lowest rank, and the one that proposed the last
+// membership change) dies; the others still agree on the failure and go on.
+func TestCoordinatorKilled(t *testing.T) {
+	c := newCluster(t, Config{Size: 4, Timeout: 30 * time.Second, AutoDeactivate: true, AutoSync: true})
+	// Rank 0 proposes a change alone first, so the log's last writer is rank 0.
+	if x := calls(t, c, Request{Op: "deactivate", Ranks: []int{3}}, 0, 1, 2)[0]; x.Status != ProposalApplied {
+		t.Fatalf("deactivate: %+v", x)
+	}
+	c.kill(3)
+	wantSum(t, allReduce(t, c, 0, 1, 2), 6)
+	c.kill(0)
+	wantSum(t, allReduce(t, c, 1, 2), 5, 0)
+	for _, r := range []int{1, 2} {
+		if g := c.groups()[r]; !slices.Equal(active(g), []int{1, 2}) || g.Epoch() != 2 {
+			t.Fatalf("rank %d: active %v epoch %d", r, active(g), g.Epoch())
+		}
+	}
+	wantSum(t, allReduce(t, c, 1, 2), 5)
+}
+
+// TestManualMode: with auto_deactivate and auto_sync off, a dead rank stays active but out of
+// the ops, and every op names it in its hint, until the program calls deactivate_ranks; then
+// recover_ranks admits a replacement.
+func TestManualMode(t *testing.T) {
+	c := newCluster(t, Config{Size: 3, Timeout: 30 * time.Second})
+	wantSum(t, allReduce(t, c, 0, 1, 2), 6)
+	c.kill(2)
+	wantSum(t, allReduce(t, c, 0, 1), 3, 2)
+	g0 := c.groups()[0]
+	if g0.Epoch() != 0 || !slices.Equal(active(g0), []int{0, 1, 2}) {
+		t.Fatalf("after the failure: epoch %d active %v (the dead rank stays active)", g0.Epoch(), active(g0))
+	}
+	wantSum(t, allReduce(t, c, 0, 1), 3, 2) // still excluded, still in the hint
+	if x := calls(t, c, Request{Op: "sync"}, 0)[0]; x.Status != SyncRejected {
+		t.Fatalf("sync_after_failure in manual mode: %+v", x)
+	}
+	for r, x := range calls(t, c, Request{Op: "deactivate", Ranks: []int{2}}, 0, 1) {
+		if x.Status != ProposalApplied || x.NewEpoch != 1 {
+			t.Fatalf("rank %d deactivate_ranks: %+v", r, x)
+		}
+	}
+	wantSum(t, allReduce(t, c, 0, 1), 3)
+	c.start(func(*Config) {}, 2)
+	joined := make(chan error, 1)
+	go func() {
+		_, err := c.groups()[2].Membership(Request{Op: "join"})
+		joined <- err
+	}()
+	for r, x := range calls(t, c, Request{Op: "activate", Ranks: []int{2}}, 0, 1) {
+		if x.Status != ProposalApplied {
+			t.Fatalf("rank %d recover_ranks: %+v", r, x)
+		}
+	}
+	if err := <-joined; err != nil {
+		t.Fatal(err)
+	}
+	wantSum(t, allReduce(t, c, 0, 1, 2), 6)
+}
+
+// TestExtendWithSubgroup: a group of 2 with 4 slots grows to 4 with two is_extension ranks;
+// then a subgroup of an original rank and a joiner, made on the same engines, runs its own
+// collectives beside the big group.
+func TestExtendWithSubgroup(t *testing.T) {
+	c := newCluster(t, Config{Size: 2, MaxSize: 4, Timeout: 30 * time.Second, AutoDeactivate: true, AutoSync: true})
+	wantSum(t, allReduce(t, c, 0, 1), 3)
+	c.start(func(cfg *Config) { cfg.IsExtension = true }, 2, 3)
+	pgs := c.groups()
+	var wg sync.WaitGroup
+	for _, r := range []int{2, 3} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if x, err := pgs[r].Membership(Request{Op: "join"}); err != nil || x.Status != ProposalApplied {
+				t.Errorf("rank %d join: %+v %v", r, x, err)
+			}
+		}()
+	}
+	for r, x := range calls(t, c, Request{Op: "extend", Size: 4}, 0, 1) {
+		if x.Status != ProposalApplied || x.NumSynced != 4 {
+			t.Fatalf("rank %d extend_group_size_to: %+v", r, x)
+		}
+	}
+	wg.Wait()
+	for r, g := range pgs {
+		if g.Extent() != 4 {
+			t.Fatalf("rank %d: extent %d after the extension", r, g.Extent())
+		}
+	}
+	wantSum(t, allReduce(t, c, 0, 1, 2, 3), 10)
+
+	// The subgroup [0, 2]: its own name, sizes and ranks, on the ranks' engines.
+	sub := make([]*Group, 2)
+	errs := make([]error, 2)
+	for i, r := range []int{0, 2} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sub[i], errs[i] = c.newOn(r, Config{Rank: i, Size: 2, Timeout: 30 * time.Second, Name: t.Name() + "/sub"})
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("subgroup rank %d: %v", i, err)
+		}
+	}
+	bufs := [][]byte{{1, 0, 0, 0}, {5, 0, 0, 0}}
+	var ws []*worker.Work
+	for i, g := range sub {
+		ws = append(ws, must(t)(g.AllReduce(bufs[i], reduce.Int32, reduce.Sum)))
+	}
+	waitAll(t, ws...)
+	if bufs[0][0] != 6 || bufs[1][0] != 6 {
+		t.Fatalf("subgroup all_reduce: %v", bufs)
+	}
+	wantSum(t, allReduce(t, c, 0, 1, 2, 3), 10)
+}

@@ -1,0 +1,155 @@
+package pg
+
+// Faults during ops: an op that meets a dead peer is agreed on and run again over the
+// survivors (see membership.go's file comment).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mooncake-go/mooncake/collective"
+	"github.com/mooncake-go/mooncake/worker"
+)
+
+// isPeerFailure reports whether err is a failure a dead peer can explain (not a mismatch,
+// not bad arguments, not a cancellation).
+func isPeerFailure(err error) bool {
+	var me *collective.MismatchError
+	if errors.As(err, &me) {
+		return false
+	}
+	var pe *collective.PeerError
+	var ae *collective.AbortError
+	return errors.As(err, &pe) || errors.As(err, &ae) || errors.Is(err, collective.ErrPeerDead)
+}
+
+// deadMembers probes the members of the op that failed and returns those that are gone.
+func (pg *Group) deadMembers(ctx context.Context, members []int) []int {
+	var dead []int
+	for _, m := range members {
+		if m == pg.cfg.Rank {
+			continue
+		}
+		if err := pg.ep.PeerAlive(ctx, m); err != nil && errors.Is(err, collective.ErrPeerDead) {
+			dead = append(dead, m)
+		}
+	}
+	return dead
+}
+
+// runFT runs a collective so that peer failures do not fail it: see the file comment.
+// inplace is the buffer the op overwrites with its result (nil when inputs and outputs are
+// separate); fn gets a save buffer for it (collective.Group.AllReduceOrRestore: a failed
+// attempt leaves the input in place, and the same-host path saves it chunk by chunk as it
+// reads it) unless Options.NoInputCopy (MOONCAKE_PG_FT_INPUT_COPY=0; then save is nil, and a peer failure during
+// an all_reduce or reduce fails it, after the group agreed on the failure).
+func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(ctx context.Context, save []byte) error) error {
+	if !pg.m.joined {
+		return opErr{fmt.Errorf("%s on rank %d: this rank is not an active member of the group (call join_group, or it was deactivated)", op, pg.cfg.Rank)}
+	}
+	var save []byte
+	if len(inplace) > 0 && len(pg.g.Members()) > 1 && !pg.cfg.Options.NoInputCopy {
+		save = pg.scratch(len(inplace))
+	}
+	var failed []int
+	for {
+		members := pg.g.Members()
+		seq := pg.g.Seq()
+		err := fn(ctx, save)
+		if err == nil {
+			if x := union(failed, pg.g.Excluded()); len(x) > 0 {
+				return &worker.Degraded{Failed: x}
+			}
+			return nil
+		}
+		var mm *collective.MismatchError
+		if errors.As(err, &mm) && mm.Membership {
+			// A member is ahead of this rank in the decision log (it saw a failure this rank
+			// did not, or a membership call this rank did not make): catch up, so the next op
+			// runs with the same view on every rank.
+			pg.catchUp()
+			return err
+		}
+		if !isPeerFailure(err) || ctx.Err() != nil {
+			pg.catchUp()
+			return err
+		}
+		dead := pg.deadMembers(ctx, members)
+		if len(dead) == 0 {
+			// Nobody died: the op failed for another reason (a member that aborted it, for
+			// instance because it is ahead in the decision log). Catch up and report it.
+			pg.catchUp()
+			return err
+		}
+		d, perr := pg.propose(func(cur *decision) (*decision, string) {
+			participating := without(cur.Active, cur.Excluded)
+			if len(without(dead, participating)) == len(dead) {
+				return nil, "" // already out (a decision this rank applied meanwhile)
+			}
+			cur.Kind, cur.Ranks, cur.FailedSeq = "fault", dead, seq
+			if pg.cfg.AutoDeactivate && pg.cfg.AutoSync {
+				cur.Epoch++
+				cur.Active = without(cur.Active, dead)
+				cur.Excluded = without(cur.Excluded, dead)
+			} else {
+				cur.Excluded = union(cur.Excluded, dead)
+				if pg.cfg.AutoDeactivate {
+					cur.Pending = union(cur.Pending, dead)
+				}
+			}
+			return cur, ""
+		}, func(d *decision) bool { return d.Kind == "fault" && d.FailedSeq == seq })
+		if perr != nil {
+			return fmt.Errorf("%w; agreeing on the failed ranks failed too: %w", err, perr)
+		}
+		if !pg.m.joined {
+			return opErr{fmt.Errorf("%s on rank %d: the group declared this rank failed (epoch %d): %w", op, pg.cfg.Rank, pg.g.Epoch(), err)}
+		}
+		if d != nil {
+			failed = union(failed, d.Ranks)
+		} else {
+			failed = union(failed, dead)
+		}
+		if save == nil && len(inplace) > 0 {
+			// MOONCAKE_PG_FT_INPUT_COPY=0: the input may be half overwritten; the group
+			// moved on without the dead ranks, this op reports the failure.
+			return fmt.Errorf("%w (MOONCAKE_PG_FT_INPUT_COPY=0: the op is not rerun over the survivors)", err)
+		}
+	}
+}
+
+// catchUp applies the decisions in the log that this rank has not applied.
+func (pg *Group) catchUp() {
+	for {
+		k := pg.m.applied + 1
+		if ok, err := pg.st.Check(pg.key("dec", k)); err != nil || !ok {
+			return
+		}
+		d, err := pg.readDecision(k, decisionWait)
+		if err != nil || pg.apply(d) != nil {
+			return
+		}
+	}
+}
+
+// scratch returns a reusable buffer of n bytes for input copies.
+func (pg *Group) scratch(n int) []byte {
+	if cap(pg.save) < n {
+		pg.save = make([]byte, n)
+	}
+	return pg.save[:n]
+}
+
+// collectiveTimeout is the op deadline of collectives: set_collective_timeout_us when set,
+// else Options.CollectiveTimeout, else the group's timeout.
+func (pg *Group) collectiveTimeout() time.Duration {
+	if d := time.Duration(pg.collTimeout.Load()); d > 0 {
+		return min(d, pg.cfg.Timeout)
+	}
+	if d := pg.cfg.Options.CollectiveTimeout; d > 0 {
+		return min(d, pg.cfg.Timeout)
+	}
+	return pg.cfg.Timeout
+}

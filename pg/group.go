@@ -1,0 +1,184 @@
+package pg
+
+// The group: creation over the rendezvous store, the op queue, accessors and Close.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mooncake-go/mooncake/collective"
+	"github.com/mooncake-go/mooncake/p2p"
+	"github.com/mooncake-go/mooncake/worker"
+)
+
+// Group is one rank's process group.
+type Group struct {
+	cfg    Config
+	st     Store
+	fabric p2p.Fabric
+	ep     *p2p.Endpoint
+	g      *collective.Group
+	q      *worker.Queue
+
+	m           membership   // elastic state (membership.go), owned by the queue's goroutine
+	save        []byte       // an in-place op's input kept for a rerun (runFT, scratch)
+	collTimeout atomic.Int64 // set_collective_timeout_us, ns (0: unset)
+	heldStarts  atomic.Bool  // ops wait for Work.Start / Work.RunHere (the torch shim)
+
+	sendMu sync.Mutex
+	sendQs map[int]*worker.Queue
+	recvs  sync.WaitGroup
+	closed atomic.Bool
+}
+
+// New creates the endpoint, publishes it, connects to every initial rank and starts
+// the op queue. It blocks until every initial rank published its endpoint or the timeout.
+func New(cfg Config, st Store, f p2p.Fabric) (*Group, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	ep, err := p2p.New(f, cfg.Rank, cfg.MaxSize, cfg.Options.P2P)
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*Group, error) {
+		ep.Close()
+		return nil, err
+	}
+	joining := joiningProcess(cfg, st, func(pi p2p.Info) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if pr, ok := f.(p2p.Prober); ok {
+			return pr.Probe(ctx, pi.Segment, pi.Engine)
+		}
+		return nil
+	})
+	info, _ := json.Marshal(ep.Info())
+	if err := st.Set(endpointKey(cfg.Name, cfg.Rank), info); err != nil {
+		return fail(fmt.Errorf("process group %q, rank %d: publishing the endpoint: %w", cfg.Name, cfg.Rank, err))
+	}
+	opts := cfg.Options.Collective
+	pg := &Group{cfg: cfg, st: st, fabric: f, ep: ep, q: worker.NewQueue(fmt.Sprintf("rank %d", cfg.Rank), cfg.Timeout),
+		sendQs: map[int]*worker.Queue{}}
+	if joining {
+		// A replacement or a new rank: it stays outside the group until join_group.
+		init := initialSize(cfg, st)
+		g, err := collective.NewGroup(ep, cfg.Rank, init, cfg.MaxSize, opts)
+		if err != nil {
+			pg.q.Close()
+			return fail(err)
+		}
+		pg.g = g
+		pg.logf("started outside the running group (is_extension=%v); call join_group", cfg.IsExtension)
+		pg.viewChanged()
+		return pg, nil
+	}
+	deadline := time.Now().Add(cfg.Timeout)
+	segs := make([]string, cfg.MaxSize)
+	for r := 0; r < cfg.Size; r++ {
+		if r == cfg.Rank {
+			continue
+		}
+		v, err := st.Get(endpointKey(cfg.Name, r), time.Until(deadline))
+		if err != nil {
+			return fail(fmt.Errorf("process group %q, rank %d: waiting for rank %d to publish its endpoint: %w", cfg.Name, cfg.Rank, r, err))
+		}
+		var pi p2p.Info
+		if err := json.Unmarshal(v, &pi); err != nil {
+			return fail(fmt.Errorf("process group %q, rank %d: rank %d published a bad endpoint %q: %w", cfg.Name, cfg.Rank, r, v, err))
+		}
+		if pi.Rank != r {
+			return fail(fmt.Errorf("process group %q: the endpoint under rank %d's key says rank %d", cfg.Name, r, pi.Rank))
+		}
+		segs[r] = pi.Segment
+		if err := ep.Connect(pi); err != nil {
+			return fail(fmt.Errorf("process group %q: %w", cfg.Name, err))
+		}
+	}
+	g, err := collective.NewGroup(ep, cfg.Rank, cfg.Size, cfg.MaxSize, opts)
+	if err != nil {
+		return fail(err)
+	}
+	if sm, ok := p2p.NewSharedMemory(f, segs); ok && !cfg.Options.NoSharedMemory && !cfg.IsExtension && cfg.MaxSize == cfg.Size {
+		// Same-host fast path: a collective decision, so every rank takes it or none does.
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		_, err := g.EnableSharedMemory(ctx, sm, cfg.Options.Shared)
+		cancel()
+		if err != nil {
+			return fail(fmt.Errorf("process group %q, rank %d: setting up shared memory: %w", cfg.Name, cfg.Rank, err))
+		}
+	}
+	pg.g, pg.m.joined = g, true
+	if cfg.Rank == 0 {
+		st.Set(cfg.Name+"/mooncake/size", []byte(strconv.Itoa(cfg.Size)))
+	}
+	st.Set(endpointKey(cfg.Name, cfg.Rank)+"/up", info)
+	pg.viewChanged()
+	return pg, nil
+}
+
+// viewChanged tells Config.OnExtent the active extent.
+func (pg *Group) viewChanged() {
+	if pg.cfg.OnExtent != nil {
+		pg.cfg.OnExtent(pg.Extent())
+	}
+}
+
+// Rank is this process's rank in the group.
+func (pg *Group) Rank() int { return pg.cfg.Rank }
+
+// MaxSize is the group's slot count (max_group_size).
+func (pg *Group) MaxSize() int { return pg.cfg.MaxSize }
+
+// Timeout is the group's op timeout.
+func (pg *Group) Timeout() time.Duration { return pg.cfg.Timeout }
+
+// Closed reports whether Close was called.
+func (pg *Group) Closed() bool { return pg.closed.Load() }
+
+// ActiveRanks is the active mask, MaxSize long.
+func (pg *Group) ActiveRanks() []bool { return pg.g.ActiveRanks() }
+
+// Epoch is the group's membership epoch.
+func (pg *Group) Epoch() int64 { return pg.g.Epoch() }
+
+// SetHeldStarts makes ops submitted from now on wait until the caller starts them
+// (Work.Start hands one to the queue's goroutine, Work.RunHere runs it on the calling
+// thread): the torch shim runs synchronous ops on its own thread this way.
+func (pg *Group) SetHeldStarts(on bool) { pg.heldStarts.Store(on) }
+
+// Extent is the group's active extent: the highest active rank + 1 (what torch's
+// get_world_size reports for the group, through the shim).
+func (pg *Group) Extent() int {
+	act := pg.g.ActiveRanks()
+	for r := len(act) - 1; r >= 0; r-- {
+		if act[r] {
+			return r + 1
+		}
+	}
+	return pg.cfg.Size
+}
+
+// Close finishes the queued ops (each bounded by the op timeout), then frees the endpoint.
+func (pg *Group) Close() error {
+	if pg.closed.Swap(true) {
+		return nil
+	}
+	pg.q.Close()
+	pg.sendMu.Lock()
+	qs := pg.sendQs
+	pg.sendQs = map[int]*worker.Queue{}
+	pg.sendMu.Unlock()
+	for _, q := range qs {
+		q.Close()
+	}
+	pg.g.Close()         // the queue is drained: no op uses the shared-memory path any more
+	err := pg.ep.Close() // fails receives still pending
+	pg.recvs.Wait()
+	return err
+}

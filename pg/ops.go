@@ -1,0 +1,199 @@
+package pg
+
+// The ops: collectives on the group's ordered queue (run by runFT, ftrun.go) and
+// point-to-point sends and receives outside it.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mooncake-go/mooncake/collective"
+	"github.com/mooncake-go/mooncake/collective/reduce"
+	"github.com/mooncake-go/mooncake/worker"
+)
+
+// submit queues a collective; peer failures are handled by runFT (ftrun.go).
+func (pg *Group) submit(op string, fn func(ctx context.Context) error) *worker.Work {
+	return pg.submitInPlace(op, nil, func(ctx context.Context, _ []byte) error { return fn(ctx) })
+}
+
+// submitTo queues an op on q; with held starts (SetHeldStarts) the caller starts it.
+func (pg *Group) submitTo(q *worker.Queue, op string, fn func(ctx context.Context) error) *worker.Work {
+	if pg.heldStarts.Load() {
+		return q.SubmitHeld(op, fn)
+	}
+	return q.Submit(op, fn)
+}
+
+// submitInPlace queues a collective that overwrites inplace with its result; fn gets the
+// buffer that saves the input for a rerun (see runFT).
+func (pg *Group) submitInPlace(op string, inplace []byte, fn func(ctx context.Context, save []byte) error) *worker.Work {
+	return pg.submitTo(pg.q, op, func(ctx context.Context) error {
+		if d := pg.collectiveTimeout(); d < pg.cfg.Timeout {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, d)
+			defer cancel()
+		}
+		return Coded(pg.runFT(ctx, op, inplace, fn))
+	})
+}
+
+// p2pCheck fails a send or receive at once when the peer is not a live member.
+func (pg *Group) p2pCheck(op string, peer int) error {
+	if peer < 0 || peer == pg.cfg.Rank {
+		return nil
+	}
+	if !pg.g.ActiveRanks()[peer] {
+		return opErr{fmt.Errorf("%s on rank %d: rank %d is not an active member of the group (epoch %d)", op, pg.cfg.Rank, peer, pg.g.Epoch())}
+	}
+	if err := pg.ep.Dead(peer); err != nil {
+		return opErr{fmt.Errorf("%s on rank %d with rank %d: %w", op, pg.cfg.Rank, peer, err)}
+	}
+	return nil
+}
+
+// Send queues a send to dst behind earlier sends to dst (not behind collectives: a send never
+// waits for a matching receive, and keeping it out of the collective queue lets programs mix
+// p2p and collectives in any order that torch allows).
+func (pg *Group) Send(buf []byte, dst int, tag int32) (*worker.Work, error) {
+	if dst < 0 || dst >= pg.cfg.MaxSize {
+		return nil, invalid(fmt.Sprintf("send: destination %d is not a rank of this group (size %d)", dst, pg.Extent()))
+	}
+	pg.sendMu.Lock()
+	q := pg.sendQs[dst]
+	if q == nil {
+		q = worker.NewQueue(fmt.Sprintf("rank %d", pg.cfg.Rank), pg.cfg.Timeout)
+		pg.sendQs[dst] = q
+	}
+	pg.sendMu.Unlock()
+	return pg.submitTo(q, "send", func(ctx context.Context) error {
+		if err := pg.p2pCheck("send", dst); err != nil {
+			return err
+		}
+		if err := pg.ep.AliveRecently(ctx, dst, time.Second); err != nil && errors.Is(err, collective.ErrPeerDead) {
+			return opErr{fmt.Errorf("send on rank %d to rank %d (tag %d): %w", pg.cfg.Rank, dst, tag, err)}
+		}
+		if err := pg.ep.Send(ctx, dst, collective.UserTag(tag), buf); err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				return opErr{fmt.Errorf("send on rank %d to rank %d (tag %d): rank %d did not take the message within %s", pg.cfg.Rank, dst, tag, dst, pg.cfg.Timeout)}
+			}
+			return opErr{fmt.Errorf("send on rank %d to rank %d (tag %d): %w", pg.cfg.Rank, dst, tag, err)}
+		}
+		return nil
+	}), nil
+}
+
+// Recv posts the receive now (so receives match in call order) and completes the work when a
+// message of exactly len(buf) bytes arrived.
+func (pg *Group) Recv(buf []byte, src int, tag int32) (*worker.Work, error) {
+	if src < -1 || src >= pg.cfg.MaxSize {
+		return nil, invalid(fmt.Sprintf("recv: source %d is not a rank of this group (size %d; -1 = any)", src, pg.Extent()))
+	}
+	w := worker.NewWork("recv")
+	peer := src
+	if src < 0 {
+		peer = collective.AnySource
+	}
+	if pg.closed.Load() {
+		w.Finish(fmt.Errorf("recv: %w", worker.ErrClosed))
+		return w, nil
+	}
+	if err := pg.p2pCheck("recv", src); err != nil {
+		w.Finish(err)
+		return w, nil
+	}
+	r := pg.ep.PostRecv(peer, collective.UserTag(tag), buf)
+	from := "any rank"
+	if src >= 0 {
+		from = fmt.Sprintf("rank %d", src)
+	}
+	pg.recvs.Add(1)
+	go func() {
+		defer pg.recvs.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), pg.cfg.Timeout)
+		defer cancel()
+		n, s, err := r.Wait(ctx)
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
+			err = opErr{fmt.Errorf("recv on rank %d: no message from %s (tag %d) within %s: %w", pg.cfg.Rank, from, tag, pg.cfg.Timeout, worker.ErrTimeout)}
+		case err != nil:
+			err = opErr{fmt.Errorf("recv on rank %d from %s (tag %d): %w", pg.cfg.Rank, from, tag, err)}
+		case n != len(buf):
+			err = opErr{fmt.Errorf("recv on rank %d: rank %d sent %d bytes (tag %d), the receive expects %d", pg.cfg.Rank, s, n, tag, len(buf))}
+		}
+		w.FinishFrom(s, err)
+	}()
+	return w, nil
+}
+
+// checkRank fails when r is not a rank of the group's active extent.
+func (pg *Group) checkRank(op, what string, r int) error {
+	if n := pg.Extent(); r < 0 || r >= n {
+		return invalid(fmt.Sprintf("%s: %s %d is not a rank of this group (size %d)", op, what, r, n))
+	}
+	return nil
+}
+
+// Broadcast sends root's buf to every member's buf.
+func (pg *Group) Broadcast(buf []byte, root int) (*worker.Work, error) {
+	if err := pg.checkRank("broadcast", "root", root); err != nil {
+		return nil, err
+	}
+	return pg.submit("broadcast", func(ctx context.Context) error { return pg.g.Broadcast(ctx, buf, root) }), nil
+}
+
+// AllReduce reduces buf (elements of dt) with op across the members, in place.
+func (pg *Group) AllReduce(buf []byte, dt reduce.DType, op reduce.Op) (*worker.Work, error) {
+	return pg.submitInPlace("all_reduce", buf, func(ctx context.Context, save []byte) error {
+		return pg.g.AllReduceOrRestore(ctx, buf, save, dt, op)
+	}), nil
+}
+
+// Reduce reduces buf across the members into root's buf.
+func (pg *Group) Reduce(buf []byte, dt reduce.DType, op reduce.Op, root int) (*worker.Work, error) {
+	if err := pg.checkRank("reduce", "root", root); err != nil {
+		return nil, err
+	}
+	return pg.submitInPlace("reduce", buf, func(ctx context.Context, save []byte) error {
+		return pg.g.ReduceOrRestore(ctx, buf, save, dt, op, root)
+	}), nil
+}
+
+// AllGather gathers every member's in into outs[rank] on every member (len(outs) ==
+// Extent()).
+func (pg *Group) AllGather(in []byte, outs [][]byte) (*worker.Work, error) {
+	return pg.submit("all_gather", func(ctx context.Context) error { return pg.g.AllGather(ctx, in, outs) }), nil
+}
+
+// Gather gathers every member's in into root's outs (nil on the other ranks).
+func (pg *Group) Gather(in []byte, outs [][]byte, root int) (*worker.Work, error) {
+	if err := pg.checkRank("gather", "root", root); err != nil {
+		return nil, err
+	}
+	return pg.submit("gather", func(ctx context.Context) error { return pg.g.Gather(ctx, in, outs, root) }), nil
+}
+
+// Scatter sends root's ins[rank] to every member's out (ins nil on the other ranks).
+func (pg *Group) Scatter(ins [][]byte, out []byte, root int) (*worker.Work, error) {
+	if err := pg.checkRank("scatter", "root", root); err != nil {
+		return nil, err
+	}
+	return pg.submit("scatter", func(ctx context.Context) error { return pg.g.Scatter(ctx, ins, out, root) }), nil
+}
+
+// ReduceScatter reduces ins[rank] across the members into each member's out.
+func (pg *Group) ReduceScatter(ins [][]byte, out []byte, dt reduce.DType, op reduce.Op) (*worker.Work, error) {
+	return pg.submit("reduce_scatter", func(ctx context.Context) error { return pg.g.ReduceScatter(ctx, ins, out, dt, op) }), nil
+}
+
+// AllToAll sends ins[r] to rank r, which receives it in outs[sender].
+func (pg *Group) AllToAll(ins, outs [][]byte) (*worker.Work, error) {
+	return pg.submit("all_to_all", func(ctx context.Context) error { return pg.g.AllToAll(ctx, ins, outs) }), nil
+}
+
+// Barrier completes once every member reached it.
+func (pg *Group) Barrier() (*worker.Work, error) {
+	return pg.submit("barrier", func(ctx context.Context) error { return pg.g.Barrier(ctx) }), nil
+}

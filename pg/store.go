@@ -1,0 +1,33 @@
+package pg
+
+import (
+	"fmt"
+	"time"
+)
+
+// Store is the rendezvous store every rank of a group shares: torch's c10d store (reached
+// through the shim's callbacks) in production, an in-memory map in tests. It holds the
+// published endpoints and the membership decision log.
+type Store interface {
+	Set(key string, val []byte) error
+	// Get waits up to timeout for key.
+	Get(key string, timeout time.Duration) ([]byte, error)
+	// Check reports whether key exists, without waiting.
+	Check(key string) (bool, error)
+	// Add adds delta to the integer under key (0 when missing) and returns the new value.
+	Add(key string, delta int64) (int64, error)
+}
+
+// endpointKey is where rank publishes its p2p endpoint.
+func endpointKey(group string, rank int) string {
+	return fmt.Sprintf("%s/mooncake/ep/%d", group, rank)
+}
+
+// key is a key of the group's own namespace: "<group>/mooncake/<parts...>".
+func (pg *Group) key(parts ...any) string {
+	k := pg.cfg.Name + "/mooncake"
+	for _, p := range parts {
+		k += "/" + fmt.Sprint(p)
+	}
+	return k
+}
