@@ -24,8 +24,8 @@
 // many chunks as there are free slots (each in the staging slot of its ring slot, whose
 // header bytes 48..55 hold the chunk's head and doorbell values), then one engine batch to the
 // peer: [slot, head word, doorbell word] per chunk. With a write stream (EngineFabric opens one
-// to every peer, same-host ones included) chunks of 4 KiB and more go out from the caller's
-// buffer instead of being staged. The engine applies a batch's requests to
+// to every peer, same-host ones included, unless Options.NoStreams is set) chunks of 4 KiB and
+// more go out from the caller's buffer instead of being staged. The engine applies a batch's requests to
 // one target in order and wakes futex waiters on 4-byte writes, so each head and doorbell
 // become visible after their slot, and the receiver starts on the first chunk while the rest
 // are on the wire; a message of up to K chunks costs one round trip. Messages longer than S
@@ -57,7 +57,7 @@
 // Failures: a failed or timed-out engine transfer to a peer fails the send with an error
 // naming the peer and marks the link broken (later sends to it fail at once). A peer that
 // stays silent while a receive or a credit wait waits on it is probed (liveness.go: the
-// engine's ping, every MC_PG_PROBE_MS, default 200 ms); one that does not answer is marked dead,
+// engine's ping, every Options.ProbeInterval, default 200 ms); one that does not answer is marked dead,
 // and every wait on it and every send to it fails at once with an error wrapping
 // collective.ErrPeerDead. Endpoint implements collective.LivenessChecker for the collective
 // fast path. Reconnect points a link at a replacement process (a new incarnation of the rank):
@@ -66,5 +66,43 @@
 // Fabrics that can map same-host peers' buffers implement SharedMapper (EngineFabric does);
 // NewSharedMemory turns one into the collective.SharedMemory of the collective fast path.
 //
-// This package does not own the engine, the rendezvous store or the op queue.
+// This package does not own the engine, the rendezvous store or the op queue, and reads no
+// environment variables: its knobs are Options fields, which the configuration layer fills.
+//
+// # Files
+//
+//	endpoint.go  Options, the Endpoint's state, New and Close
+//	layout.go    the region's layout, the chunk header, Info and its check against ours
+//	link.go      peers and links: Connect, Reconnect, the write stream to a peer, Incarnation
+//	send.go      Send (staging, one batch per window, payload straight from the caller over a
+//	             stream), the message to self, and the creditor that returns credits
+//	wait.go      how the endpoint's goroutines sleep: spin, futex wait, or park on a
+//	             WordWatcher channel (waitWord, park, wake)
+//	progress.go  the progress loop, drainHook and one drain pass over every peer's ring
+//	recv.go      the receive side: a chunk's delivery, the unexpected queue (stash, adopt,
+//	             cut-off messages), PostRecv, PostReduce, Recv, a peer's receive-side reset
+//	request.go   Request: a posted receive, its completion, Wait and Cancel
+//	abort.go     collective aborts: Abort and what it fails and drops
+//	liveness.go  probes and dead peers: MarkDead, Dead, PeerAlive, AliveRecently
+//	fabric.go    what p2p needs from the engine (Fabric and its optional interfaces),
+//	             EngineFabric, NewSharedMemory
+//
+// Tests reach unexported parts through export_test.go (a tap on the receive path).
+//
+// # Why the progress loop is not a package of its own
+//
+// The design's poller (the loop that waits on doorbells, drains the rings and completes
+// requests) stays here, in progress.go and wait.go. A drain pass is the endpoint's receive side
+// itself: it reads ring slots at the endpoint's layout offsets, advances each peer's consumed
+// count and message in progress under drainMu (which Reconnect's resets and the tcp server's
+// drainHook take too), and matches every chunk against the posted, in-flight and unexpected
+// queues under the endpoint's mu, the state that PostRecv, Abort, MarkDead and Close change.
+// Completing a request is Request.finish, and aborts, dead peers and Close complete requests
+// from outside the loop, so no completion step could move without those queues. The generic
+// part, the wait (spin, then a futex wait on the doorbell word, or a park on the fabric's
+// WordWatcher channel when every peer is reached over the network), is also the sender's
+// credit wait, and as a package it would take the endpoint's bell word, kick and closed
+// channels and netPeers flag as arguments: a seam made of the endpoint's own fields, not an
+// interface. The primitives under it already live apart: internal/futex, and engine.WatchWord
+// behind Fabric's WordWatcher.
 package p2p

@@ -434,9 +434,9 @@ func TestClaimMidMessage(t *testing.T) {
 					posted <- c.post(buf)
 				}
 			}
-			eps[1].testOnChunk.Store(&hook)
-			defer eps[1].testOnChunk.Store(nil)
-			before := eps[1].stashed.Load()
+			stashed, untap := eps[1].tapRecv(hook)
+			defer untap()
+			before := stashed()
 			if err := eps[0].Send(ctx, 1, collective.UserTag(3), msg); err != nil {
 				t.Fatal(err)
 			}
@@ -449,11 +449,11 @@ func TestClaimMidMessage(t *testing.T) {
 			} else if err != nil || n != 4000 || src != 0 || !bytes.Equal(buf, c.want()) {
 				t.Fatalf("n=%d src=%d err=%v, data equal: %v", n, src, err, bytes.Equal(buf, c.want()))
 			}
-			if got := eps[1].stashed.Load() - before; got != 640 {
+			if got := stashed() - before; got != 640 {
 				t.Fatalf("%d bytes went through the stash, want 640 (the 10 chunks before the receive)", got)
 			}
 			// The endpoint is in order for the next message.
-			eps[1].testOnChunk.Store(nil)
+			untap()
 			if err := eps[0].Send(ctx, 1, collective.UserTag(4), data(300, 1)); err != nil {
 				t.Fatal(err)
 			}

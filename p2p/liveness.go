@@ -3,16 +3,13 @@ package p2p
 // Liveness: a peer that stops sending is probed through the fabric (the transfer engine's
 // ping); a peer that does not answer is marked dead, and every wait on it and every send to it
 // fails at once with an error wrapping collective.ErrPeerDead. Probes run only while a
-// receive or a send has waited on that peer for a while (ProbeAfter) and then every
-// ProbeEvery, so the hot path never pays for them.
+// receive or a send has waited on a peer that stayed silent for Options.ProbeInterval, and
+// then once per interval, so the hot path never pays for them.
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/mooncake-go/mooncake/collective"
@@ -24,15 +21,6 @@ type Prober interface {
 	// Probe checks that segment answers and, when engine is not empty, that the engine
 	// instance engine (Info.Engine) serves it.
 	Probe(ctx context.Context, segment, engine string) error
-}
-
-// probeEvery is how long a wait on a silent peer lasts between two liveness probes
-// (MC_PG_PROBE_MS, default 200 ms).
-func probeEvery() time.Duration {
-	if v, err := strconv.Atoi(os.Getenv("MC_PG_PROBE_MS")); err == nil && v > 0 {
-		return time.Duration(v) * time.Millisecond
-	}
-	return 200 * time.Millisecond
 }
 
 // probeTimeout bounds one probe: a process that is stopped or unreachable counts as dead
@@ -153,7 +141,7 @@ func (e *Endpoint) probeIfSilent(ctx context.Context, peer int, last *time.Time)
 	if d := p.dead.Load(); d != nil {
 		return d.err
 	}
-	every := probeEvery()
+	every := e.probeEvery
 	now := time.Now()
 	if now.Sub(time.Unix(0, p.lastAlive.Load())) < every || now.Sub(*last) < every {
 		return nil
@@ -163,99 +151,4 @@ func (e *Endpoint) probeIfSilent(ctx context.Context, peer int, last *time.Time)
 		return err
 	}
 	return nil
-}
-
-// Reconnect points rank's link at a new incarnation (a replacement process that published
-// info): the old incarnation's partial and unclaimed messages are dropped, both directions'
-// ring counters restart at zero, and the dead mark is cleared. The new process must not send
-// to this endpoint before Reconnect returned (the membership layer's join acknowledgement
-// orders that). Reconnecting to the incarnation already connected is a no-op.
-func (e *Endpoint) Reconnect(info Info) error {
-	if err := e.checkInfo(info); err != nil {
-		return err
-	}
-	if info.Rank == e.rank {
-		return nil
-	}
-	p := e.peers[info.Rank]
-	if !p.connected.Load() {
-		return e.Connect(info)
-	}
-	if cur, id := p.segName.Load(), p.engineID.Load(); cur != nil && *cur == info.Segment &&
-		id != nil && *id == info.Engine && p.dead.Load() == nil {
-		return nil
-	}
-	seg, err := e.f.OpenSegment(info.Segment)
-	if err != nil {
-		return fmt.Errorf("p2p: rank %d cannot open the segment %q of rank %d: %w", e.rank, info.Segment, info.Rank, err)
-	}
-	select {
-	case p.sendSem <- struct{}{}:
-	case <-e.closed:
-		return ErrClosed
-	}
-	defer func() { <-p.sendSem }()
-	// Receive side: the progress goroutine owns it; it resets it at its next pass.
-	done := make(chan struct{})
-	p.reset.Store(&done)
-	e.wake()
-	select {
-	case <-done:
-	case <-e.closed:
-		return ErrClosed
-	}
-	p.sent, p.msgID, p.broken = 0, 0, nil
-	atomic.StoreUint32(p.tailWord, 0)
-	p.seg, p.remote = seg, info.Addr
-	if old := p.link.Load(); old != nil && old.stream != nil {
-		old.stream.Close()
-	}
-	name := info.Segment
-	p.segName.Store(&name)
-	p.engineID.Store(&info.Engine)
-	p.lastAlive.Store(time.Now().UnixNano())
-	p.dead.Store(nil)
-	p.link.Store(&link{seg, info.Addr, e.openStream(seg)})
-	e.linksChanged()
-	select {
-	case p.creditCh <- struct{}{}:
-	default:
-	}
-	return nil
-}
-
-// resetRecv forgets the receive state of p's old incarnation (progress goroutine only).
-func (e *Endpoint) resetRecv(p *peer) {
-	if in := p.cur; in != nil {
-		p.cur = nil
-		e.cutOff(in)
-	}
-	atomic.StoreUint32(p.headWord, 0)
-	p.consumed.Store(0)
-	e.mu.Lock()
-	u := e.unexpected[:0]
-	for _, in := range e.unexpected {
-		if in.peer == p.rank && in.claimer.Load() == nil {
-			in.discard.Store(true)
-			continue
-		}
-		u = append(u, in)
-	}
-	e.unexpected = u
-	e.mu.Unlock()
-}
-
-// Incarnation is the segment name and engine id of the process rank's link points at
-// (empty when not connected).
-func (e *Endpoint) Incarnation(rank int) (segment, engine string) {
-	if rank < 0 || rank >= len(e.peers) {
-		return "", ""
-	}
-	if s := e.peers[rank].segName.Load(); s != nil {
-		segment = *s
-	}
-	if s := e.peers[rank].engineID.Load(); s != nil {
-		engine = *s
-	}
-	return segment, engine
 }
