@@ -17,6 +17,8 @@ func pgOptions() pg.Options {
 	var o pg.Options
 	o.P2P.Slots = max(envInt("MC_PG_SLOTS"), 0)
 	o.P2P.SlotBytes = max(envInt("MC_PG_SLOT_BYTES"), 0)
+	o.P2P.NoStreams = os.Getenv("MC_P2P_STREAMS") == "0"
+	o.P2P.ProbeInterval = time.Duration(max(envInt("MC_PG_PROBE_MS"), 0)) * time.Millisecond
 	o.Collective.SmallBytes = max(envInt("MC_PG_SMALL_BYTES"), 0)
 	o.Collective.ChunkBytes = max(envInt("MC_PG_CHUNK_BYTES"), 0)
 	o.Collective.FusedBytes = envInt("MC_PG_FUSED_BYTES")
