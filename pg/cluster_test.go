@@ -204,3 +204,22 @@ func (c *cluster) newOn(r int, cfg Config) (*Group, error) {
 	}
 	return g, err
 }
+
+// each runs f for every rank of ranks at once and returns the answers by rank.
+func each[T any](ranks []int, f func(r int) T) map[int]T {
+	out := map[int]T{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, r := range ranks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v := f(r)
+			mu.Lock()
+			out[r] = v
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return out
+}

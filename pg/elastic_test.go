@@ -27,36 +27,30 @@ type sumOp struct {
 func allReduce(t *testing.T, c *cluster, ranks ...int) map[int]sumOp {
 	t.Helper()
 	pgs := c.groups()
-	out := map[int]sumOp{}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
+	bufs := map[int][]byte{}
+	works := map[int]*worker.Work{}
 	for _, r := range ranks {
 		b := make([]byte, 4*64)
 		for i := 0; i < 64; i++ {
 			binary.LittleEndian.PutUint32(b[4*i:], uint32(r+1))
 		}
-		w := must(t)(pgs[r].AllReduce(b, reduce.Int32, reduce.Sum))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := w.Wait(30 * time.Second)
-			res := sumOp{failed: w.FailedRanks(), err: err}
-			if err == nil {
-				// Every element must hold the same sum.
-				res.got = int32(binary.LittleEndian.Uint32(b))
-				for i := 1; i < 64; i++ {
-					if v := int32(binary.LittleEndian.Uint32(b[4*i:])); v != res.got {
-						t.Errorf("rank %d: element %d is %d, element 0 is %d", r, i, v, res.got)
-					}
+		bufs[r], works[r] = b, must(t)(pgs[r].AllReduce(b, reduce.Int32, reduce.Sum))
+	}
+	return each(ranks, func(r int) sumOp {
+		w, b := works[r], bufs[r]
+		err := w.Wait(30 * time.Second)
+		res := sumOp{failed: w.FailedRanks(), err: err}
+		if err == nil {
+			// Every element must hold the same sum.
+			res.got = int32(binary.LittleEndian.Uint32(b))
+			for i := 1; i < 64; i++ {
+				if v := int32(binary.LittleEndian.Uint32(b[4*i:])); v != res.got {
+					t.Errorf("rank %d: element %d is %d, element 0 is %d", r, i, v, res.got)
 				}
 			}
-			mu.Lock()
-			out[r] = res
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	return out
+		}
+		return res
+	})
 }
 
 // wantSum checks that every rank of ranks completed with sum and the failed-ranks hint failed.
@@ -70,12 +64,6 @@ func wantSum(t *testing.T, res map[int]sumOp, sum int32, failed ...int) {
 			t.Fatalf("rank %d: sum %d hint %v, want %d and %v", r, x.got, x.failed, sum, failed)
 		}
 	}
-}
-
-// calls runs one membership call on each of ranks at once.
-func calls(t *testing.T, c *cluster, req Request, ranks ...int) map[int]Result {
-	t.Helper()
-	return call(t, c.groups(), req, ranks...)
 }
 
 func active(g *Group) []int { return ranksOf(g.ActiveRanks()) }

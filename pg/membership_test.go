@@ -1,7 +1,6 @@
 package pg
 
 import (
-	"encoding/binary"
 	"strings"
 	"sync"
 	"testing"
@@ -10,59 +9,17 @@ import (
 	"github.com/mooncake-go/mooncake/collective/reduce"
 )
 
-// sumInt32 runs an int32 all_reduce of rank+1 on the given ranks and returns each result.
-func sumInt32(t *testing.T, pgs []*Group, ranks ...int) map[int]int32 {
+// calls runs one membership call on each of ranks at once.
+func calls(t *testing.T, c *cluster, req Request, ranks ...int) map[int]Result {
 	t.Helper()
-	out := map[int]int32{}
-	bufs := map[int][]byte{}
-	for _, r := range ranks {
-		b := make([]byte, 4*64)
-		for i := 0; i < 64; i++ {
-			binary.LittleEndian.PutUint32(b[4*i:], uint32(r+1))
+	pgs := c.groups()
+	return each(ranks, func(r int) Result {
+		res, err := pgs[r].Membership(req)
+		if err != nil {
+			t.Errorf("rank %d %s: %v", r, req.Op, err)
 		}
-		bufs[r] = b
-	}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, r := range ranks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w := must(t)(pgs[r].AllReduce(bufs[r], reduce.Int32, reduce.Sum))
-			if err := w.Wait(20 * time.Second); err != nil {
-				t.Errorf("rank %d: %v", r, err)
-				return
-			}
-			mu.Lock()
-			out[r] = int32(binary.LittleEndian.Uint32(bufs[r][4*63:]))
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	return out
-}
-
-// call runs one membership call on each of ranks at once.
-func call(t *testing.T, pgs []*Group, req Request, ranks ...int) map[int]Result {
-	t.Helper()
-	out := map[int]Result{}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, r := range ranks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res, err := pgs[r].Membership(req)
-			if err != nil {
-				t.Errorf("rank %d %s: %v", r, req.Op, err)
-			}
-			mu.Lock()
-			out[r] = res
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	return out
+		return res
+	})
 }
 
 // TestMembershipLog drives the decision log with live ranks in one process: concurrent
@@ -70,11 +27,10 @@ func call(t *testing.T, pgs []*Group, req Request, ranks ...int) map[int]Result 
 // deactivated rank, a rank that skipped a membership call gets a mismatch (and catches up),
 // and a deactivated rank comes back through join + activate.
 func TestMembershipLog(t *testing.T) {
-	pgs := groups(t, 3, 20*time.Second)
-	if got := sumInt32(t, pgs, 0, 1, 2); got[0] != 6 || got[2] != 6 {
-		t.Fatalf("before: %v", got)
-	}
-	res := call(t, pgs, Request{Op: "deactivate", Ranks: []int{2}}, 0, 1)
+	c := newCluster(t, Config{Size: 3, Timeout: 20 * time.Second})
+	pgs := c.groups()
+	wantSum(t, allReduce(t, c, 0, 1, 2), 6)
+	res := calls(t, c, Request{Op: "deactivate", Ranks: []int{2}}, 0, 1)
 	for r, x := range res {
 		if x.Status != ProposalApplied || x.NewEpoch != 1 || x.NumSynced != 2 {
 			t.Fatalf("rank %d deactivate: %+v", r, x)
@@ -83,14 +39,12 @@ func TestMembershipLog(t *testing.T) {
 	if ok, _ := pgs[0].st.Check(pgs[0].key("dec", 2)); ok {
 		t.Fatal("identical proposals wrote a second decision")
 	}
-	if got := sumInt32(t, pgs, 0, 1); got[0] != 3 || got[1] != 3 {
-		t.Fatalf("without rank 2: %v", got)
-	}
+	wantSum(t, allReduce(t, c, 0, 1), 3)
 	// Deactivating an inactive rank again is a no-op that still answers Applied.
-	if x := call(t, pgs, Request{Op: "deactivate", Ranks: []int{2}}, 0)[0]; x.Status != ProposalApplied || x.NewEpoch != 1 {
+	if x := calls(t, c, Request{Op: "deactivate", Ranks: []int{2}}, 0)[0]; x.Status != ProposalApplied || x.NewEpoch != 1 {
 		t.Fatalf("again: %+v", x)
 	}
-	if x := call(t, pgs, Request{Op: "deactivate", Ranks: []int{0}}, 0)[0]; x.Status != ProposalRejected || !strings.Contains(x.RejectReason, "itself") {
+	if x := calls(t, c, Request{Op: "deactivate", Ranks: []int{0}}, 0)[0]; x.Status != ProposalRejected || !strings.Contains(x.RejectReason, "itself") {
 		t.Fatalf("self: %+v", x)
 	}
 	// Rank 2 learns it was dropped and waits to be admitted; 0 and 1 admit it.
@@ -102,7 +56,7 @@ func TestMembershipLog(t *testing.T) {
 		joined, jerr = pgs[2].Membership(Request{Op: "join"})
 	}()
 	time.Sleep(200 * time.Millisecond)
-	res = call(t, pgs, Request{Op: "activate", Ranks: []int{2}}, 0, 1)
+	res = calls(t, c, Request{Op: "activate", Ranks: []int{2}}, 0, 1)
 	<-done
 	if jerr != nil || joined.Status != ProposalApplied || joined.NewEpoch != 2 {
 		t.Fatalf("join: %+v %v", joined, jerr)
@@ -112,12 +66,10 @@ func TestMembershipLog(t *testing.T) {
 			t.Fatalf("rank %d activate: %+v", r, x)
 		}
 	}
-	if got := sumInt32(t, pgs, 0, 1, 2); got[0] != 6 || got[1] != 6 || got[2] != 6 {
-		t.Fatalf("after rejoin: %v", got)
-	}
+	wantSum(t, allReduce(t, c, 0, 1, 2), 6)
 	// Rank 1 skips a membership call that 0 makes: both fail the next op with a membership
 	// mismatch, rank 1 catches up, and the op after that works.
-	x := call(t, pgs, Request{Op: "deactivate", Ranks: []int{2}}, 0)[0]
+	x := calls(t, c, Request{Op: "deactivate", Ranks: []int{2}}, 0)[0]
 	if x.Status != ProposalApplied {
 		t.Fatalf("%+v", x)
 	}
@@ -142,7 +94,5 @@ func TestMembershipLog(t *testing.T) {
 	if err := w2.Wait(5 * time.Second); err == nil || !strings.Contains(err.Error(), "membership mismatch") {
 		t.Fatalf("rank 2: want the membership mismatch, got %v", err)
 	}
-	if got := sumInt32(t, pgs, 0, 1); got[0] != 3 || got[1] != 3 {
-		t.Fatalf("after catching up: %v", got)
-	}
+	wantSum(t, allReduce(t, c, 0, 1), 3)
 }
