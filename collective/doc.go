@@ -110,6 +110,6 @@
 // with a PeerError wrapping ErrPeerDead.
 //
 // This package does not own the transport (p2p), the op queue or timeouts (worker), the
-// membership protocol (capi's pg_elastic.go: the decision log), or the reduction kernels
+// membership protocol (package pg: the decision log), or the reduction kernels
 // (collective/reduce).
 package collective
