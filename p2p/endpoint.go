@@ -6,6 +6,7 @@ package p2p
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,6 +56,7 @@ type Endpoint struct {
 	lay   layout
 	base  uintptr
 	mem   []byte
+	inst  uint64 // Info.Instance
 	peers []*peer
 	bell  *uint32
 	bellN atomic.Uint32
@@ -114,7 +116,7 @@ func New(f Fabric, rank, maxPeers int, opts Options) (*Endpoint, error) {
 		return nil, fmt.Errorf("p2p: allocating %d bytes of shared memory for rank %d: %w", lay.size(), rank, err)
 	}
 	e := &Endpoint{f: f, rank: rank, lay: lay, noStreams: opts.NoStreams, probeEvery: opts.ProbeInterval,
-		base: base, mem: memview.Bytes(base, lay.size()),
+		base: base, mem: memview.Bytes(base, lay.size()), inst: rand.Uint64(),
 		inflight: map[*Request]*inbound{}, aborted: map[uint64]*collective.AbortError{},
 		abortSent: map[uint64]bool{},
 		closed:    make(chan struct{}), kick: make(chan struct{}, 1)}
@@ -143,7 +145,7 @@ func New(f Fabric, rank, maxPeers int, opts Options) (*Endpoint, error) {
 // Info describes this endpoint for its peers.
 func (e *Endpoint) Info() Info {
 	info := Info{Rank: e.rank, Segment: e.f.SegmentName(), Addr: uint64(e.base), MaxPeers: e.lay.P,
-		Slots: e.lay.K, SlotBytes: e.lay.S}
+		Slots: e.lay.K, SlotBytes: e.lay.S, Instance: e.inst}
 	if id, ok := e.f.(interface{ EngineID() string }); ok {
 		info.Engine = id.EngineID()
 	}

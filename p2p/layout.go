@@ -19,6 +19,9 @@ type Info struct {
 	// Engine identifies the process's engine instance (liveness probes check it, so a new
 	// process that took over a dead one's address is not mistaken for it).
 	Engine string `json:"engine,omitempty"`
+	// Instance tells this endpoint from an earlier one of the same process at the same
+	// address (a group re-initialised in the process): random per endpoint.
+	Instance uint64 `json:"instance,omitempty"`
 }
 
 const (

@@ -38,6 +38,7 @@ type peer struct {
 	lastAlive atomic.Int64 // unix ns of the last message or answered probe
 	segName   atomic.Pointer[string]
 	engineID  atomic.Pointer[string]
+	instance  atomic.Uint64 // the peer endpoint's Info.Instance
 	link      atomic.Pointer[link]          // what the creditor writes to
 	reset     atomic.Pointer[chan struct{}] // Reconnect asks progress to reset the receive side
 }
@@ -79,6 +80,7 @@ func (e *Endpoint) Connect(info Info) error {
 	name := info.Segment
 	p.segName.Store(&name)
 	p.engineID.Store(&info.Engine)
+	p.instance.Store(info.Instance)
 	p.lastAlive.Store(time.Now().UnixNano())
 	p.connected.Store(true)
 	e.linksChanged()
@@ -146,8 +148,9 @@ func (e *Endpoint) Reconnect(info Info) error {
 	if !p.connected.Load() {
 		return e.Connect(info)
 	}
-	if cur, id := p.segName.Load(), p.engineID.Load(); cur != nil && *cur == info.Segment &&
-		id != nil && *id == info.Engine && p.dead.Load() == nil {
+	// The same endpoint needs nothing; a new endpoint in the same process (a group
+	// re-initialised after its rank left) has another Instance.
+	if e.LinkedTo(info) && p.dead.Load() == nil {
 		return nil
 	}
 	seg, err := e.f.OpenSegment(info.Segment)
@@ -178,6 +181,7 @@ func (e *Endpoint) Reconnect(info Info) error {
 	name := info.Segment
 	p.segName.Store(&name)
 	p.engineID.Store(&info.Engine)
+	p.instance.Store(info.Instance)
 	p.lastAlive.Store(time.Now().UnixNano())
 	p.dead.Store(nil)
 	p.link.Store(&link{seg, info.Addr, e.openStream(seg)})
@@ -189,17 +193,14 @@ func (e *Endpoint) Reconnect(info Info) error {
 	return nil
 }
 
-// Incarnation is the segment name and engine id of the process rank's link points at
-// (empty when not connected).
-func (e *Endpoint) Incarnation(rank int) (segment, engine string) {
-	if rank < 0 || rank >= len(e.peers) {
-		return "", ""
+// LinkedTo reports whether the link to info.Rank points at the endpoint info describes (the
+// same segment, engine instance and endpoint Instance): false after the peer's process was
+// replaced or its group re-initialised, until Reconnect.
+func (e *Endpoint) LinkedTo(info Info) bool {
+	if info.Rank < 0 || info.Rank >= len(e.peers) {
+		return false
 	}
-	if s := e.peers[rank].segName.Load(); s != nil {
-		segment = *s
-	}
-	if s := e.peers[rank].engineID.Load(); s != nil {
-		engine = *s
-	}
-	return segment, engine
+	p := e.peers[info.Rank]
+	seg, id := p.segName.Load(), p.engineID.Load()
+	return seg != nil && *seg == info.Segment && id != nil && *id == info.Engine && p.instance.Load() == info.Instance
 }

@@ -65,7 +65,7 @@ func (pg *Group) Membership(req Request) (Result, error) {
 	}
 	res.NewEpoch = pg.g.Epoch()
 	res.NumSynced = len(pg.g.Members())
-	if !pg.m.joined {
+	if !pg.joined.Load() {
 		res.NumSynced = 0
 	}
 	return res, nil
@@ -94,12 +94,11 @@ func (pg *Group) membershipOp(ctx context.Context, req Request) (Result, error) 
 		if err := pg.checkRanks("deactivate_ranks", req.Ranks); err != nil {
 			return Result{}, err
 		}
-		if !pg.m.joined {
+		if !pg.joined.Load() {
 			return Result{Status: ProposalRejected, RejectReason: fmt.Sprintf("rank %d is not an active member", me)}, nil
 		}
-		if slices.Contains(req.Ranks, me) {
-			return Result{Status: ProposalRejected, RejectReason: fmt.Sprintf("rank %d cannot deactivate itself", me)}, nil
-		}
+		// A rank may deactivate itself: it leaves the group (before destroy_process_group), the
+		// others learn it from the decision log and may recover_ranks it when it comes back.
 		_, err := pg.propose(func(cur *decision) (*decision, string) {
 			if len(without(req.Ranks, cur.Active)) == len(req.Ranks) {
 				return nil, "" // none of them is active: nothing to do
@@ -137,7 +136,7 @@ func (pg *Group) membershipOp(ctx context.Context, req Request) (Result, error) 
 		if err := pg.checkRanks(name, ranks); err != nil {
 			return Result{}, err
 		}
-		if !pg.m.joined {
+		if !pg.joined.Load() {
 			return Result{Status: ProposalRejected, RejectReason: fmt.Sprintf("rank %d is not an active member (call join_group)", me)}, nil
 		}
 		var dropped []int
@@ -185,11 +184,18 @@ func (pg *Group) membershipOp(ctx context.Context, req Request) (Result, error) 
 		}
 		return res, err
 	case "sync":
-		if !pg.cfg.AutoDeactivate {
-			return Result{Status: SyncRejected, RejectReason: "auto_deactivate_on_failure is off: failed ranks stay members until deactivate_ranks"}, nil
-		}
-		if !pg.m.joined {
+		if !pg.joined.Load() {
 			return Result{Status: SyncRejected, RejectReason: fmt.Sprintf("rank %d is not an active member", me)}, nil
+		}
+		if !pg.cfg.AutoDeactivate {
+			// Manual mode: membership changes only by deactivate_ranks. sync_after_failure
+			// takes the group's agreed view (the failures other ranks recorded) and reports
+			// whether a failure is outstanding (failed ranks still members, out of the ops).
+			pg.catchUp()
+			if len(pg.g.Excluded()) > 0 {
+				return Result{Status: SyncReconciled}, nil
+			}
+			return Result{Status: SyncNoPending}, nil
 		}
 		if len(pg.m.pending) == 0 {
 			return Result{Status: SyncNoPending}, nil
@@ -235,8 +241,7 @@ func (pg *Group) replaced(r int) bool {
 	if err != nil {
 		return false
 	}
-	seg, id := pg.ep.Incarnation(r)
-	return pg.ep.Dead(r) != nil || seg != info.Segment || id != info.Engine
+	return pg.ep.Dead(r) != nil || !pg.ep.LinkedTo(info)
 }
 
 // peerState: alive and reachable, with a published endpoint.
@@ -275,14 +280,14 @@ func (pg *Group) probe(ctx context.Context, info p2p.Info) error {
 // other member acknowledged it.
 func (pg *Group) join(ctx context.Context) (Result, error) {
 	pg.catchUp() // a rank the group deactivated learns it here
-	if pg.m.joined {
+	if pg.joined.Load() {
 		return Result{Status: ProposalApplied}, nil
 	}
 	if err := pg.st.Set(pg.key("join", pg.cfg.Rank), []byte(pg.ep.Info().Segment)); err != nil {
 		return Result{}, err
 	}
 	pg.logf("waiting to be admitted (join_group)")
-	for !pg.m.joined {
+	for !pg.joined.Load() {
 		wait := time.Until(deadlineOf(ctx))
 		d, err := pg.readDecision(pg.m.applied+1, wait)
 		if err != nil {
@@ -291,7 +296,7 @@ func (pg *Group) join(ctx context.Context) (Result, error) {
 		if err := pg.apply(d); err != nil {
 			return Result{}, err
 		}
-		if pg.m.joined {
+		if pg.joined.Load() {
 			for _, r := range pg.g.Members() {
 				if r == pg.cfg.Rank {
 					continue
@@ -313,14 +318,18 @@ func deadlineOf(ctx context.Context) time.Time {
 	return time.Now().Add(DefaultTimeout)
 }
 
-// joiningProcess decides whether a new process for rank r joins a running group: it asked to
-// (is_extension), or an earlier process of rank r completed the group's set-up and is gone
-// while another rank's process that completed it is alive. Each rank records the segment of
-// the process that completed set-up (its endpoint, with the engine instance id) under
-// ".../ep/<rank>/up", after every rank published its
-// endpoint; a fresh job that reuses a store runs this check before publishing its own
-// endpoint, so its peers cannot have completed set-up yet and it never mistakes itself for a
-// replacement.
+// joiningProcess decides whether a new process for rank r joins a running group instead of
+// setting one up with the others. It does when it asked to (is_extension), or when the group is
+// running (another rank's process that completed set-up answers) and this rank is not one of
+// its current members: an earlier process of rank r completed set-up and is gone (a
+// replacement), rank r never completed set-up (a rank beyond the initial size, started with
+// torch's full world size), or the decision log says rank r left or was dropped (a re-init
+// after deactivate_ranks).
+//
+// Each rank records the endpoint of the process that completed set-up (with the engine
+// instance id) under ".../ep/<rank>/up", after every rank published its endpoint; a fresh job
+// that reuses a store runs this check before publishing its own endpoint, so its peers cannot
+// have completed set-up yet and it never mistakes itself for a joiner.
 func joiningProcess(cfg Config, st Store, probe func(p2p.Info) error) bool {
 	if cfg.IsExtension {
 		return true
@@ -337,24 +346,55 @@ func joiningProcess(cfg Config, st Store, probe func(p2p.Info) error) bool {
 		}
 		return pi, true
 	}
-	old, ok := up(cfg.Rank)
-	if !ok || probe(old) == nil {
-		return false // first start, or a re-init in the same process
+	running := false
+	for r := 0; r < cfg.MaxSize && !running; r++ {
+		if r != cfg.Rank {
+			pi, ok := up(r)
+			running = ok && probe(pi) == nil
+		}
 	}
-	for r := 0; r < cfg.MaxSize; r++ {
-		if r == cfg.Rank {
-			continue
-		}
-		if pi, ok := up(r); ok && probe(pi) == nil {
-			return true
-		}
+	if !running {
+		return false
+	}
+	old, ok := up(cfg.Rank)
+	switch {
+	case !ok:
+		return true // the group was set up without this rank
+	case probe(old) != nil:
+		return true // a replacement
+	}
+	// The same engine completed set-up before (a re-init in the same process): it joins if the
+	// group moved on without it.
+	if d := lastDecision(cfg.Name, st); d != nil && !slices.Contains(d.Active, cfg.Rank) {
+		return true
 	}
 	return false
 }
 
+// lastDecision is the newest decision in group's log, nil when there is none.
+func lastDecision(group string, st Store) *decision {
+	var last []byte
+	for k := 1; ; k++ {
+		key := groupKey(group, "dec", k)
+		if ok, err := st.Check(key); err != nil || !ok {
+			break
+		}
+		v, err := st.Get(key, time.Second)
+		if err != nil {
+			break
+		}
+		last = v
+	}
+	var d decision
+	if last == nil || json.Unmarshal(last, &d) != nil {
+		return nil
+	}
+	return &d
+}
+
 // initialSize is the group's size when it started (published by rank 0).
 func initialSize(cfg Config, st Store) int {
-	v, err := st.Get(cfg.Name+"/mooncake/size", time.Second)
+	v, err := st.Get(groupKey(cfg.Name, "size"), time.Second)
 	if err == nil {
 		if n, err := strconv.Atoi(string(v)); err == nil && n > 0 && n <= cfg.MaxSize {
 			return n

@@ -223,3 +223,23 @@ func each[T any](ranks []int, f func(r int) T) map[int]T {
 	wg.Wait()
 	return out
 }
+
+// reinit closes rank r's group and, after between runs, creates it again on the same engine
+// (the same process calling init_process_group again).
+func (c *cluster) reinit(r int, between func()) {
+	c.t.Helper()
+	c.mu.Lock()
+	g, eng := c.pgs[r], c.engs[r]
+	c.mu.Unlock()
+	g.Close()
+	between()
+	cfg := c.base
+	cfg.Rank = r
+	g, err := New(cfg, c.kv, p2p.EngineFabric(eng))
+	if err != nil {
+		c.t.Fatalf("re-initialising rank %d: %v", r, err)
+	}
+	c.mu.Lock()
+	c.pgs[r] = g
+	c.mu.Unlock()
+}

@@ -43,12 +43,11 @@ func (pg *Group) deadMembers(ctx context.Context, members []int) []int {
 // inplace is the buffer the op overwrites with its result (nil when inputs and outputs are
 // separate); fn gets a save buffer for it (collective.Group.AllReduceOrRestore: a failed
 // attempt leaves the input in place, and the same-host path saves it chunk by chunk as it
-// reads it) unless Options.NoInputCopy (MOONCAKE_PG_FT_INPUT_COPY=0; then save is nil, and a peer failure during
-// an all_reduce or reduce fails it, after the group agreed on the failure).
+// reads it) unless Options.NoInputCopy (MOONCAKE_PG_FT_INPUT_COPY=0; then save is nil, and a
+// peer failure during an all_reduce or reduce fails it, after the group agreed on the failure).
 func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(ctx context.Context, save []byte) error) error {
-	if !pg.m.joined {
-		return opErr{fmt.Errorf("%s on rank %d: this rank is not an active member of the group (call join_group, or it was deactivated)", op, pg.cfg.Rank)}
-	}
+	// A process outside the group (before join_group, or dropped) runs the op over its view,
+	// {itself}: an all_reduce returns its own input.
 	var save []byte
 	if len(inplace) > 0 && len(pg.g.Members()) > 1 && !pg.cfg.Options.NoInputCopy {
 		save = pg.scratch(len(inplace))
@@ -104,7 +103,7 @@ func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(c
 		if perr != nil {
 			return fmt.Errorf("%w; agreeing on the failed ranks failed too: %w", err, perr)
 		}
-		if !pg.m.joined {
+		if !pg.joined.Load() {
 			return opErr{fmt.Errorf("%s on rank %d: the group declared this rank failed (epoch %d): %w", op, pg.cfg.Rank, pg.g.Epoch(), err)}
 		}
 		if d != nil {

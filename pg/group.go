@@ -26,6 +26,7 @@ type Group struct {
 	q      *worker.Queue
 
 	m           membership   // elastic state (membership.go), owned by the queue's goroutine
+	joined      atomic.Bool  // an active member (false: a joining process before join_group, or a rank the group dropped)
 	save        []byte       // an in-place op's input kept for a rerun (runFT, scratch)
 	collTimeout atomic.Int64 // set_collective_timeout_us, ns (0: unset)
 	heldStarts  atomic.Bool  // ops wait for Work.Start / Work.RunHere (the torch shim)
@@ -73,8 +74,14 @@ func New(cfg Config, st Store, f p2p.Fabric) (*Group, error) {
 			pg.q.Close()
 			return fail(err)
 		}
+		// Until join_group its ops run over itself alone (as upstream's joining ranks do):
+		// its view of the group is {itself}.
+		if err := g.SetMembership(0, 0, maskOf([]int{cfg.Rank}, cfg.MaxSize), nil); err != nil {
+			pg.q.Close()
+			return fail(err)
+		}
 		pg.g = g
-		pg.logf("started outside the running group (is_extension=%v); call join_group", cfg.IsExtension)
+		pg.logf("started outside the running group (is_extension=%v); its ops run over itself alone until join_group", cfg.IsExtension)
 		pg.viewChanged()
 		return pg, nil
 	}
@@ -113,9 +120,10 @@ func New(cfg Config, st Store, f p2p.Fabric) (*Group, error) {
 			return fail(fmt.Errorf("process group %q, rank %d: setting up shared memory: %w", cfg.Name, cfg.Rank, err))
 		}
 	}
-	pg.g, pg.m.joined = g, true
+	pg.g = g
+	pg.joined.Store(true)
 	if cfg.Rank == 0 {
-		st.Set(cfg.Name+"/mooncake/size", []byte(strconv.Itoa(cfg.Size)))
+		st.Set(groupKey(cfg.Name, "size"), []byte(strconv.Itoa(cfg.Size)))
 	}
 	st.Set(endpointKey(cfg.Name, cfg.Rank)+"/up", info)
 	pg.viewChanged()
@@ -141,8 +149,18 @@ func (pg *Group) Timeout() time.Duration { return pg.cfg.Timeout }
 // Closed reports whether Close was called.
 func (pg *Group) Closed() bool { return pg.closed.Load() }
 
-// ActiveRanks is the active mask, MaxSize long.
-func (pg *Group) ActiveRanks() []bool { return pg.g.ActiveRanks() }
+// ActiveRanks is the active mask, MaxSize long. It first applies the membership decisions
+// this rank has not seen yet (a rank that left with deactivate_ranks on itself, say), on the
+// op queue, so it waits for the collectives queued before it.
+func (pg *Group) ActiveRanks() []bool {
+	if !pg.closed.Load() {
+		pg.q.Submit("get_active_ranks", func(context.Context) error {
+			pg.catchUp()
+			return nil
+		}).Wait(-1)
+	}
+	return pg.g.ActiveRanks()
+}
 
 // Epoch is the group's membership epoch.
 func (pg *Group) Epoch() int64 { return pg.g.Epoch() }
@@ -153,8 +171,12 @@ func (pg *Group) Epoch() int64 { return pg.g.Epoch() }
 func (pg *Group) SetHeldStarts(on bool) { pg.heldStarts.Store(on) }
 
 // Extent is the group's active extent: the highest active rank + 1 (what torch's
-// get_world_size reports for the group, through the shim).
+// get_world_size reports for the group, through the shim). A process outside the group (a
+// joiner before join_group, a rank the group dropped) reports the size it was started with.
 func (pg *Group) Extent() int {
+	if !pg.joined.Load() {
+		return pg.cfg.Size
+	}
 	act := pg.g.ActiveRanks()
 	for r := len(act) - 1; r >= 0; r-- {
 		if act[r] {

@@ -62,7 +62,6 @@ type decision struct {
 // membership is the rank's elastic state; only the op queue's goroutine changes it.
 type membership struct {
 	applied int64 // decisions applied
-	joined  bool  // an active member (false: a joining process before join_group)
 	pending []int // failed ranks excluded, waiting for sync_after_failure
 }
 
@@ -198,7 +197,7 @@ func (pg *Group) apply(d *decision) error {
 	me := pg.cfg.Rank
 	n := pg.cfg.MaxSize
 	active, excluded := maskOf(d.Active, n), maskOf(d.Excluded, n)
-	becameMember := !pg.m.joined && d.Kind == "activate" && slices.Contains(d.Ranks, me)
+	becameMember := !pg.joined.Load() && d.Kind == "activate" && slices.Contains(d.Ranks, me)
 	switch {
 	case becameMember:
 		// Point a link at every member's current endpoint.
@@ -214,7 +213,7 @@ func (pg *Group) apply(d *decision) error {
 				return fmt.Errorf("joining at decision #%d: %w", d.Index, err)
 			}
 		}
-	case pg.m.joined:
+	case pg.joined.Load():
 		for _, r := range d.Ranks {
 			if r == me {
 				continue
@@ -233,20 +232,24 @@ func (pg *Group) apply(d *decision) error {
 			}
 		}
 	}
+	if becameMember {
+		pg.joined.Store(true)
+		pg.g.SetSeq(d.Seq)
+	}
+	if pg.joined.Load() && !active[me] {
+		pg.joined.Store(false) // dropped by the group, or left it
+	}
+	if !pg.joined.Load() {
+		// Outside the group its ops run over itself alone.
+		active, excluded = maskOf([]int{me}, n), nil
+	}
 	if err := pg.g.SetMembership(uint32(d.Index), d.Epoch, active, excluded); err != nil {
 		return err
 	}
 	pg.m.applied = d.Index
 	pg.m.pending = d.Pending
 	pg.viewChanged()
-	if becameMember {
-		pg.m.joined = true
-		pg.g.SetSeq(d.Seq)
-	}
-	if pg.m.joined && !active[me] {
-		pg.m.joined = false // dropped by the group
-	}
-	if pg.m.joined && d.Kind == "activate" {
+	if pg.joined.Load() && d.Kind == "activate" {
 		if err := pg.st.Set(pg.key("ack", d.Index, me), []byte("1")); err != nil {
 			return err
 		}

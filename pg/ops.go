@@ -69,21 +69,39 @@ func (pg *Group) Send(buf []byte, dst int, tag int32) (*worker.Work, error) {
 	}
 	pg.sendMu.Unlock()
 	return pg.submitTo(q, "send", func(ctx context.Context) error {
+		// A send to a rank that is dead or out of the group completes without error and
+		// names that rank in its failed-ranks hint (get_local_success False), as upstream's:
+		// the message is lost, the program decides what to do.
+		lost := func(why error) error {
+			pg.logf("send to rank %d (tag %d) not delivered: %v", dst, tag, why)
+			return &worker.Degraded{Failed: []int{dst}}
+		}
 		if err := pg.p2pCheck("send", dst); err != nil {
-			return err
+			return lost(err)
 		}
 		if err := pg.ep.AliveRecently(ctx, dst, time.Second); err != nil && errors.Is(err, collective.ErrPeerDead) {
-			return opErr{fmt.Errorf("send on rank %d to rank %d (tag %d): %w", pg.cfg.Rank, dst, tag, err)}
+			return lost(err)
 		}
 		if err := pg.ep.Send(ctx, dst, collective.UserTag(tag), buf); err != nil {
-			if errors.Is(err, context.DeadlineExceeded) {
+			switch {
+			case errors.Is(err, collective.ErrPeerDead):
+				return lost(err)
+			case errors.Is(err, context.DeadlineExceeded):
 				return opErr{fmt.Errorf("send on rank %d to rank %d (tag %d): rank %d did not take the message within %s", pg.cfg.Rank, dst, tag, dst, pg.cfg.Timeout)}
 			}
 			return opErr{fmt.Errorf("send on rank %d to rank %d (tag %d): %w", pg.cfg.Rank, dst, tag, err)}
 		}
+		// Over shared memory a write into a dead peer's ring succeeds: ask whether it is
+		// alive (at most one probe per peer per deadPeerCheck while it says nothing).
+		if err := pg.ep.AliveRecently(ctx, dst, deadPeerCheck); err != nil && errors.Is(err, collective.ErrPeerDead) {
+			return lost(err)
+		}
 		return nil
 	}), nil
 }
+
+// deadPeerCheck is how long a peer may be silent before a send to it probes its liveness.
+const deadPeerCheck = 10 * time.Millisecond
 
 // Recv posts the receive now (so receives match in call order) and completes the work when a
 // message of exactly len(buf) bytes arrived.

@@ -18,16 +18,17 @@ type Store interface {
 	Add(key string, delta int64) (int64, error)
 }
 
-// endpointKey is where rank publishes its p2p endpoint.
-func endpointKey(group string, rank int) string {
-	return fmt.Sprintf("%s/mooncake/ep/%d", group, rank)
-}
-
-// key is a key of the group's own namespace: "<group>/mooncake/<parts...>".
-func (pg *Group) key(parts ...any) string {
-	k := pg.cfg.Name + "/mooncake"
+// groupKey is a key of group's own namespace: "<group>/mooncake/<parts...>".
+func groupKey(group string, parts ...any) string {
+	k := group + "/mooncake"
 	for _, p := range parts {
 		k += "/" + fmt.Sprint(p)
 	}
 	return k
 }
+
+// endpointKey is where rank publishes its p2p endpoint.
+func endpointKey(group string, rank int) string { return groupKey(group, "ep", rank) }
+
+// key is a key of this group's namespace.
+func (pg *Group) key(parts ...any) string { return groupKey(pg.cfg.Name, parts...) }
