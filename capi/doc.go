@@ -12,8 +12,8 @@
 // CPU groups. An op submitted then waits until the shim either runs it on the calling thread
 // (mc_work_run: torch's asyncOp=False, and Work.wait on an op that has not started) or hands
 // it to the group's op goroutine (mc_work_start); the hook tells the shim's completion thread
-// when an op it did not run finishes. A synchronous 8-byte all_reduce at 2 ranks went from
-// ~170 µs to ~75 µs per op this way on the 2-core VM (docs/performance.md).
+// when an op it did not run finishes. A small synchronous all_reduce takes about half the time
+// per op this way (docs/performance.md).
 //
 // Process-group tuning knobs (environment; 0 or unset: the defaults): MC_PG_SLOTS and
 // MC_PG_SLOT_BYTES (p2p ring slots per peer, 4 x 512 KiB), MC_PG_SMALL_BYTES and

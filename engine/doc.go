@@ -32,14 +32,14 @@
 // valid while mapped, so a held view never faults. The collective fast path keeps its views of
 // peers' arenas this way.
 //
-// Ordering and signal words. The requests of one batch to one target run in one "lane": a
-// goroutine that applies them in submission order (across SubmitTransfer calls, too), and
-// stops applying (marks FAILED) the rest once one fails. A WRITE of exactly 4 bytes to a
+// Ordering and signal words. The requests of one batch to one target run in one "target
+// worker": a goroutine that applies them in submission order (across SubmitTransfer calls,
+// too), and stops applying (marks FAILED) the rest once one fails. A WRITE of exactly 4 bytes to a
 // 4-aligned address wakes futex waiters on that word after the bytes land (shm: the
 // initiator wakes through its mapping; tcp: the server wakes after applying the write, and
 // also signals the word's WatchWord channel, if a goroutine of this process watches it). So
-// a batch [data..., signal] makes the signal visible only after the data. Different lanes
-// run in parallel.
+// a batch [data..., signal] makes the signal visible only after the data. Different target
+// workers run in parallel.
 //
 // Write streams. OpenStream gives an ordered channel of WRITEs to one segment (Stream): its
 // Writes apply in order; over tcp it owns a connection whose frames are all quiet (the server

@@ -72,8 +72,8 @@ type Engine struct {
 	kindBytes [3]atomic.Uint64 // bytes attempted per transport kind (local, shm, tcp)
 
 	closed atomic.Bool
-	lifeMu sync.RWMutex   // Close holds it while flipping closed; submit holds it (read) while starting lanes
-	wg     sync.WaitGroup // lanes and notify senders
+	lifeMu sync.RWMutex   // Close holds it while flipping closed; submit holds it (read) while starting target workers
+	wg     sync.WaitGroup // target workers and notify senders
 }
 
 // New starts an engine: it binds the RPC/data listener, chooses the segment name, connects

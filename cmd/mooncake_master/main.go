@@ -10,19 +10,17 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log"
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/mooncake-go/mooncake/engine/metadata"
+	"github.com/mooncake-go/mooncake/internal/cli"
 	"github.com/mooncake-go/mooncake/store/ha"
 	"github.com/mooncake-go/mooncake/store/master"
 	"github.com/mooncake-go/mooncake/store/snapshot"
@@ -31,19 +29,10 @@ import (
 func main() {
 	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
 	cfg, err := master.ParseFlags("mooncake_master", os.Args[1:])
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(0)
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "mooncake_master: %v\n", err)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	cli.Exit("mooncake_master", cli.Usage(err))
+	ctx, stop := cli.SignalContext()
 	defer stop()
-	if err := run(ctx, cfg); err != nil {
-		fmt.Fprintf(os.Stderr, "mooncake_master: %v\n", err)
-		os.Exit(1)
-	}
+	cli.Exit("mooncake_master", run(ctx, cfg))
 }
 
 func run(ctx context.Context, cfg master.Config) error {

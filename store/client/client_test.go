@@ -59,15 +59,17 @@ func pattern(n int, seed byte) []byte {
 }
 
 func TestPutGetAcrossClients(t *testing.T) {
-	for _, rpc := range []string{"lane", "grpc"} {
-		t.Run(rpc, func(t *testing.T) {
-			t.Setenv("MC_STORE_RPC", rpc) // the lane is the default; gRPC must work the same
+	// The framed RPC is the default (MC_STORE_RPC unset or anything but "grpc"); gRPC must
+	// work the same.
+	for _, tc := range []struct{ name, rpc string }{{"framed", ""}, {"grpc", "grpc"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("MC_STORE_RPC", tc.rpc)
 			c := testPutGetAcrossClients(t)
 			c.cc.mu.Lock()
-			_, lane := c.cc.cc.(*api.Lane)
+			_, framed := c.cc.cc.(*api.FramedConn)
 			c.cc.mu.Unlock()
-			if lane != (rpc == "lane") {
-				t.Fatalf("MC_STORE_RPC=%s but the client's connection is %T", rpc, c.cc.cc)
+			if framed != (tc.name == "framed") {
+				t.Fatalf("MC_STORE_RPC=%q but the client's connection is %T", tc.rpc, c.cc.cc)
 			}
 		})
 	}

@@ -51,7 +51,7 @@ type masterConn struct {
 	closed bool
 }
 
-// rpcConn is a connection to one master: the lane (default) or gRPC (MC_STORE_RPC=grpc).
+// rpcConn is a connection to one master: the framed RPC (default) or gRPC (MC_STORE_RPC=grpc).
 type rpcConn interface {
 	grpc.ClientConnInterface
 	Close() error
@@ -59,7 +59,7 @@ type rpcConn interface {
 
 func dialRPC(addr string) (rpcConn, error) {
 	if api.UseLane() {
-		return api.DialLane(addr)
+		return api.DialFramed(addr)
 	}
 	return api.Dial(addr, dialOpts()...)
 }

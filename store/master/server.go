@@ -296,14 +296,14 @@ func (s *Server) GRPCServer() *grpc.Server {
 }
 
 // Serve serves the master service on lis until ctx ends, then stops gracefully: gRPC, and the
-// lane (store/api/lane.go) for clients that open with its magic.
+// framed RPC (store/api/framed.go) for clients that open with its magic.
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	g := s.GRPCServer()
-	lane := api.NewLaneServer(&api.ServiceDesc, s, s.interceptor)
-	lis = api.NewLaneListener(lis, lane)
+	framed := api.NewFramedServer(&api.ServiceDesc, s, s.interceptor)
+	lis = api.NewFramedListener(lis, framed)
 	go func() {
 		<-ctx.Done()
-		lane.Close()
+		framed.Close()
 		stopped := make(chan struct{})
 		go func() { g.GracefulStop(); close(stopped) }()
 		select {
