@@ -54,10 +54,11 @@ def rank_main(a) -> None:
         w = dist.all_reduce(x, async_op=True)
         w.wait()
         now = time.time()
-        if mpg.get_failed_ranks_hint(w) and degraded is None:
+        failed = mpg.get_failed_ranks_hint(w).nonzero().flatten().tolist()
+        if failed and degraded is None:
             degraded = now
             if a.manual:  # membership changes only when the program says so
-                mpg.deactivate_ranks(None, mpg.get_failed_ranks_hint(w))
+                mpg.deactivate_ranks(None, failed)
         elif degraded is not None and mpg.get_local_success(w):
             clean = now
     t_kill = float(store.get("t_kill").decode())

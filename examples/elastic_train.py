@@ -93,7 +93,7 @@ def train(rank: int, world: int, port: int, steps: int, kill_step: int, victim: 
         t0 = time.time()
         w = dist.all_reduce(flat, async_op=True)
         w.wait()
-        failed = mpg.get_failed_ranks_hint(w)
+        failed = mpg.get_failed_ranks_hint(w).nonzero().flatten().tolist()  # ranks set in the mask
         contributors = int(mpg.get_active_ranks(None).sum().item())
         if failed:
             log(rank, f"step {step}: all_reduce completed without ranks {failed} in "

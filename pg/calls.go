@@ -244,7 +244,7 @@ func (pg *Group) replaced(r int) bool {
 	return pg.ep.Dead(r) != nil || !pg.ep.LinkedTo(info)
 }
 
-// peerState: alive and reachable, with a published endpoint.
+// peerState: alive and reachable, with a published endpoint (get_peer_state).
 func (pg *Group) peerState(ranks []int) []bool {
 	out := make([]bool, len(ranks))
 	for i, r := range ranks {
@@ -262,11 +262,27 @@ func (pg *Group) peerState(ranks []int) []bool {
 		if err != nil {
 			continue
 		}
+		if !pg.g.ActiveRanks()[r] && pg.ep.LinkedTo(info) && !pg.joinRequested(info) {
+			// Out of the group, and what it published is still the endpoint that left (or
+			// died): not ready to be admitted until its new process or group publishes, or
+			// that endpoint calls join_group.
+			continue
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		out[i] = pg.probe(ctx, info) == nil
 		cancel()
 	}
 	return out
+}
+
+// joinRequested reports whether the endpoint info describes called join_group.
+func (pg *Group) joinRequested(info p2p.Info) bool {
+	k := pg.key("join", info.Rank)
+	if ok, err := pg.st.Check(k); err != nil || !ok {
+		return false
+	}
+	v, err := pg.st.Get(k, time.Second)
+	return err == nil && string(v) == strconv.FormatUint(info.Instance, 10)
 }
 
 func (pg *Group) probe(ctx context.Context, info p2p.Info) error {
@@ -283,7 +299,9 @@ func (pg *Group) join(ctx context.Context) (Result, error) {
 	if pg.joined.Load() {
 		return Result{Status: ProposalApplied}, nil
 	}
-	if err := pg.st.Set(pg.key("join", pg.cfg.Rank), []byte(pg.ep.Info().Segment)); err != nil {
+	// The join request names this endpoint: a member that still links to it (this rank was
+	// dropped but lives on) then knows it waits to be admitted (peerState).
+	if err := pg.st.Set(pg.key("join", pg.cfg.Rank), []byte(strconv.FormatUint(pg.ep.Info().Instance, 10))); err != nil {
 		return Result{}, err
 	}
 	pg.logf("waiting to be admitted (join_group)")

@@ -96,3 +96,20 @@ def etcd_server():
 @pytest.fixture
 def python_exe() -> str:
     return sys.executable
+
+
+@pytest.fixture
+def job():
+    """Makes elastic-membership jobs (elastic_harness.Job) and kills their leftover processes."""
+    from elastic_harness import Job
+
+    jobs = []
+
+    def make(world):
+        j = Job(world)
+        jobs.append(j)
+        return j
+
+    yield make
+    for j in jobs:
+        j.close()

@@ -91,8 +91,13 @@ def run_op(op: str, rank: int, world: int, survivors: list[int], out: dict) -> N
         raise ValueError(op)
     out["elapsed_s"] = round(time.time() - t0, 3)
     if w is not None:
-        out["hint"] = mpg.get_failed_ranks_hint(w)
+        out["hint"] = hint_ranks(w)
         out["local_success"] = mpg.get_local_success(w)
+
+
+def hint_ranks(w) -> list[int]:
+    """The ranks set in a work's failed-ranks mask."""
+    return [r for r, x in enumerate(mpg.get_failed_ranks_hint(w).tolist()) if x]
 
 
 def all_reduce_sum(expect: float, out: dict, name: str, group=None) -> None:
@@ -100,7 +105,7 @@ def all_reduce_sum(expect: float, out: dict, name: str, group=None) -> None:
     w = dist.all_reduce(x, group=group, async_op=True)
     w.wait()
     out[name] = {"ok": bool(torch.equal(x, torch.full((N,), expect))),
-                 "hint": mpg.get_failed_ranks_hint(w), "local_success": mpg.get_local_success(w)}
+                 "hint": hint_ranks(w), "local_success": mpg.get_local_success(w)}
 
 
 def subgroup_with_new_rank(rank: int, out: dict) -> None:

@@ -66,6 +66,7 @@ __all__ = [
     "extend_group_size_to",
     "set_collective_timeout_us",
     "ProposalStatus",
+    "ViewUpdateStatus",
     "SyncAfterFailureStatus",
     "get_active_ranks",
     "get_current_epoch",
@@ -91,11 +92,15 @@ def _env_flag(name: str, default: bool) -> bool:
 
 
 class ProposalStatus(enum.IntEnum):
-    """Outcome of a membership proposal (activate/recover/deactivate ranks)."""
+    """Outcome of a membership proposal (activate/recover/deactivate ranks, extend, join);
+    upstream's current name for it is ``ViewUpdateStatus``."""
 
     Rejected = 0
     Applied = 1
     AppliedWithDroppedRanks = 2
+
+
+ViewUpdateStatus = ProposalStatus
 
 
 class SyncAfterFailureStatus(enum.IntEnum):
@@ -258,9 +263,13 @@ def get_max_group_size(pg: Any = None) -> int:
     return int(_pg_ext.get_max_group_size(get_backend(pg)))
 
 
-def get_failed_ranks_hint(work: Any) -> List[int]:
-    """Ranks that failed during the op of a completed ``Work`` (empty when none did)."""
-    return list(_pg_ext.get_failed_ranks_hint(work))
+def get_failed_ranks_hint(work: Any) -> torch.Tensor:
+    """The failed-ranks hint of a completed ``Work``, as upstream returns it: an int32 mask over
+    the group's rank slots (max_group_size), 1 where that rank failed during the op, all zeros
+    when none did. ``.tolist()`` gives the mask, ``.nonzero().flatten().tolist()`` the ranks."""
+    if not work.is_completed():
+        raise RuntimeError("mooncake: get_failed_ranks_hint: the work has not completed (call wait() first)")
+    return _pg_ext.get_failed_ranks_mask(work)
 
 
 def get_local_success(work: Any) -> bool:
