@@ -84,7 +84,7 @@ func (pg *Group) Send(buf []byte, dst int, tag int32) (*worker.Work, error) {
 		}
 		if err := pg.ep.Send(ctx, dst, collective.UserTag(tag), buf); err != nil {
 			switch {
-			case errors.Is(err, collective.ErrPeerDead):
+			case errors.Is(err, collective.ErrPeerDead) || errors.Is(pg.ep.PeerAlive(ctx, dst), collective.ErrPeerDead):
 				return lost(err)
 			case errors.Is(err, context.DeadlineExceeded):
 				return opErr{fmt.Errorf("send on rank %d to rank %d (tag %d): rank %d did not take the message within %s", pg.cfg.Rank, dst, tag, dst, pg.cfg.Timeout)}

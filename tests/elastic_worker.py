@@ -79,12 +79,11 @@ def run_op(op: str, rank: int, world: int, survivors: list[int], out: dict) -> N
             except Exception as e:  # noqa: BLE001
                 out["recv_from_dead"] = str(e)[:300]
             out["recv_from_dead_s"] = round(time.time() - t1, 3)
+            # A send to it completes (as upstream's): not locally successful, the rank in the hint.
             t1 = time.time()
-            try:
-                dist.send(torch.zeros(N), dead[0])
-                out["send_to_dead"] = "returned"
-            except Exception as e:  # noqa: BLE001
-                out["send_to_dead"] = str(e)[:300]
+            sw = dist.isend(torch.zeros(N), dead[0])
+            sw.wait()
+            out["send_to_dead"] = {"local_success": mpg.get_local_success(sw), "hint": hint_ranks(sw)}
             out["send_to_dead_s"] = round(time.time() - t1, 3)
         w = None
     else:

@@ -59,12 +59,13 @@ def test_kill_during_op(job, op):
     victim = 2
     res = run_kill(job, op, victim)
     if op == "send_recv":
-        # The survivors' p2p goes on; receiving from the dead rank fails fast and says why.
+        # The survivors' p2p goes on; receiving from the dead rank fails fast and says why, and
+        # a send to it completes with the rank in its hint.
         o = res[0]
         assert o["correct"], o
         assert "rank 2" in o["recv_from_dead"] and "returned" != o["recv_from_dead"], o
         assert o["recv_from_dead_s"] < COLLECTIVE_TIMEOUT_S, o
-        assert "rank 2" in o["send_to_dead"] and "returned" != o["send_to_dead"], o
+        assert o["send_to_dead"] == {"local_success": False, "hint": [2]}, o
         assert o["send_to_dead_s"] < COLLECTIVE_TIMEOUT_S, o
         for r in (1, 3):
             assert res[r]["correct"], res[r]

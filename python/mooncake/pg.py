@@ -246,8 +246,8 @@ def get_active_ranks(pg: Any = None) -> torch.Tensor:
     """int32 tensor of length max_group_size: 1 where the rank slot is active (on the group's
     device: CUDA for a ``"mooncake"`` group)."""
     b = get_backend(pg)
-    _pg_ext.refresh_size(b)
-    t = _pg_ext.get_active_ranks(b)
+    t = _pg_ext.get_active_ranks(b)  # applies membership decisions this rank has not seen
+    _pg_ext.refresh_size(b)  # dist.get_world_size() follows the active extent
     if b.name() == BACKEND_CUDA and torch.cuda.is_available():
         t = t.cuda()  # on the group's device
     return t
