@@ -10,7 +10,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -46,9 +45,6 @@ const laneMaxFrame = 64 << 20
 
 // laneSniffTimeout bounds how long a new connection may take to send its first 8 bytes.
 const laneSniffTimeout = 10 * time.Second
-
-// UseLane reports whether clients call the master over the lane (MC_STORE_RPC is not "grpc").
-func UseLane() bool { return !strings.EqualFold(strings.TrimSpace(os.Getenv("MC_STORE_RPC")), "grpc") }
 
 // ---- server ----
 
