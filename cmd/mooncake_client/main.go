@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/mooncake-go/mooncake/config"
 	"github.com/mooncake-go/mooncake/engine"
 	"github.com/mooncake-go/mooncake/store/client"
 )
@@ -68,11 +69,11 @@ func main() {
 	if *port == 0 {
 		name = *host // the engine (or client.EngineConfig) picks the port
 	}
-	cfg := client.Config{
+	cfg := config.StoreClient(client.Config{
 		LocalHostname: name, MetadataServer: *meta,
 		GlobalSegmentSize: seg, LocalBufferSize: buf, Protocol: *protocol, DeviceName: *devices,
 		MasterServerAddress: *master,
-	}
+	})
 	c, err := client.New(ctx, cfg)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "mooncake_client: %v\n", err)

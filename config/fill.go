@@ -1,0 +1,126 @@
+package config
+
+import (
+	"strings"
+	"time"
+
+	"github.com/mooncake-go/mooncake/engine"
+	"github.com/mooncake-go/mooncake/engine/metadata"
+	"github.com/mooncake-go/mooncake/store/client"
+	"github.com/mooncake-go/mooncake/store/ha"
+	"github.com/mooncake-go/mooncake/store/snapshot"
+)
+
+// The functions below read the knobs now and fill the settings structs of the library
+// packages with them; capi/ and cmd/ call them at the moment of use. A field the caller set
+// already (non-zero) wins over its knob.
+
+// Engine fills cfg's unset fields from the engine-creation knobs (MC_METADATA_SERVER,
+// MC_FORCE_TCP, MC_TRANSFER_TIMEOUT, MC_SLICE_SIZE, MC_TCP_SOCKET_BUFFER, MC_HANDSHAKE_PORT,
+// MC_TCP_BIND_ADDRESS, MC_MIN_RPC_PORT, MC_MAX_RPC_PORT, MC_METADATA_CLUSTER_ID,
+// MC_CUSTOM_TOPO_JSON, MC_REDIS_PASSWORD, MC_REDIS_DB_INDEX). Name, protocol and device are
+// the caller's (see ProcessEngine for the process-wide engine's).
+func Engine(cfg engine.Config) engine.Config {
+	if cfg.MetadataServer == "" {
+		cfg.MetadataServer = MetadataServer.Trimmed()
+	}
+	if cfg.TransferTimeout == 0 {
+		if f, ok := TransferTimeout.Float(); ok && f > 0 {
+			cfg.TransferTimeout = time.Duration(f * float64(time.Second))
+		}
+	}
+	cfg.ForceTCP = cfg.ForceTCP || ForceTCP.Bool()
+	if n, ok := SliceSize.Int(); ok && n > 0 && cfg.SliceSize == 0 {
+		cfg.SliceSize = uint64(n)
+	}
+	setInt(&cfg.SocketBuffer, TCPSocketBuffer)
+	setInt(&cfg.HandshakePort, HandshakePort)
+	setInt(&cfg.MinRPCPort, MinRPCPort)
+	setInt(&cfg.MaxRPCPort, MaxRPCPort)
+	setString(&cfg.BindAddress, TCPBindAddress)
+	setString(&cfg.ClusterID, MetadataClusterID)
+	setString(&cfg.CustomTopology, CustomTopoJSON)
+	cfg.Metadata = Metadata(cfg.Metadata)
+	return cfg
+}
+
+// ProcessEngine is the configuration of the process-wide engine a process group creates when
+// the process has none: MC_LOCAL_HOSTNAME, MC_METADATA_SERVER (P2PHANDSHAKE),
+// MOONCAKE_PROTOCOL (tcp), MOONCAKE_DEVICE, and the rest as Engine.
+func ProcessEngine() engine.Config {
+	return Engine(engine.Config{
+		LocalServerName: LocalHostname.String(),
+		MetadataServer:  or(MetadataServer.String(), engine.P2PHandshake),
+		Protocol:        or(Protocol.String(), "tcp"),
+		DeviceName:      Device.String(),
+	})
+}
+
+// Metadata fills o's unset fields from MC_REDIS_PASSWORD and MC_REDIS_DB_INDEX.
+func Metadata(o metadata.Options) metadata.Options {
+	setString(&o.RedisPassword, RedisPassword)
+	setString(&o.RedisDBIndex, RedisDBIndex)
+	return o
+}
+
+// HA fills o's unset fields from MC_REDIS_PASSWORD and MC_REDIS_DB_INDEX.
+func HA(o ha.Options) ha.Options {
+	setString(&o.RedisPassword, RedisPassword)
+	setString(&o.RedisDBIndex, RedisDBIndex)
+	return o
+}
+
+// StoreClient fills cfg's unset fields from the store-setup knobs (MC_STORE_CLUSTER_ID,
+// MC_STORE_RPC, MC_STORE_PREFAULT, the Redis ones) and cfg.Engine as Engine does.
+func StoreClient(cfg client.Config) client.Config {
+	setString(&cfg.ClusterID, StoreClusterID)
+	cfg.GRPC = cfg.GRPC || strings.EqualFold(StoreRPC.Trimmed(), "grpc")
+	if cfg.Prefault == client.PrefaultAuto {
+		switch StorePrefault.String() {
+		case "0":
+			cfg.Prefault = client.PrefaultOff
+		case "1":
+			cfg.Prefault = client.PrefaultOn
+		}
+	}
+	cfg.HA = HA(cfg.HA)
+	cfg.Engine = Engine(cfg.Engine)
+	return cfg
+}
+
+// SnapshotBackend is the backend settings of a master whose --snapshot_backup_dir is
+// localRoot: MOONCAKE_SNAPSHOT_LOCAL_PATH when localRoot is empty, and the S3 knobs
+// (MOONCAKE_SNAPSHOT_S3_ENDPOINT, _BUCKET, _PREFIX, AWS_DEFAULT_REGION, AWS_ACCESS_KEY_ID,
+// AWS_SECRET_ACCESS_KEY).
+func SnapshotBackend(localRoot string) snapshot.BackendOptions {
+	return snapshot.BackendOptions{
+		LocalRoot: or(localRoot, SnapshotLocalPath.String()),
+		S3: snapshot.S3Config{
+			Endpoint:  SnapshotS3Endpoint.Trimmed(),
+			Region:    AWSRegion.Trimmed(),
+			Bucket:    SnapshotS3Bucket.Trimmed(),
+			Prefix:    SnapshotS3Prefix.Trimmed(),
+			AccessKey: AWSAccessKeyID.String(),
+			SecretKey: AWSSecretAccessKey.String(),
+		},
+	}
+}
+
+func or(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+func setString(dst *string, k *Knob) {
+	if *dst == "" {
+		*dst = k.String()
+	}
+}
+
+func setInt(dst *int, k *Knob) {
+	if n, ok := k.Int(); ok && *dst == 0 {
+		*dst = n
+	}
+}
