@@ -84,6 +84,7 @@ func dialMaster(ctx context.Context, cfg Config) (*masterConn, error) {
 	if clusterID == "" {
 		clusterID = DefaultClusterID
 	}
+	m.display = fmt.Sprintf("cluster %q on %s (MC_STORE_CLUSTER_ID)", clusterID, address)
 	w, err := ha.WatchView(ctx, address, clusterID, ha.WithOptions(cfg.HA))
 	if err != nil {
 		return nil, api.Errorf(api.INVALID_PARAMS, "follow the master leader of cluster %q on %s: %v", clusterID, address, err)
