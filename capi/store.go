@@ -273,11 +273,7 @@ func cBytes(p unsafe.Pointer, n C.uint64_t) []byte {
 
 //export mc_store_put
 func mc_store_put(h C.uint64_t, key *C.char, data unsafe.Pointer, n C.uint64_t, cfgp *C.mc_replicate_config) C.int {
-	c, k, err := storeKey(h, key)
-	if err != nil {
-		return serr(err)
-	}
-	cfg, err := replicateConfig(cfgp)
+	c, k, cfg, err := putArgs(h, key, cfgp)
 	if err != nil {
 		return serr(err)
 	}
@@ -289,11 +285,7 @@ func mc_store_put(h C.uint64_t, key *C.char, data unsafe.Pointer, n C.uint64_t, 
 
 //export mc_store_put_parts
 func mc_store_put_parts(h C.uint64_t, key *C.char, parts *unsafe.Pointer, lens *C.uint64_t, n C.int32_t, cfgp *C.mc_replicate_config) C.int {
-	c, k, err := storeKey(h, key)
-	if err != nil {
-		return serr(err)
-	}
-	cfg, err := replicateConfig(cfgp)
+	c, k, cfg, err := putArgs(h, key, cfgp)
 	if err != nil {
 		return serr(err)
 	}
@@ -311,11 +303,7 @@ func mc_store_put_parts(h C.uint64_t, key *C.char, parts *unsafe.Pointer, lens *
 
 //export mc_store_put_from
 func mc_store_put_from(h C.uint64_t, key *C.char, addr, n C.uint64_t, cfgp *C.mc_replicate_config) C.int {
-	c, k, err := storeKey(h, key)
-	if err != nil {
-		return serr(err)
-	}
-	cfg, err := replicateConfig(cfgp)
+	c, k, cfg, err := putArgs(h, key, cfgp)
 	if err != nil {
 		return serr(err)
 	}
@@ -616,6 +604,16 @@ func batchArgs(h C.uint64_t, keys **C.char, n C.int32_t) (*client.Client, []stri
 }
 
 // batchPutArgs is batchArgs plus the replicate config of the batch put calls.
+// putArgs returns the client of h, the key and the replica settings of a put.
+func putArgs(h C.uint64_t, key *C.char, cfgp *C.mc_replicate_config) (*client.Client, string, api.ReplicateConfig, error) {
+	c, k, err := storeKey(h, key)
+	if err != nil {
+		return nil, "", api.ReplicateConfig{}, err
+	}
+	cfg, err := replicateConfig(cfgp)
+	return c, k, cfg, err
+}
+
 func batchPutArgs(h C.uint64_t, keys **C.char, n C.int32_t, cfgp *C.mc_replicate_config) (*client.Client, []string, api.ReplicateConfig, error) {
 	c, ks, err := batchArgs(h, keys, n)
 	if err != nil {
