@@ -4,8 +4,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mooncake-go/mooncake/collective"
 	"github.com/mooncake-go/mooncake/engine"
 	"github.com/mooncake-go/mooncake/engine/metadata"
+	"github.com/mooncake-go/mooncake/p2p"
 	"github.com/mooncake-go/mooncake/store/client"
 	"github.com/mooncake-go/mooncake/store/ha"
 	"github.com/mooncake-go/mooncake/store/snapshot"
@@ -104,6 +106,45 @@ func SnapshotBackend(localRoot string) snapshot.BackendOptions {
 			SecretKey: AWSSecretAccessKey.String(),
 		},
 	}
+}
+
+// Collective is the algorithm settings of a new process group: MC_PG_SMALL_BYTES,
+// MC_PG_CHUNK_BYTES, MC_PG_FUSED_BYTES and MC_PG_PAIR_BYTES (each: a value above 0, else the
+// default), as capi's process-group creation read them.
+func Collective() collective.Options {
+	return collective.Options{
+		SmallBytes: PGSmallBytes.Positive(),
+		ChunkBytes: PGChunkBytes.Positive(),
+		FusedBytes: PGFusedBytes.Positive(),
+		PairBytes:  PGPairBytes.Positive(),
+	}
+}
+
+// Shared is the same-host fast path's settings of a new process group: MC_PG_SHM_CHUNK,
+// MC_PG_SHM_COPY_CHUNK (2 MiB when unset, also when MC_PG_SHM_CHUNK is set), MC_PG_SHM_STREAM_OUT
+// and MC_PG_SHM_SPIN_US (0: no polling). Whether to take the fast path at all is PGShm.Bool().
+func Shared() collective.SharedOptions {
+	o := collective.SharedOptions{
+		ChunkBytes:     PGShmChunk.Size(),
+		CopyBytes:      PGShmCopyChunk.Size(),
+		StreamOutBytes: PGShmStreamOut.Size(),
+	}
+	if o.CopyBytes == 0 {
+		o.CopyBytes = collective.DefaultShmCopyBytes
+	}
+	if us, ok := PGShmSpinUS.Int(); ok && us >= 0 {
+		o.Spin = time.Duration(us) * time.Microsecond
+		if us == 0 {
+			o.Spin = -1 // no polling
+		}
+	}
+	return o
+}
+
+// P2P is the endpoint settings of a new process group: MC_PG_SLOTS and MC_PG_SLOT_BYTES (a
+// value above 0, else the default).
+func P2P() p2p.Options {
+	return p2p.Options{Slots: PGSlots.Positive(), SlotBytes: PGSlotBytes.Positive()}
 }
 
 func or(v, def string) string {

@@ -4,7 +4,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mooncake-go/mooncake/collective"
 	"github.com/mooncake-go/mooncake/engine"
+	"github.com/mooncake-go/mooncake/p2p"
 	"github.com/mooncake-go/mooncake/store/client"
 )
 
@@ -82,5 +84,43 @@ func TestSnapshotBackend(t *testing.T) {
 	}
 	if o := SnapshotBackend("/flag/dir"); o.LocalRoot != "/flag/dir" {
 		t.Fatalf("--snapshot_backup_dir must win: %q", o.LocalRoot)
+	}
+}
+
+func TestProcessGroupSettings(t *testing.T) {
+	for _, k := range All() {
+		if k.Stage() == ProcessGroupInit {
+			t.Setenv(k.Name(), "")
+		}
+	}
+	if got := Collective(); got != (collective.Options{}) {
+		t.Fatalf("no knobs: Collective() = %+v", got)
+	}
+	if got := P2P(); got != (p2p.Options{}) {
+		t.Fatalf("no knobs: P2P() = %+v", got)
+	}
+	// MC_PG_SHM_CHUNK alone does not shrink the copy rounds (2 MiB stays the default).
+	t.Setenv("MC_PG_SHM_CHUNK", "64K")
+	if got, want := Shared(), (collective.SharedOptions{ChunkBytes: 64 << 10, CopyBytes: 2 << 20}); got != want {
+		t.Fatalf("Shared() = %+v, want %+v", got, want)
+	}
+	for k, v := range map[string]string{"MC_PG_SLOTS": "8", "MC_PG_SLOT_BYTES": "4096", "MC_PG_SMALL_BYTES": "1024",
+		"MC_PG_CHUNK_BYTES": "2048", "MC_PG_FUSED_BYTES": "-1", "MC_PG_PAIR_BYTES": "0",
+		"MC_PG_SHM_COPY_CHUNK": "1M", "MC_PG_SHM_STREAM_OUT": "4M", "MC_PG_SHM_SPIN_US": "0"} {
+		t.Setenv(k, v)
+	}
+	if got, want := P2P(), (p2p.Options{Slots: 8, SlotBytes: 4096}); got != want {
+		t.Fatalf("P2P() = %+v, want %+v", got, want)
+	}
+	// FusedBytes -1 and PairBytes 0 are not above 0: the defaults, as before.
+	if got, want := Collective(), (collective.Options{SmallBytes: 1024, ChunkBytes: 2048}); got != want {
+		t.Fatalf("Collective() = %+v, want %+v", got, want)
+	}
+	if got, want := Shared(), (collective.SharedOptions{ChunkBytes: 64 << 10, CopyBytes: 1 << 20, StreamOutBytes: 4 << 20, Spin: -1}); got != want {
+		t.Fatalf("Shared() = %+v, want %+v", got, want)
+	}
+	t.Setenv("MC_PG_SHM_SPIN_US", "5")
+	if got := Shared().Spin; got != 5*time.Microsecond {
+		t.Fatalf("MC_PG_SHM_SPIN_US=5: Spin = %v", got)
 	}
 }
