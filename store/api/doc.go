@@ -21,7 +21,7 @@
 //
 // # The lane
 //
-// The store's own clients call the same service over the lane (lane.go) unless MC_STORE_RPC=grpc:
+// The store's own clients call the same service over the lane (lane.go) unless told to use gRPC (client.Config.GRPC, MC_STORE_RPC=grpc):
 // framed requests on a plain TCP connection to the same port, told apart from HTTP/2 by their
 // first 8 bytes, answered by the very handlers and interceptor gRPC runs, with gRPC status codes
 // for errors. It exists for latency: on the 2-core machine this was built on, a gRPC unary call
