@@ -50,7 +50,15 @@ func (pg *Group) observed(op string, bytes int, fn func(ctx context.Context) err
 	}
 }
 
-// observeRecv reports a receive posted at start that finished with err.
+// observeStart is the time an op starts for the observer (zero, not read, without one).
+func (pg *Group) observeStart() time.Time {
+	if pg.cfg.Options.Observer == nil {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
+// observeRecv reports a receive posted at start (observeStart) that finished with err.
 func (pg *Group) observeRecv(bytes int, start time.Time, err error) {
 	if o := pg.cfg.Options.Observer; o != nil {
 		o.OpDone("recv", bytes, time.Since(start), err)

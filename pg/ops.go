@@ -111,7 +111,7 @@ func (pg *Group) Recv(buf []byte, src int, tag int32) (*worker.Work, error) {
 		from = fmt.Sprintf("rank %d", src)
 	}
 	pg.recvs.Add(1)
-	start := time.Now() // observer hook (observer.go)
+	start := pg.observeStart() // observer hook (observer.go)
 	go func() {
 		defer pg.recvs.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), pg.cfg.Timeout)

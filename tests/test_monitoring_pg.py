@@ -15,7 +15,7 @@ import time
 import urllib.request
 
 from conftest import ROOT, stop
-from monitoring_harness import Prometheus, check_alert_rules, check_dashboard
+from monitoring_harness import Prometheus, check_alert_rules, check_dashboard, tool
 
 WORKER = os.path.join(ROOT, "tests", "monitoring_pg_worker.py")
 
@@ -60,6 +60,8 @@ def test_pg_dashboard_and_alerts_against_torchrun_job():
                       if line.startswith("mooncake_pg_epoch{")}
             assert len(groups) == 2, (addr, groups)
             assert f'rank="{r}"' in body and 'backend="mooncake-cpu"' in body
+            lint = subprocess.run([tool("promtool"), "check", "metrics"], input=body, capture_output=True, text=True)
+            assert lint.returncode == 0 and not (lint.stdout + lint.stderr).strip(), lint.stdout + lint.stderr
 
         prom = Prometheus({"9100": [ranks[0]], "9101": [ranks[1]]})
         prom.wait_up("mooncake-pg", 2)
