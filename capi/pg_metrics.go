@@ -3,18 +3,13 @@ package main
 // Process-group metrics (pg/pgmetrics): the process's exporter, started at the first
 // init_process_group when MOONCAKE_PG_METRICS_PORT is set, and each group's observer.
 
-/*
-#include <stdlib.h>
-*/
-import "C"
-
 import (
 	"fmt"
 	"log"
 	"strconv"
 	"sync"
-	"unsafe"
 
+	"github.com/mooncake-go/mooncake/config"
 	"github.com/mooncake-go/mooncake/pg"
 	"github.com/mooncake-go/mooncake/pg/pgmetrics"
 )
@@ -25,18 +20,15 @@ var pgMetrics struct {
 	exp *pgmetrics.Exporter // nil until the first group with the port set
 }
 
-// pgMetricsPort reads MOONCAKE_PG_METRICS_PORT through libc's getenv (the environment as the
-// program has it now, os.environ changes included): 0 when unset or empty.
+// pgMetricsPort is MOONCAKE_PG_METRICS_PORT: 0 when unset or empty.
 func pgMetricsPort() (int, error) {
-	name := C.CString("MOONCAKE_PG_METRICS_PORT")
-	defer C.free(unsafe.Pointer(name))
-	v := C.getenv(name)
-	if v == nil || C.GoString(v) == "" {
+	v := config.PGMetricsPort.Trimmed()
+	if v == "" {
 		return 0, nil
 	}
-	port, err := strconv.Atoi(C.GoString(v))
+	port, err := strconv.Atoi(v)
 	if err != nil || port <= 0 || port > 65535 {
-		return 0, fmt.Errorf("MOONCAKE_PG_METRICS_PORT=%q: want a TCP port (1-65535; the rank is added to it)", C.GoString(v))
+		return 0, fmt.Errorf("MOONCAKE_PG_METRICS_PORT=%q: want a TCP port (1-65535; the rank is added to it)", v)
 	}
 	return port, nil
 }

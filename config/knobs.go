@@ -66,4 +66,5 @@ var (
 	PGProbeMS             = knob("MC_PG_PROBE_MS", Int, "200", ProcessGroupInit, "milliseconds of silence from a peer before a liveness probe")
 	PGFTInputCopy         = knob("MOONCAKE_PG_FT_INPUT_COPY", Bool, "1", ProcessGroupInit, "0: no copy of in-place inputs for an elastic rerun (a peer failure then fails the op)")
 	PGCollectiveTimeoutUS = knob("MOONCAKE_PG_COLLECTIVE_TIMEOUT_US", Int, "0 (the group's timeout)", ProcessGroupInit, "deadline of a collective in microseconds (capped by the group's timeout)")
+	PGMetricsPort         = knob("MOONCAKE_PG_METRICS_PORT", Int, "0 (off)", ProcessGroupInit, "serve process-group metrics for Prometheus on this port plus the rank (docs/monitoring.md)")
 )
