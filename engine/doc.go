@@ -47,15 +47,16 @@
 // trip, and a failure reported later breaks the stream (the next Write returns it). Same-host
 // and local targets are written before Write returns. p2p sends its slots and credits this way.
 //
-// Timeouts. Every run of requests has a deadline of Config.TransferTimeout (default
-// MC_TRANSFER_TIMEOUT seconds or 30 s) plus 1 ns per byte; a dead or silent peer gives
+// Timeouts. Every run of requests has a deadline of Config.TransferTimeout (default 30 s;
+// MC_TRANSFER_TIMEOUT) plus 1 ns per byte; a dead or silent peer gives
 // FAILED or TIMEOUT, never a hang. Close stops the listener and waits for its goroutines.
 //
-// Environment: MC_FORCE_TCP, MC_TCP_BIND_ADDRESS, MC_HANDSHAKE_PORT, MC_MIN_RPC_PORT,
-// MC_MAX_RPC_PORT, MC_TRANSFER_TIMEOUT, MC_SLICE_SIZE (tcp chunk size, at least 8 MiB),
-// MC_TCP_SOCKET_BUFFER (SO_SNDBUF/SO_RCVBUF, default: kernel autotuning),
-// MC_METADATA_SERVER (when Config.MetadataServer is empty), MC_METADATA_CLUSTER_ID,
-// MC_CUSTOM_TOPO_JSON.
+// Configuration: the package reads no environment. Config's fields carry the knobs
+// MC_FORCE_TCP, MC_TCP_BIND_ADDRESS, MC_HANDSHAKE_PORT, MC_MIN_RPC_PORT, MC_MAX_RPC_PORT,
+// MC_TRANSFER_TIMEOUT, MC_SLICE_SIZE (tcp chunk size, at least 8 MiB), MC_TCP_SOCKET_BUFFER
+// (SO_SNDBUF/SO_RCVBUF, default: kernel autotuning), MC_METADATA_SERVER,
+// MC_METADATA_CLUSTER_ID, MC_CUSTOM_TOPO_JSON and the Redis ones; capi/ and cmd/ fill them
+// with config.Engine when an engine is created.
 //
 // The engine never touches metadata store implementations (engine/metadata) beyond the Store
 // interface and Open, and never imports the packages built on it (p2p, collective, store).

@@ -38,7 +38,7 @@ func (e *Engine) resolve(ctx context.Context, name string) (string, error) {
 		}
 		return name, nil
 	}
-	raw, err := e.store.Get(ctx, RPCMetaKey(name))
+	raw, err := e.store.Get(ctx, RPCMetaKey(e.cluster, name))
 	if err != nil {
 		if errors.Is(err, metadata.ErrNotFound) {
 			return "", fmt.Errorf("segment %q is not registered in the metadata store: %w", name, ErrUnknownSegment)
@@ -57,7 +57,7 @@ func (e *Engine) fetchDescriptor(ctx context.Context, name, addr string) (*trans
 	var raw []byte
 	var err error
 	if e.store != nil {
-		raw, err = e.store.Get(ctx, SegmentKey(name))
+		raw, err = e.store.Get(ctx, SegmentKey(e.cluster, name))
 		if err != nil {
 			if errors.Is(err, metadata.ErrNotFound) {
 				return nil, fmt.Errorf("segment %q has no descriptor in the metadata store: %w", name, ErrUnknownSegment)

@@ -16,6 +16,7 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/mooncake-go/mooncake/config"
 	"github.com/mooncake-go/mooncake/engine"
 	"github.com/mooncake-go/mooncake/internal/cli"
 	"github.com/mooncake-go/mooncake/store/client"
@@ -58,11 +59,11 @@ func main() {
 	if *port == 0 {
 		name = *host // the engine (or client.EngineConfig) picks the port
 	}
-	cfg := client.Config{
+	cfg := config.StoreClient(client.Config{
 		LocalHostname: name, MetadataServer: *meta,
 		GlobalSegmentSize: seg, LocalBufferSize: buf, Protocol: *protocol, DeviceName: *devices,
 		MasterServerAddress: *master,
-	}
+	})
 	c, err := client.New(ctx, cfg)
 	cli.Exit("mooncake_client", err)
 	log.Printf("mooncake_client: segment %s (%d bytes) mounted on master %s", c.Hostname(), seg, *master)

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mooncake-go/mooncake/config"
 	"github.com/mooncake-go/mooncake/engine/metadata"
 	"github.com/mooncake-go/mooncake/internal/cli"
 	"github.com/mooncake-go/mooncake/store/ha"
@@ -45,8 +46,9 @@ func run(ctx context.Context, cfg master.Config) error {
 
 	// Snapshots and HA.
 	var snaps *snapshot.Manager
-	if cfg.EnableSnapshot || cfg.EnableSnapshotRestore || (cfg.EnableHA && cfg.HotStandby.EnableSnapshotBootstrap && cfg.SnapshotBackupDir+os.Getenv("MOONCAKE_SNAPSHOT_LOCAL_PATH") != "") {
-		be, err := snapshot.OpenBackend(ctx, cfg.SnapshotBackendType, cfg.SnapshotBackupDir)
+	snapOpts := config.SnapshotBackend(cfg.SnapshotBackupDir)
+	if cfg.EnableSnapshot || cfg.EnableSnapshotRestore || (cfg.EnableHA && cfg.HotStandby.EnableSnapshotBootstrap && snapOpts.LocalRoot != "") {
+		be, err := snapshot.OpenBackend(ctx, cfg.SnapshotBackendType, snapOpts)
 		if err != nil {
 			rpcLis.Close()
 			return err
@@ -68,7 +70,7 @@ func run(ctx context.Context, cfg master.Config) error {
 	var haParts master.HA
 	var closeHA func()
 	if cfg.EnableHA {
-		conn, err := ha.Dial(ctx, cfg.EtcdEndpoints)
+		conn, err := ha.DialWith(ctx, cfg.EtcdEndpoints, config.HA(ha.Options{}))
 		if err != nil {
 			rpcLis.Close()
 			return fmt.Errorf("ha store %s: %w", cfg.EtcdEndpoints, err)

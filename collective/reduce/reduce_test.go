@@ -451,3 +451,19 @@ func TestCopyStream(t *testing.T) {
 		}
 	}
 }
+
+// TestUseKernel: MOONCAKE_REDUCE_KERNEL's names select an available level; others keep the best.
+func TestUseKernel(t *testing.T) {
+	old := active
+	t.Cleanup(func() { active = old })
+	best := bestLevel()
+	if !UseKernel("go") || Kernel() != "go" {
+		t.Fatalf("UseKernel(go): Kernel() = %s", Kernel())
+	}
+	if UseKernel("nonsense") || Kernel() != best.String() {
+		t.Fatalf("UseKernel(nonsense): Kernel() = %s, want %s", Kernel(), best)
+	}
+	if UseKernel("") || Kernel() != best.String() {
+		t.Fatalf("UseKernel(\"\"): Kernel() = %s, want %s", Kernel(), best)
+	}
+}

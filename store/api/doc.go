@@ -22,7 +22,7 @@
 // # The framed RPC
 //
 // The store's own clients call the same service over the framed RPC (framed.go) unless
-// MC_STORE_RPC=grpc: framed requests on a plain TCP connection to the same port, told apart from
+// told to use gRPC (client.Config.GRPC, MC_STORE_RPC=grpc): framed requests on a plain TCP connection to the same port, told apart from
 // HTTP/2 by their first 8 bytes, answered by the very handlers and interceptor gRPC runs, with
 // gRPC status codes for errors. It exists for latency: a gRPC unary call between processes costs
 // several times a framed call (measured figures in docs/performance.md), and every put is two

@@ -10,7 +10,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -49,9 +48,6 @@ const framedMaxFrame = 64 << 20
 
 // framedSniffTimeout bounds how long a new connection may take to send its first 8 bytes.
 const framedSniffTimeout = 10 * time.Second
-
-// UseLane reports whether clients call the master over the lane (MC_STORE_RPC is not "grpc").
-func UseLane() bool { return !strings.EqualFold(strings.TrimSpace(os.Getenv("MC_STORE_RPC")), "grpc") }
 
 // ---- server ----
 

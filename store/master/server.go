@@ -271,12 +271,15 @@ func (s *Server) Snapshot() metrics.Snapshot {
 
 // interceptor counts requests and failures per method and refuses work while not serving.
 func (s *Server) interceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	start := time.Now()
 	resp, err := h(ctx, req)
 	failed := err != nil
+	code := api.CodeOf(err)
 	if c, ok := resp.(api.Coded); ok && c.StatusCode() != api.OK {
-		failed = true
+		failed, code = true, c.StatusCode()
 	}
 	s.metrics.ObserveRPC(path.Base(info.FullMethod), failed)
+	s.metrics.ObserveRPCResult(path.Base(info.FullMethod), code.String(), time.Since(start))
 	return resp, err
 }
 
