@@ -43,7 +43,13 @@ func sharedEngine(cfg func() engine.Config) (*engine.Engine, error) {
 	if procEngine != nil {
 		return procEngine, nil
 	}
-	e, err := engine.New(context.Background(), cfg())
+	c := cfg()
+	if engineAddr != "" {
+		// set_device_filter / set_host_ip: listen on that address (an engine with no
+		// MC_LOCAL_HOSTNAME advertises it too).
+		c.BindAddress = engineAddr
+	}
+	e, err := engine.New(context.Background(), c)
 	if err != nil {
 		return nil, fmt.Errorf("starting the process-wide transfer engine: %w", err)
 	}

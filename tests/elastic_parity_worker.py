@@ -187,7 +187,56 @@ def send_dead(a, store, out: dict) -> None:
     out["alone"] = all_reduce(1)
 
 
-SCENARIOS = {"manual": manual, "join": join, "leave": leave, "send_dead": send_dead}
+def listening_addrs() -> list:
+    """The IPv4 addresses this process listens on (its sockets in /proc/self/net/tcp)."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    addrs = set()
+    with open("/proc/self/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            parts = line.split()
+            if parts[3] == "0A" and parts[9] in inodes:  # LISTEN
+                ip = bytes.fromhex(parts[1].split(":")[0])[::-1]
+                addrs.add(".".join(str(b) for b in ip))
+    return sorted(addrs)
+
+
+def device_filter(a, store, out: dict) -> None:
+    """set_device_filter picks the interface the engine listens on; unknown names fail."""
+    try:
+        pg.set_device_filter(["no-such-nic0"])
+        out["unknown"] = "accepted"
+    except ValueError as e:
+        out["unknown"] = str(e)
+    try:
+        pg.set_host_ip("not-an-ip")
+        out["bad_ip"] = "accepted"
+    except ValueError as e:
+        out["bad_ip"] = str(e)
+    pg.set_device_filter(["lo"])
+    init(store, a.rank, a.world, None)
+    out["sum"] = all_reduce(a.rank + 1)["sum"]
+    out["p2p"] = exchange(a.rank, 1 - a.rank)
+    out["listening"] = listening_addrs()
+    pg.set_device_filter(["lo"])  # the running engine agrees: fine
+    out["later"] = {}
+    for n in sorted(os.listdir("/sys/class/net")):
+        if n != "lo":
+            try:
+                pg.set_device_filter([n])
+                out["later"][n] = "accepted"
+            except ValueError as e:
+                out["later"][n] = str(e)
+
+
+SCENARIOS = {"manual": manual, "join": join, "leave": leave, "send_dead": send_dead,
+             "device_filter": device_filter}
 
 
 def main() -> int:

@@ -128,3 +128,19 @@ def test_isend_to_exited_rank(job):
     o = j.result("rank0")
     assert o["send"]["ok"] is False and o["send"]["hint"] == [0, 1], o
     assert o["alone"]["sum"] == 1, o
+
+
+def test_set_device_filter(job):
+    j = job(2)
+    for r in range(2):
+        start(j, f"rank{r}", r, 2, "device_filter")
+    for r in range(2):
+        o = j.result(f"rank{r}")
+        assert "no network interface 'no-such-nic0'" in o["unknown"].replace('"', "'") and "lo" in o["unknown"], o
+        assert "not an IP address" in o["bad_ip"], o
+        assert o["sum"] == 3 and o["p2p"], o
+        # The engine listens on the loopback interface only (no wildcard listener).
+        assert o["listening"] == ["127.0.0.1"], o
+        # Another interface once the engine runs: refused, saying why.
+        for name, msg in o["later"].items():
+            assert "already runs" in msg or "has no IPv4 address" in msg, (name, o)

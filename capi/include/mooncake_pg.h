@@ -130,6 +130,13 @@ int32_t *mc_pg_extent_word(uint64_t pg);
  * call runs on the group's op queue (join waits until the rank is admitted). */
 int mc_pg_membership(uint64_t pg, const char *request, char *out, int32_t outlen);
 
+/* set_device_filter / set_host_ip: the interface (a JSON list of names; the first one's IPv4
+ * address is used) or the address the process-wide engine listens on and advertises. Call before
+ * the process's first group, store or engine; afterwards they fail unless the engine agrees.
+ * An unknown interface or a malformed address is -600 (INVALID_PARAMS). */
+int mc_set_device_filter(const char *names_json);
+int mc_set_host_ip(const char *ip);
+
 #ifdef __cplusplus
 }
 #endif

@@ -65,6 +65,8 @@ __all__ = [
     "sync_after_failure",
     "extend_group_size_to",
     "set_collective_timeout_us",
+    "set_device_filter",
+    "set_host_ip",
     "ProposalStatus",
     "ViewUpdateStatus",
     "SyncAfterFailureStatus",
@@ -381,9 +383,16 @@ def deactivate_ranks(pg: Any, ranks: Any) -> ProposalResponse:
     return _proposal(_call(get_backend(pg), "deactivate", ranks=_ranks(ranks)))
 
 
-def extend_group_size_to(pg: Any, size: int) -> ProposalResponse:
-    """Activates every rank below ``size`` (up to max_group_size) that is not active yet."""
-    return _publish_group_count(pg, _proposal(_call(get_backend(pg), "extend", size=int(size))))
+def extend_group_size_to(pg: Any, new_size: Optional[int] = None, *, size: Optional[int] = None) -> ProposalResponse:
+    """Activates every rank below ``new_size`` (up to max_group_size) that is not active yet.
+
+    ``size=`` is accepted as an older spelling of ``new_size``."""
+    if (new_size is None) == (size is None):
+        raise TypeError("extend_group_size_to() takes the new size once: extend_group_size_to(pg, new_size)")
+    n = new_size if new_size is not None else size
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"extend_group_size_to: new_size must be an int, got {n!r}")
+    return _publish_group_count(pg, _proposal(_call(get_backend(pg), "extend", size=int(n))))
 
 
 def join_group(pg: Any = None) -> ProposalResponse:
@@ -405,6 +414,32 @@ def sync_after_failure(pg: Any = None) -> SyncAfterFailureResponse:
     the failed ranks become inactive in a new epoch."""
     d = _call(get_backend(pg), "sync")
     return SyncAfterFailureResponse(SyncAfterFailureStatus(d["status"]), d.get("reject_reason", ""))
+
+
+def _set(fn_name: str, arg: bytes) -> None:
+    from mooncake import _native
+
+    fn = getattr(_native.lib(), fn_name)
+    fn.argtypes = [ctypes.c_char_p]
+    fn.restype = ctypes.c_int
+    if fn(arg) != 0:
+        raise ValueError(f"mooncake: {_native.last_error()}")
+
+
+def set_device_filter(filters: List[str]) -> None:
+    """Network interfaces the process's transfer engine may use (upstream selects NICs by name).
+    Over tcp the engine listens on, and advertises, the first IPv4 address of the first one.
+    Call it before the process's first group (or store, or engine); an interface this host
+    does not have raises ValueError naming the ones it has. An empty list clears the filter."""
+    if isinstance(filters, str) or not all(isinstance(f, str) for f in filters):
+        raise TypeError(f"set_device_filter: want a list of interface names, got {filters!r}")
+    _set("mc_set_device_filter", json.dumps(list(filters)).encode())
+
+
+def set_host_ip(host_ip: str) -> None:
+    """The address the process's transfer engine listens on and advertises (upstream's
+    ``set_host_ip``); call it before the process's first group. "" clears it."""
+    _set("mc_set_host_ip", str(host_ip).encode())
 
 
 def set_collective_timeout_us(timeout_us: int) -> None:
