@@ -7,6 +7,7 @@ package pg
 import (
 	"encoding/binary"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -303,5 +304,61 @@ func TestSendToDeadRank(t *testing.T) {
 	waitAll(t, sw, rw)
 	if len(sw.FailedRanks()) != 0 {
 		t.Fatalf("send to a live rank: hint %v", sw.FailedRanks())
+	}
+}
+
+// TestOutputsByActiveRanks: after a failure, the lists of size-dependent collectives may have
+// one entry per active rank (upstream's layout, in rank order of the active mask) or one per
+// rank of the extent (the dead rank's slot untouched); anything else is a clear error.
+func TestOutputsByActiveRanks(t *testing.T) {
+	c := newCluster(t, Config{Size: 4, Timeout: 30 * time.Second, AutoDeactivate: true, AutoSync: true})
+	wantSum(t, allReduce(t, c, 0, 1, 2, 3), 10)
+	c.kill(1)
+	wantSum(t, allReduce(t, c, 0, 2, 3), 8, 1)
+	live := []int{0, 2, 3}
+	pgs := c.groups()
+	for _, compact := range []bool{true, false} {
+		n := 4
+		if compact {
+			n = 3
+		}
+		outs := map[int][][]byte{}
+		var ws []*worker.Work
+		for _, r := range live {
+			o := make([][]byte, n)
+			for i := range o {
+				o[i] = []byte{0xee}
+			}
+			outs[r] = o
+			ws = append(ws, must(t)(pgs[r].AllGather([]byte{byte(r + 1)}, o)))
+		}
+		waitAll(t, ws...)
+		for _, r := range live {
+			want := [][]byte{{1}, {3}, {4}}
+			if !compact {
+				want = [][]byte{{1}, {0xee}, {3}, {4}}
+			}
+			if !slices.EqualFunc(outs[r], want, slices.Equal) {
+				t.Fatalf("compact %v: rank %d all_gather %v, want %v", compact, r, outs[r], want)
+			}
+		}
+	}
+	// reduce_scatter with one input per active rank: rank r receives the sum of the entries
+	// for its position among the active ranks.
+	outs := map[int][]byte{}
+	var ws []*worker.Work
+	for _, r := range live {
+		ins := [][]byte{{byte(r)}, {byte(10 + r)}, {byte(20 + r)}}
+		outs[r] = []byte{0}
+		ws = append(ws, must(t)(pgs[r].ReduceScatter(ins, outs[r], reduce.Uint8, reduce.Sum)))
+	}
+	waitAll(t, ws...)
+	for i, r := range live {
+		if want := byte(10*i*3 + 0 + 2 + 3); outs[r][0] != want {
+			t.Fatalf("rank %d reduce_scatter %d, want %d", r, outs[r][0], want)
+		}
+	}
+	if _, err := pgs[0].AllGather([]byte{1}, make([][]byte, 2)); err == nil || !strings.Contains(err.Error(), "give one per rank or one per active rank") {
+		t.Fatalf("a list of 2 outputs: %v", err)
 	}
 }

@@ -157,6 +157,28 @@ func (pg *Group) checkRank(op, what string, r int) error {
 	return nil
 }
 
+// byRank lays out a list of per-rank buffers (all_gather's outputs, reduce_scatter's and
+// scatter's inputs, all_to_all's lists) by rank. A list of Extent() entries is by rank already.
+// After a failure upstream sizes these lists by the active ranks, so a list with one entry per
+// active rank is taken in rank order of the active mask: entry i belongs to the i-th active rank,
+// and inactive ranks get no buffer (a dead rank's slot cannot be read or written anyway). nil
+// (a non-root's list of gather and scatter) stays nil.
+func (pg *Group) byRank(op, what string, bufs [][]byte) ([][]byte, error) {
+	n := pg.Extent()
+	if bufs == nil || len(bufs) == n {
+		return bufs, nil
+	}
+	act := ranksOf(pg.g.ActiveRanks())
+	if len(bufs) != len(act) || !pg.joined.Load() {
+		return nil, invalid(fmt.Sprintf("%s: %d %s for a group of %d ranks (%d active): give one per rank or one per active rank", op, len(bufs), what, n, len(act)))
+	}
+	out := make([][]byte, n)
+	for i, r := range act {
+		out[r] = bufs[i]
+	}
+	return out, nil
+}
+
 // Broadcast sends root's buf to every member's buf.
 func (pg *Group) Broadcast(buf []byte, root int) (*worker.Work, error) {
 	if err := pg.checkRank("broadcast", "root", root); err != nil {
@@ -185,12 +207,20 @@ func (pg *Group) Reduce(buf []byte, dt reduce.DType, op reduce.Op, root int) (*w
 // AllGather gathers every member's in into outs[rank] on every member (len(outs) ==
 // Extent()).
 func (pg *Group) AllGather(in []byte, outs [][]byte) (*worker.Work, error) {
+	outs, err := pg.byRank("all_gather", "outputs", outs)
+	if err != nil {
+		return nil, err
+	}
 	return pg.submit("all_gather", len(in), func(ctx context.Context) error { return pg.g.AllGather(ctx, in, outs) }), nil
 }
 
 // Gather gathers every member's in into root's outs (nil on the other ranks).
 func (pg *Group) Gather(in []byte, outs [][]byte, root int) (*worker.Work, error) {
 	if err := pg.checkRank("gather", "root", root); err != nil {
+		return nil, err
+	}
+	outs, err := pg.byRank("gather", "outputs", outs)
+	if err != nil {
 		return nil, err
 	}
 	return pg.submit("gather", len(in), func(ctx context.Context) error { return pg.g.Gather(ctx, in, outs, root) }), nil
@@ -201,16 +231,31 @@ func (pg *Group) Scatter(ins [][]byte, out []byte, root int) (*worker.Work, erro
 	if err := pg.checkRank("scatter", "root", root); err != nil {
 		return nil, err
 	}
+	ins, err := pg.byRank("scatter", "inputs", ins)
+	if err != nil {
+		return nil, err
+	}
 	return pg.submit("scatter", len(out), func(ctx context.Context) error { return pg.g.Scatter(ctx, ins, out, root) }), nil
 }
 
 // ReduceScatter reduces ins[rank] across the members into each member's out.
 func (pg *Group) ReduceScatter(ins [][]byte, out []byte, dt reduce.DType, op reduce.Op) (*worker.Work, error) {
+	ins, err := pg.byRank("reduce_scatter", "inputs", ins)
+	if err != nil {
+		return nil, err
+	}
 	return pg.submit("reduce_scatter", sizeOf(ins), func(ctx context.Context) error { return pg.g.ReduceScatter(ctx, ins, out, dt, op) }), nil
 }
 
 // AllToAll sends ins[r] to rank r, which receives it in outs[sender].
 func (pg *Group) AllToAll(ins, outs [][]byte) (*worker.Work, error) {
+	ins, err := pg.byRank("all_to_all", "inputs", ins)
+	if err != nil {
+		return nil, err
+	}
+	if outs, err = pg.byRank("all_to_all", "outputs", outs); err != nil {
+		return nil, err
+	}
 	return pg.submit("all_to_all", sizeOf(ins), func(ctx context.Context) error { return pg.g.AllToAll(ctx, ins, outs) }), nil
 }
 
