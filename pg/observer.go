@@ -69,8 +69,7 @@ func (pg *Group) observeRecv(bytes int, start time.Time, err error) {
 func (pg *Group) observeView() {
 	if o := pg.cfg.Options.Observer; o != nil {
 		act := pg.g.ActiveRanks()
-		o.ViewChanged(View{Epoch: pg.g.Epoch(), Active: act, Decisions: pg.m.applied,
-			Member: pg.cfg.Rank < len(act) && act[pg.cfg.Rank]})
+		o.ViewChanged(View{Epoch: pg.g.Epoch(), Active: act, Decisions: pg.m.applied, Member: pg.joined.Load()})
 	}
 }
 
