@@ -7,7 +7,6 @@
 
 #include "util.hpp"
 
-
 namespace mooncake {
 
 namespace {
@@ -36,8 +35,6 @@ const char* opNameOf(c10d::OpType t) {
     default: return "op";
   }
 }
-
-// dtype codes the reduction kernels accept (c10::ScalarType values).
 
 // count pointers into t, one every `stride` bytes from the start (t itself when it is empty).
 template <typename T>

@@ -72,14 +72,9 @@ class MooncakeBackend::Op {
   // send/recv: tensors holds one tensor; peer is a rank of the group (up to max_group_size)
   // other than this one. Returns the tensor.
   at::Tensor& p2p(std::vector<at::Tensor>& tensors, int peer, bool send);
-  void checkRank(int64_t r, int size, const char* what);
   void sameType(const at::Tensor& a, const at::Tensor& b, const char* aName, const char* bName);
-  // n lists were passed where one is expected.
-  void oneList(size_t n, bool root, bool output);
   // A list (`what`: "output tensor list" ...) has one entry per rank of the group.
   void groupList(size_t n, const char* what);
-  // One tensor per rank, each like `one` (dtype, element count); list holds outputs, or inputs.
-  void peerList(const std::vector<at::Tensor>& list, const at::Tensor& one, bool listIsOutput);
   // allgather/reduce_scatter: mine holds this rank's one tensor, lists one list of a tensor per
   // rank like it (outputs for allgather, inputs for reduce_scatter). Returns that list.
   std::vector<at::Tensor>& perRank(
@@ -92,8 +87,9 @@ class MooncakeBackend::Op {
       int64_t rootRank, bool listIsOutput);
   // outputs and inputs pair up one to one.
   void pairs(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs);
-  // A whole-group buffer op: out holds size() x in's elements (gather) or in holds size() x
-  // out's (scatter, outIsWhole=false). index: the pair's index in a coalesced op, or -1.
+  // A whole-group buffer op: out holds size() x in's elements (allgather into a tensor) or in
+  // holds size() x out's (reduce-scatter, outIsWhole=false). index: the pair's index in a
+  // coalesced op, or -1.
   void wholeGroup(const at::Tensor& out, const at::Tensor& in, bool outIsWhole, int index = -1);
   // The reduction of t by rop as the kernels take it, or raises when they cannot.
   ReduceArgs reduction(const at::Tensor& t, const c10d::ReduceOp& rop);
@@ -116,7 +112,6 @@ class MooncakeBackend::Op {
 
   // ---- calls: each adds one mc_pg_* call over staged buffers
 
-  void call(std::function<int(uint64_t*)> fn) { calls_.push_back(std::move(fn)); }
   void broadcast(const at::Tensor& buf, int32_t root);
   void allreduce(const at::Tensor& buf, ReduceArgs ra);
   void reduce(const at::Tensor& buf, ReduceArgs ra, int32_t root);
@@ -138,6 +133,12 @@ class MooncakeBackend::Op {
   c10::intrusive_ptr<c10d::Work> launch(std::vector<at::Tensor> outputs);
 
  private:
+  void checkRank(int64_t r, int size, const char* what);
+  // n lists were passed where one is expected.
+  void oneList(size_t n, bool root, bool output);
+  // One tensor per rank, each like `one` (dtype, element count); list holds outputs, or inputs.
+  void peerList(const std::vector<at::Tensor>& list, const at::Tensor& one, bool listIsOutput);
+  void call(std::function<int(uint64_t*)> fn) { calls_.push_back(std::move(fn)); }
   template <typename O>
   auto checkRootTensor(const O& o, int) -> decltype(o.rootTensor, void()) {
     TORCH_CHECK(o.rootTensor == 0, where(), ": rootTensor must be 0");
