@@ -23,7 +23,18 @@ import sysconfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HERE = os.path.join(ROOT, "torchext")
-SOURCES = ["mooncake_backend.cpp", "module.cpp"]
+SOURCES = [
+    "mooncake_backend.cpp",
+    "store_bridge.cpp",
+    "work.cpp",
+    "op.cpp",
+    "op_checks.cpp",
+    "threads.cpp",
+    "cuda.cpp",
+    "collectives.cpp",
+    "p2p.cpp",
+    "module.cpp",
+]
 
 
 def _rel(p: str) -> str:

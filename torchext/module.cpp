@@ -67,12 +67,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
          bool autoSync,
          bool cuda) -> c10::intrusive_ptr<c10d::Backend> {
         mooncake::BackendOptions o;
+        o.timeout = std::chrono::milliseconds(timeoutMs);
+        o.groupName = groupName;
+        o.cuda = cuda;
         o.maxGroupSize = maxGroupSize;
         o.isExtension = isExtension;
         o.autoDeactivateOnFailure = autoDeactivate;
         o.autoSyncOnFailure = autoSync;
-        return c10::make_intrusive<mooncake::MooncakeBackend>(
-            store, rank, size, std::chrono::milliseconds(timeoutMs), groupName, o, cuda);
+        return c10::make_intrusive<mooncake::MooncakeBackend>(store, rank, size, o);
       },
       py::arg("store"),
       py::arg("rank"),

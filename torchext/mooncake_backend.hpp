@@ -14,12 +14,21 @@
 // done, so Work::wait() only makes the caller's current stream wait on an event and never blocks
 // the host. Where stream memory operations are unavailable the completion thread issues the
 // copies itself and wait() blocks until they are enqueued.
+//
+// Files, one job each:
+//   mooncake_backend.{hpp,cpp}  this class: construction, shutdown, elastic queries
+//   store_bridge.cpp            the c10d store as mc_store_ops callbacks for the Go side
+//   work.{hpp,cpp}              MooncakeWork (wait, completion, Future)
+//   op.{hpp,cpp}                MooncakeBackend::Op: argument checks, staging, mc_pg_* calls
+//   threads.cpp                 the completion and submit threads; finishing a work
+//   cuda.cpp                    a work's CUDA side: stream ordering, result copies, events
+//   collectives.cpp, p2p.cpp    the c10d::Backend op overrides
+//   util.hpp                    buffer pointers, last error, env switches, the CUDA lane
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
-#include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <atomic>
 #include <condition_variable>
@@ -33,6 +42,7 @@
 #include <vector>
 
 #include "mooncake_pg.h"
+#include "work.hpp"
 
 #if __has_include(<torch/version.h>)
 #include <torch/version.h>
@@ -44,13 +54,13 @@
 #define MOONCAKE_TORCH_AT_LEAST(ma, mi) 1
 #endif
 
-extern "C" const char* mooncake_last_error(void);
-
 namespace mooncake {
 
-struct CudaLane;  // per-device side stream + completion counter (CUDA builds only)
-
+// What the creator passes besides the store, rank and size; the zero value is the default.
 struct BackendOptions {
+  std::chrono::milliseconds timeout{0};  // op timeout; 0: libmooncake's default
+  std::string groupName;
+  bool cuda = false;  // backend "mooncake" (CUDA or CPU tensors), else "mooncake-cpu"
   int maxGroupSize = 0;
   bool isExtension = false;
   bool autoDeactivateOnFailure = true;
@@ -64,85 +74,11 @@ struct StoreBridge {
   explicit StoreBridge(c10::intrusive_ptr<c10d::Store> s);
 };
 
-class MooncakeBackend;
-
-class MooncakeWork : public c10d::Work {
- public:
-  MooncakeWork(
-      int rank,
-      c10d::OpType opType,
-      std::string opName,
-      std::string backendName,
-      std::vector<at::Tensor> outputs,
-      std::vector<c10::Device> futureDevices,
-      std::chrono::milliseconds timeout);
-  ~MooncakeWork() override;
-
-  bool isCompleted() override;
-  bool isSuccess() const override;
-  std::exception_ptr exception() const override;
-  int sourceRank() const override;
-  std::vector<at::Tensor> result() override;
-  void synchronize() override;
-  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
-  std::chrono::milliseconds getTimeout() const override;
-
-  // Elastic information, valid once completed.
-  std::vector<int32_t> failedRanks() const;
-  bool localSuccess() const;
-  const std::string& opName() const { return opName_; }
-
- private:
-  friend class MooncakeBackend;
-  void complete(std::exception_ptr eptr);
-  void runHere();
-  bool finishHere();  // runs the unstarted parts here; true when this call finished the work
-  bool partsDone() const;  // every submitted part finished in libmooncake
-
-  // CPU works: the backend whose completion thread would finish this work. A thread that
-  // waits on the work runs its ops itself when they have not started (mc_work_run) and then
-  // finishes it, instead of two hand-offs (to the op queue's thread and back through the
-  // completion thread); finishClaimed_ makes sure only one of them finishes it.
-  MooncakeBackend* backend_ = nullptr;
-  std::atomic<bool> finishClaimed_{false};
-
-  std::string opName_;
-  std::string backendName_;
-  std::vector<at::Tensor> outputs_;
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
-  std::chrono::milliseconds timeout_;
-
-  // Filled at submission (caller thread / submit thread), consumed by the completion thread.
-  std::vector<uint64_t> handles_;
-  std::vector<at::Tensor> keep_;            // everything the Go side reads or writes
-  std::vector<std::function<void()>> post_; // run on success, before completion (copy-backs)
-  std::string submitError_;                 // an op of a multi-op work failed to enqueue
-
-  // Results.
-  int source_ = -1;
-  std::vector<int32_t> failed_;
-  bool localSuccess_ = false;
-
-  // CUDA.
-  bool cuda_ = false;
-  std::shared_ptr<CudaLane> lane_;
-  uint32_t ticket_ = 0;                     // counter value that releases the side stream
-  std::vector<std::pair<at::Tensor, at::Tensor>> h2d_;  // (device dst, pinned host src)
-  std::shared_ptr<void> doneEvent_;         // at::cuda::CUDAEvent recorded after the H2D copies
-  bool eventReady_ = false;                 // doneEvent_ recorded (guarded by mutex_)
-};
-
 class MooncakeBackend : public c10d::Backend {
  public:
   MooncakeBackend(
-      const c10::intrusive_ptr<c10d::Store>& store,
-      int rank,
-      int size,
-      std::chrono::milliseconds timeout,
-      const std::string& groupName,
-      const BackendOptions& options,
-      bool cuda);
+      const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+      const BackendOptions& options);
   ~MooncakeBackend() override;
 
   const std::string getBackendName() const override {
