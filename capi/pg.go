@@ -205,10 +205,13 @@ func cbytes(op, what string, p unsafe.Pointer, n int64) ([]byte, error) {
 	return memview.Bytes(uintptr(p), int(n)), nil
 }
 
-// cbufs reads size pointers from arr, each to n bytes.
+// cbufs reads size pointers from arr, each to n bytes (the group checks size: pg.Group.byRank).
 func cbufs(op, what string, arr unsafe.Pointer, size int, n int64) ([][]byte, error) {
-	if arr == nil {
+	switch {
+	case arr == nil:
 		return nil, invalid(fmt.Sprintf("%s: %s is NULL", op, what))
+	case size < 0 || size > pg.MaxGroupSize:
+		return nil, invalid(fmt.Sprintf("%s: %d entries in %s", op, size, what))
 	}
 	ptrs := unsafe.Slice((*unsafe.Pointer)(arr), size)
 	out := make([][]byte, size)
@@ -374,14 +377,14 @@ func mc_pg_reduce(h C.uint64_t, buf unsafe.Pointer, count C.int64_t, dtype C.int
 }
 
 //export mc_pg_allgather
-func mc_pg_allgather(h C.uint64_t, in unsafe.Pointer, nbytes C.int64_t, outs unsafe.Pointer, work *C.uint64_t) C.int {
+func mc_pg_allgather(h C.uint64_t, in unsafe.Pointer, nbytes C.int64_t, outs unsafe.Pointer, n C.int32_t, work *C.uint64_t) C.int {
 	const op = "all_gather"
 	return pgOp(h, op, work, func(g *pg.Group) (*worker.Work, error) {
 		b, err := cbytes(op, "in", in, int64(nbytes))
 		if err != nil {
 			return nil, err
 		}
-		bs, err := cbufs(op, "outs", outs, g.Extent(), int64(nbytes))
+		bs, err := cbufs(op, "outs", outs, int(n), int64(nbytes))
 		if err != nil {
 			return nil, err
 		}
@@ -390,22 +393,22 @@ func mc_pg_allgather(h C.uint64_t, in unsafe.Pointer, nbytes C.int64_t, outs uns
 }
 
 // rootBufs converts the buffer list that only the root of a gather or scatter passes.
-func rootBufs(g *pg.Group, op, what string, arr unsafe.Pointer, root C.int32_t, n int64) ([][]byte, error) {
+func rootBufs(g *pg.Group, op, what string, arr unsafe.Pointer, count C.int32_t, root C.int32_t, n int64) ([][]byte, error) {
 	if int(root) != g.Rank() {
 		return nil, nil
 	}
-	return cbufs(op, what, arr, g.Extent(), n)
+	return cbufs(op, what, arr, int(count), n)
 }
 
 //export mc_pg_gather
-func mc_pg_gather(h C.uint64_t, in unsafe.Pointer, nbytes C.int64_t, outs unsafe.Pointer, root C.int32_t, work *C.uint64_t) C.int {
+func mc_pg_gather(h C.uint64_t, in unsafe.Pointer, nbytes C.int64_t, outs unsafe.Pointer, n C.int32_t, root C.int32_t, work *C.uint64_t) C.int {
 	const op = "gather"
 	return pgOp(h, op, work, func(g *pg.Group) (*worker.Work, error) {
 		b, err := cbytes(op, "in", in, int64(nbytes))
 		if err != nil {
 			return nil, err
 		}
-		bs, err := rootBufs(g, op, "outs", outs, root, int64(nbytes))
+		bs, err := rootBufs(g, op, "outs", outs, n, root, int64(nbytes))
 		if err != nil {
 			return nil, err
 		}
@@ -414,14 +417,14 @@ func mc_pg_gather(h C.uint64_t, in unsafe.Pointer, nbytes C.int64_t, outs unsafe
 }
 
 //export mc_pg_scatter
-func mc_pg_scatter(h C.uint64_t, ins unsafe.Pointer, out unsafe.Pointer, nbytes C.int64_t, root C.int32_t, work *C.uint64_t) C.int {
+func mc_pg_scatter(h C.uint64_t, ins unsafe.Pointer, n C.int32_t, out unsafe.Pointer, nbytes C.int64_t, root C.int32_t, work *C.uint64_t) C.int {
 	const op = "scatter"
 	return pgOp(h, op, work, func(g *pg.Group) (*worker.Work, error) {
 		b, err := cbytes(op, "out", out, int64(nbytes))
 		if err != nil {
 			return nil, err
 		}
-		bs, err := rootBufs(g, op, "ins", ins, root, int64(nbytes))
+		bs, err := rootBufs(g, op, "ins", ins, n, root, int64(nbytes))
 		if err != nil {
 			return nil, err
 		}
@@ -430,14 +433,14 @@ func mc_pg_scatter(h C.uint64_t, ins unsafe.Pointer, out unsafe.Pointer, nbytes 
 }
 
 //export mc_pg_reduce_scatter
-func mc_pg_reduce_scatter(h C.uint64_t, ins unsafe.Pointer, out unsafe.Pointer, count C.int64_t, dtype C.int32_t, rop C.int32_t, work *C.uint64_t) C.int {
+func mc_pg_reduce_scatter(h C.uint64_t, ins unsafe.Pointer, n C.int32_t, out unsafe.Pointer, count C.int64_t, dtype C.int32_t, rop C.int32_t, work *C.uint64_t) C.int {
 	const op = "reduce_scatter"
 	return pgOp(h, op, work, func(g *pg.Group) (*worker.Work, error) {
 		b, dt, o, err := reduceArgs(op, "out", out, count, dtype, rop)
 		if err != nil {
 			return nil, err
 		}
-		bs, err := cbufs(op, "ins", ins, g.Extent(), int64(len(b)))
+		bs, err := cbufs(op, "ins", ins, int(n), int64(len(b)))
 		if err != nil {
 			return nil, err
 		}
@@ -446,13 +449,16 @@ func mc_pg_reduce_scatter(h C.uint64_t, ins unsafe.Pointer, out unsafe.Pointer, 
 }
 
 //export mc_pg_alltoall
-func mc_pg_alltoall(h C.uint64_t, ins unsafe.Pointer, inBytes *C.int64_t, outs unsafe.Pointer, outBytes *C.int64_t, work *C.uint64_t) C.int {
+func mc_pg_alltoall(h C.uint64_t, ins unsafe.Pointer, inBytes *C.int64_t, outs unsafe.Pointer, outBytes *C.int64_t, count C.int32_t, work *C.uint64_t) C.int {
 	const op = "all_to_all"
 	return pgOp(h, op, work, func(g *pg.Group) (*worker.Work, error) {
 		if ins == nil || outs == nil || inBytes == nil || outBytes == nil {
 			return nil, invalid(op + ": ins, in_bytes, outs and out_bytes must not be NULL")
 		}
-		n := g.Extent()
+		n := int(count)
+		if n < 0 || n > g.MaxSize() {
+			return nil, invalid(fmt.Sprintf("%s: %d buffers for a group of %d slots", op, n, g.MaxSize()))
+		}
 		ib := unsafe.Slice((*int64)(unsafe.Pointer(inBytes)), n)
 		ob := unsafe.Slice((*int64)(unsafe.Pointer(outBytes)), n)
 		ip := unsafe.Slice((*unsafe.Pointer)(ins), n)
@@ -622,6 +628,15 @@ func mc_pg_max_group_size(h C.uint64_t) C.int32_t {
 		return C.int32_t(setErr(err))
 	}
 	return C.int32_t(ph.g.MaxSize())
+}
+
+//export mc_pg_active_count
+func mc_pg_active_count(h C.uint64_t) C.int32_t {
+	ph, err := pgOf(h)
+	if err != nil {
+		return C.int32_t(setErr(err))
+	}
+	return C.int32_t(ph.g.ActiveCount())
 }
 
 //export mc_pg_current_epoch

@@ -163,6 +163,10 @@ func (pg *Group) ActiveRanks() []bool {
 	return pg.g.ActiveRanks()
 }
 
+// ActiveCount is the number of active ranks in this rank's view, without applying decisions it
+// has not seen (a cheap read for the shim's argument checks).
+func (pg *Group) ActiveCount() int { return len(ranksOf(pg.g.ActiveRanks())) }
+
 // Epoch is the group's membership epoch.
 func (pg *Group) Epoch() int64 { return pg.g.Epoch() }
 

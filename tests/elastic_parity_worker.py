@@ -187,6 +187,41 @@ def send_dead(a, store, out: dict) -> None:
     out["alone"] = all_reduce(1)
 
 
+def outputs(a, store, out: dict) -> None:
+    """After a rank's death, size-dependent collectives sized by the active ranks."""
+    victim = 1  # not the last rank: the extent stays 4, 3 ranks are active
+    init(store, a.rank, a.world, None)
+    out["before"] = all_reduce(a.rank + 1)
+    if a.rank == victim:
+        print("RESULT " + json.dumps(out), flush=True)
+        os._exit(0)
+    wait_until(lambda: not pg.get_peer_state(None, [victim])[0], "the victim to exit")
+    out["after"] = all_reduce(a.rank + 1)
+    out["active"] = active()
+    n = int(pg.get_active_ranks(None).sum())
+    inp = torch.tensor([a.rank + 1], dtype=torch.int32)
+    o = torch.zeros(n, dtype=torch.int32)
+    dist.all_gather_into_tensor(o, inp)
+    out["all_gather_into_tensor"] = o.tolist()
+    outs = [torch.zeros(1, dtype=torch.int32) for _ in range(n)]
+    dist.all_gather(outs, inp)
+    out["all_gather"] = [int(t) for t in outs]
+    rs = torch.zeros(1, dtype=torch.int32)
+    dist.reduce_scatter_tensor(rs, torch.arange(1, n + 1, dtype=torch.int32))
+    out["reduce_scatter_tensor"] = int(rs)
+    rs = torch.zeros(1, dtype=torch.int32)
+    dist.reduce_scatter(rs, [torch.tensor([10 * (i + 1)], dtype=torch.int32) for i in range(n)])
+    out["reduce_scatter"] = int(rs)
+    full = torch.full((a.world,), -1, dtype=torch.int32)  # one slot per rank still works
+    dist.all_gather_into_tensor(full, inp)
+    out["all_gather_full"] = full.tolist()
+    try:
+        dist.all_gather_into_tensor(torch.zeros(2, dtype=torch.int32), inp)
+        out["two_slots"] = "accepted"
+    except Exception as e:  # noqa: BLE001
+        out["two_slots"] = str(e)[:300]
+
+
 def listening_addrs() -> list:
     """The IPv4 addresses this process listens on (its sockets in /proc/self/net/tcp)."""
     inodes = set()
@@ -236,7 +271,7 @@ def device_filter(a, store, out: dict) -> None:
 
 
 SCENARIOS = {"manual": manual, "join": join, "leave": leave, "send_dead": send_dead,
-             "device_filter": device_filter}
+             "device_filter": device_filter, "outputs": outputs}
 
 
 def main() -> int:

@@ -4,7 +4,8 @@ hosted by the test.
 
 Each case is one of the differences issue 17 lists: the failed-ranks hint as a tensor mask,
 manual mode end to end, ranks that join with torch's full world size, a rank that leaves with
-deactivate_ranks on itself and comes back, and isend to a rank that has exited."""
+deactivate_ranks on itself and comes back, isend to a rank that has exited, outputs sized by
+the active ranks after a failure, set_device_filter, and upstream's option and status names."""
 
 from __future__ import annotations
 
@@ -144,3 +145,23 @@ def test_set_device_filter(job):
         # Another interface once the engine runs: refused, saying why.
         for name, msg in o["later"].items():
             assert "already runs" in msg or "has no IPv4 address" in msg, (name, o)
+
+
+def test_outputs_sized_by_active_ranks(job):
+    j = job(4)
+    for r in range(4):
+        start(j, f"rank{r}", r, 4, "outputs")
+    assert j.result("rank1")["before"]["sum"] == 10
+    live = [0, 2, 3]
+    for i, r in enumerate(live):
+        o = j.result(f"rank{r}")
+        assert o["after"]["sum"] == 8 and o["active"] == [1, 0, 1, 1], o
+        # Slots in rank order of the active mask: ranks 0, 2, 3 contribute rank + 1.
+        assert o["all_gather_into_tensor"] == [1, 3, 4], o
+        assert o["all_gather"] == [1, 3, 4], o
+        # The i-th active rank gets the sum of every member's i-th entry.
+        assert o["reduce_scatter_tensor"] == (i + 1) * 3, o
+        assert o["reduce_scatter"] == 10 * (i + 1) * 3, o
+        # One slot per rank of the extent: the dead rank's slot is left as it was.
+        assert o["all_gather_full"] == [1, -1, 3, 4], o
+        assert "group size (4)" in o["two_slots"] and "active ranks (3)" in o["two_slots"], o

@@ -161,6 +161,11 @@ int32_t MooncakeBackend::maxGroupSize() {
   return maxGroupSize_;
 }
 
+int MooncakeBackend::activeCount() {
+  int32_t n = mc_pg_active_count(pg_);
+  return n > 0 ? n : size_;
+}
+
 int64_t MooncakeBackend::currentEpoch() {
   TORCH_CHECK(!closed_.load(), getBackendName(), ": the process group was destroyed");
   int64_t e = mc_pg_current_epoch(pg_);

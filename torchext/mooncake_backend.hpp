@@ -168,6 +168,9 @@ class MooncakeBackend : public c10d::Backend {
   // Elastic membership.
   std::vector<int32_t> activeRanks();
   int32_t maxGroupSize();
+  // Active ranks in this rank's current view: lists and whole-group tensors may be sized by
+  // them after a failure (upstream's layout).
+  int activeCount();
   int64_t currentEpoch();
   uint64_t handle() const { return pg_; }
   // Sets the size torch reports (ProcessGroup::getSize -> Backend::getSize) to the group's

@@ -94,21 +94,23 @@ void MooncakeBackend::Op::allgather(const at::Tensor& in, Ptrs<void> outs) {
   const void* ip = ptrOf(in);
   int64_t n = nbytesOf(in);
   uint64_t pg = pg_;
-  call([=](uint64_t* h) { return mc_pg_allgather(pg, ip, n, outs->data(), h); });
+  int32_t k = static_cast<int32_t>(outs->size());
+  call([=](uint64_t* h) { return mc_pg_allgather(pg, ip, n, outs->data(), k, h); });
 }
 
 void MooncakeBackend::Op::allgatherInto(const at::Tensor& out, const at::Tensor& in) {
   at::Tensor sin = this->in(in);
   at::Tensor sout = this->out(out);
-  allgather(sin, slices<void>(sout, nbytesOf(sin), size()));
+  allgather(sin, slices<void>(sout, nbytesOf(sin), parts(sout, sin)));
 }
 
 void MooncakeBackend::Op::gather(const at::Tensor& in, Ptrs<void> outs, int32_t root) {
   const void* ip = ptrOf(in);
   int64_t n = nbytesOf(in);
   uint64_t pg = pg_;
+  int32_t k = static_cast<int32_t>(outs->size());
   call([=](uint64_t* h) {
-    return mc_pg_gather(pg, ip, n, outs->empty() ? nullptr : outs->data(), root, h);
+    return mc_pg_gather(pg, ip, n, outs->empty() ? nullptr : outs->data(), k, root, h);
   });
 }
 
@@ -116,8 +118,9 @@ void MooncakeBackend::Op::scatter(Ptrs<const void> ins, const at::Tensor& out, i
   void* o = ptrOf(out);
   int64_t n = nbytesOf(out);
   uint64_t pg = pg_;
+  int32_t k = static_cast<int32_t>(ins->size());
   call([=](uint64_t* h) {
-    return mc_pg_scatter(pg, ins->empty() ? nullptr : ins->data(), o, n, root, h);
+    return mc_pg_scatter(pg, ins->empty() ? nullptr : ins->data(), k, o, n, root, h);
   });
 }
 
@@ -125,8 +128,9 @@ void MooncakeBackend::Op::reduceScatter(
     Ptrs<const void> ins, const at::Tensor& out, ReduceArgs ra) {
   void* o = ptrOf(out);
   uint64_t pg = pg_;
+  int32_t k = static_cast<int32_t>(ins->size());
   call([=](uint64_t* h) {
-    return mc_pg_reduce_scatter(pg, ins->data(), o, ra.count, ra.dtype, ra.op, h);
+    return mc_pg_reduce_scatter(pg, ins->data(), k, o, ra.count, ra.dtype, ra.op, h);
   });
 }
 
@@ -134,7 +138,7 @@ void MooncakeBackend::Op::reduceScatterFrom(
     const at::Tensor& out, const at::Tensor& in, ReduceArgs ra) {
   at::Tensor sin = this->in(in);
   at::Tensor sout = this->out(out);
-  reduceScatter(slices<const void>(sin, nbytesOf(sout), size()), sout, ra);
+  reduceScatter(slices<const void>(sin, nbytesOf(sout), parts(sin, sout)), sout, ra);
 }
 
 void MooncakeBackend::Op::alltoall(
@@ -144,7 +148,8 @@ void MooncakeBackend::Op::alltoall(
   auto ob = std::make_shared<std::vector<int64_t>>(std::move(outBytes));
   uint64_t pg = pg_;
   call([=](uint64_t* h) {
-    return mc_pg_alltoall(pg, ins->data(), ib->data(), outs->data(), ob->data(), h);
+    return mc_pg_alltoall(
+        pg, ins->data(), ib->data(), outs->data(), ob->data(), static_cast<int32_t>(ib->size()), h);
   });
 }
 

@@ -90,9 +90,19 @@ void MooncakeBackend::Op::oneList(size_t n, bool root, bool output) {
 }
 
 void MooncakeBackend::Op::groupList(size_t n, const char* what) {
+  if (static_cast<int>(n) == size()) {
+    return;
+  }
+  const int active = b_->activeCount();
   TORCH_CHECK(
-      static_cast<int>(n) == size(), where(), ": ", what, " has ", n,
-      " tensors, expected the group size ", size());
+      static_cast<int>(n) == active, where(), ": ", what, " has ", n,
+      " tensors, expected the group size ", size(),
+      active != size() ? " or one per active rank (" + std::to_string(active) + ")" : "");
+}
+
+int MooncakeBackend::Op::parts(const at::Tensor& whole, const at::Tensor& part) {
+  const int64_t p = part.numel();
+  return p == 0 || whole.numel() == p * size() ? size() : static_cast<int>(whole.numel() / p);
 }
 
 void MooncakeBackend::Op::peerList(
@@ -152,11 +162,17 @@ void MooncakeBackend::Op::wholeGroup(
   sameType(out, in, "output", "input");
   const at::Tensor& whole = outIsWhole ? out : in;
   const at::Tensor& part = outIsWhole ? in : out;
+  if (whole.numel() == part.numel() * size()) {
+    return;
+  }
+  // After a failure upstream sizes it by the active ranks (slots in rank order of the mask).
+  const int active = b_->activeCount();
   TORCH_CHECK(
-      whole.numel() == part.numel() * size(), where(), ": ", outIsWhole ? "output" : "input",
-      " ", index < 0 ? std::string("tensor") : std::to_string(index),
+      active != size() && whole.numel() == part.numel() * active, where(), ": ",
+      outIsWhole ? "output" : "input", " ", index < 0 ? std::string("tensor") : std::to_string(index),
       " must have group size (", size(), ") x ", outIsWhole ? "input" : "output",
-      " elements (", part.numel(), "), got ", whole.numel());
+      " elements (", part.numel(), "), got ", whole.numel(),
+      active != size() ? " (or active ranks (" + std::to_string(active) + ") x that)" : "");
 }
 
 ReduceArgs MooncakeBackend::Op::reduction(const at::Tensor& t, const c10d::ReduceOp& rop) {

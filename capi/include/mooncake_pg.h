@@ -59,20 +59,24 @@ int mc_pg_allreduce(uint64_t pg, void *buf, int64_t count, int32_t dtype, int32_
 /* result in place on root; other ranks' buffers are left as they were. */
 int mc_pg_reduce(uint64_t pg, void *buf, int64_t count, int32_t dtype, int32_t op, int32_t root,
                  uint64_t *work);
-/* outs: size pointers, each nbytes; outs[rank] receives a copy of in. */
-int mc_pg_allgather(uint64_t pg, const void *in, int64_t nbytes, void *const *outs, uint64_t *work);
-/* outs: size pointers on root (ignored elsewhere, may be NULL). */
-int mc_pg_gather(uint64_t pg, const void *in, int64_t nbytes, void *const *outs, int32_t root,
-                 uint64_t *work);
-/* ins: size pointers on root (ignored elsewhere, may be NULL); every rank receives nbytes. */
-int mc_pg_scatter(uint64_t pg, const void *const *ins, void *out, int64_t nbytes, int32_t root,
-                  uint64_t *work);
-/* ins: size pointers, each count elements; out receives the reduction of every rank's ins[rank]. */
-int mc_pg_reduce_scatter(uint64_t pg, const void *const *ins, void *out, int64_t count, int32_t dtype,
-                         int32_t op, uint64_t *work);
-/* ins[i] (in_bytes[i]) goes to rank i, outs[i] (out_bytes[i]) comes from rank i. */
+/* Lists of per-rank buffers (n entries) have one entry per rank of the group's extent, or, after
+ * a failure, one per active rank in rank order of the active mask (mc_pg_active_count; upstream's
+ * layout); any other n is -600. */
+/* outs: n pointers, each nbytes; outs[rank] receives a copy of in. */
+int mc_pg_allgather(uint64_t pg, const void *in, int64_t nbytes, void *const *outs, int32_t n,
+                    uint64_t *work);
+/* outs: n pointers on root (ignored elsewhere, may be NULL). */
+int mc_pg_gather(uint64_t pg, const void *in, int64_t nbytes, void *const *outs, int32_t n,
+                 int32_t root, uint64_t *work);
+/* ins: n pointers on root (ignored elsewhere, may be NULL); every rank receives nbytes. */
+int mc_pg_scatter(uint64_t pg, const void *const *ins, int32_t n, void *out, int64_t nbytes,
+                  int32_t root, uint64_t *work);
+/* ins: n pointers, each count elements; out receives the reduction of every rank's entry for it. */
+int mc_pg_reduce_scatter(uint64_t pg, const void *const *ins, int32_t n, void *out, int64_t count,
+                         int32_t dtype, int32_t op, uint64_t *work);
+/* ins[i] (in_bytes[i]) goes to rank i, outs[i] (out_bytes[i]) comes from rank i; n entries each. */
 int mc_pg_alltoall(uint64_t pg, const void *const *ins, const int64_t *in_bytes, void *const *outs,
-                   const int64_t *out_bytes, uint64_t *work);
+                   const int64_t *out_bytes, int32_t n, uint64_t *work);
 int mc_pg_send(uint64_t pg, const void *buf, int64_t nbytes, int32_t dst, int32_t tag, uint64_t *work);
 /* src -1: any source (mc_work_source tells which). */
 int mc_pg_recv(uint64_t pg, void *buf, int64_t nbytes, int32_t src, int32_t tag, uint64_t *work);
@@ -117,6 +121,8 @@ int mc_work_free(uint64_t work);
 /* Membership (elastic). */
 int mc_pg_get_active_ranks(uint64_t pg, int32_t *out, int32_t n);
 int32_t mc_pg_max_group_size(uint64_t pg);
+/* Number of active ranks in this rank's current view (no waiting; <0 on a bad handle). */
+int32_t mc_pg_active_count(uint64_t pg);
 int64_t mc_pg_current_epoch(uint64_t pg);
 /* A word (valid until mc_pg_destroy) that always holds the group's active extent: the highest
  * active rank + 1. The ops' rank and list-length checks use it; the torch shim reports it as the
