@@ -28,8 +28,14 @@ fn dir_from_env(var: &str, default: &Path) -> PathBuf {
 fn main() {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
     let root = manifest.join("..").join("..");
-    let lib_dir = dir_from_env("MOONCAKE_STORE_LIB_DIR", &root.join("python").join("mooncake"));
-    let inc_dir = dir_from_env("MOONCAKE_STORE_INCLUDE_DIR", &root.join("capi").join("include"));
+    let lib_dir = dir_from_env(
+        "MOONCAKE_STORE_LIB_DIR",
+        &root.join("python").join("mooncake"),
+    );
+    let inc_dir = dir_from_env(
+        "MOONCAKE_STORE_INCLUDE_DIR",
+        &root.join("capi").join("include"),
+    );
 
     let lib = lib_dir.join("libmooncake.so");
     if !lib.exists() {
@@ -45,7 +51,10 @@ fn main() {
     // Tests, examples and benches of this package find the library without LD_LIBRARY_PATH.
     println!("cargo:rustc-link-arg=-Wl,-rpath,{}", lib_dir.display());
     // The crate's LIB_DIR constant: where the library was found at build time.
-    println!("cargo:rustc-env=MOONCAKE_STORE_LIB_DIR={}", lib_dir.display());
+    println!(
+        "cargo:rustc-env=MOONCAKE_STORE_LIB_DIR={}",
+        lib_dir.display()
+    );
 
     let header = inc_dir.join("mooncake_store.h");
     let common = inc_dir.join("mooncake.h");

@@ -104,7 +104,10 @@ mod tests {
     #[test]
     fn display_and_codes() {
         let e = StoreError::OperationFailed(codes::OBJECT_NOT_FOUND);
-        assert_eq!(e.to_string(), "store operation failed: OBJECT_NOT_FOUND (-704)");
+        assert_eq!(
+            e.to_string(),
+            "store operation failed: OBJECT_NOT_FOUND (-704)"
+        );
         assert!(e.is_not_found());
         assert_eq!(e.code(), Some(-704));
         let e = StoreError::InvalidArgument("key is empty".into());

@@ -132,7 +132,8 @@ fn ckeys<K: AsRef<str>>(keys: &[K]) -> Result<(Vec<CString>, Vec<*const c_char>)
 }
 
 fn batch_len(n: usize) -> Result<i32> {
-    i32::try_from(n).map_err(|_| StoreError::InvalidArgument(format!("batch of {} is too large", n)))
+    i32::try_from(n)
+        .map_err(|_| StoreError::InvalidArgument(format!("batch of {} is too large", n)))
 }
 
 fn same_len(what: &str, keys: usize, other: usize) -> Result<()> {
@@ -182,12 +183,18 @@ impl CConfig {
             Some(c) => c,
         };
         if cfg.replica_num == 0 {
-            return Err(StoreError::InvalidArgument("replica_num must be at least 1".into()));
+            return Err(StoreError::InvalidArgument(
+                "replica_num must be at least 1".into(),
+            ));
         }
         let replica_num = i32::try_from(cfg.replica_num).map_err(|_| {
             StoreError::InvalidArgument(format!("replica_num {} is too large", cfg.replica_num))
         })?;
-        if let Some(s) = cfg.preferred_segments.iter().find(|s| s.is_empty() || s.contains(',')) {
+        if let Some(s) = cfg
+            .preferred_segments
+            .iter()
+            .find(|s| s.is_empty() || s.contains(','))
+        {
             return Err(StoreError::InvalidArgument(format!(
                 "preferred segment {:?} is empty or contains a comma",
                 s
@@ -196,7 +203,10 @@ impl CConfig {
         let segments = if cfg.preferred_segments.is_empty() {
             None
         } else {
-            Some(cstring("preferred_segments", &cfg.preferred_segments.join(","))?)
+            Some(cstring(
+                "preferred_segments",
+                &cfg.preferred_segments.join(","),
+            )?)
         };
         Ok(Some(CConfig {
             raw: sys::mc_replicate_config {
@@ -322,7 +332,11 @@ impl MooncakeStore {
         loop {
             // SAFETY: buf is writable for buf.len() bytes.
             let n = unsafe {
-                sys::mc_store_get_hostname(self.handle, buf.as_mut_ptr() as *mut c_char, buf.len() as i32)
+                sys::mc_store_get_hostname(
+                    self.handle,
+                    buf.as_mut_ptr() as *mut c_char,
+                    buf.len() as i32,
+                )
             };
             check(n.into())?;
             let n = n as usize;
@@ -356,7 +370,12 @@ impl MooncakeStore {
     }
 
     /// Stores the concatenation of `parts` under `key` without joining them first.
-    pub fn put_parts(&self, key: &str, parts: &[&[u8]], config: Option<&ReplicateConfig>) -> Result<()> {
+    pub fn put_parts(
+        &self,
+        key: &str,
+        parts: &[&[u8]],
+        config: Option<&ReplicateConfig>,
+    ) -> Result<()> {
         let k = ckey(key)?;
         let c = CConfig::new(config)?;
         let n = batch_len(parts.len())?;
@@ -364,8 +383,17 @@ impl MooncakeStore {
         let lens: Vec<u64> = parts.iter().map(|p| p.len() as u64).collect();
         // SAFETY: n parts, each readable for its length, alive across the call.
         check(
-            unsafe { sys::mc_store_put_parts(self.handle, k.as_ptr(), ptrs.as_ptr(), lens.as_ptr(), n, cfg_ptr(&c)) }
-                .into(),
+            unsafe {
+                sys::mc_store_put_parts(
+                    self.handle,
+                    k.as_ptr(),
+                    ptrs.as_ptr(),
+                    lens.as_ptr(),
+                    n,
+                    cfg_ptr(&c),
+                )
+            }
+            .into(),
         )
     }
 
@@ -401,10 +429,19 @@ impl MooncakeStore {
     pub fn get_into(&self, key: &str, buf: &mut [u8]) -> Result<usize> {
         let k = ckey(key)?;
         if buf.is_empty() {
-            return Err(StoreError::InvalidArgument("get_into needs a non-empty buffer".into()));
+            return Err(StoreError::InvalidArgument(
+                "get_into needs a non-empty buffer".into(),
+            ));
         }
         // SAFETY: buf is writable for its length and exclusively borrowed across the call.
-        let n = unsafe { sys::mc_store_get_into(self.handle, k.as_ptr(), buf.as_mut_ptr() as u64, buf.len() as u64) };
+        let n = unsafe {
+            sys::mc_store_get_into(
+                self.handle,
+                k.as_ptr(),
+                buf.as_mut_ptr() as u64,
+                buf.len() as u64,
+            )
+        };
         check(n)?;
         Ok(n as usize)
     }
@@ -472,7 +509,15 @@ impl MooncakeStore {
         // SAFETY: n keys, values and lengths, alive across the call; res has n slots.
         check(
             unsafe {
-                sys::mc_store_batch_put(self.handle, kp.as_ptr(), dp.as_ptr(), lens.as_ptr(), n, cfg_ptr(&c), res.as_mut_ptr())
+                sys::mc_store_batch_put(
+                    self.handle,
+                    kp.as_ptr(),
+                    dp.as_ptr(),
+                    lens.as_ptr(),
+                    n,
+                    cfg_ptr(&c),
+                    res.as_mut_ptr(),
+                )
             }
             .into(),
         )?;
@@ -491,7 +536,14 @@ impl MooncakeStore {
         let mut res = vec![0i32; keys.len()];
         // SAFETY: n keys; outs, lens and res have n slots each.
         let rc = unsafe {
-            sys::mc_store_batch_get(self.handle, kp.as_ptr(), n, outs.as_mut_ptr(), lens.as_mut_ptr(), res.as_mut_ptr())
+            sys::mc_store_batch_get(
+                self.handle,
+                kp.as_ptr(),
+                n,
+                outs.as_mut_ptr(),
+                lens.as_mut_ptr(),
+                res.as_mut_ptr(),
+            )
         };
         let mut out = Vec::with_capacity(keys.len());
         for i in 0..keys.len() {
@@ -517,13 +569,19 @@ impl MooncakeStore {
     }
 
     /// Reads `keys[i]` into `bufs[i]`; per key the value's length or its error.
-    pub fn batch_get_into<K: AsRef<str>>(&self, keys: &[K], bufs: &mut [&mut [u8]]) -> Result<Vec<Result<usize>>> {
+    pub fn batch_get_into<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        bufs: &mut [&mut [u8]],
+    ) -> Result<Vec<Result<usize>>> {
         same_len("buffers", keys.len(), bufs.len())?;
         if keys.is_empty() {
             return Ok(Vec::new());
         }
         if bufs.iter().any(|b| b.is_empty()) {
-            return Err(StoreError::InvalidArgument("batch_get_into needs non-empty buffers".into()));
+            return Err(StoreError::InvalidArgument(
+                "batch_get_into needs non-empty buffers".into(),
+            ));
         }
         let (_owned, kp) = ckeys(keys)?;
         let addrs: Vec<u64> = bufs.iter_mut().map(|b| b.as_mut_ptr() as u64).collect();
@@ -534,15 +592,32 @@ impl MooncakeStore {
 
     /// # Safety
     /// Each addrs[i] must be writable for lens[i] bytes for the duration of the call.
-    unsafe fn batch_get_into_raw(&self, kp: &[*const c_char], addrs: &[u64], lens: &[u64]) -> Result<Vec<Result<usize>>> {
+    unsafe fn batch_get_into_raw(
+        &self,
+        kp: &[*const c_char],
+        addrs: &[u64],
+        lens: &[u64],
+    ) -> Result<Vec<Result<usize>>> {
         let n = batch_len(kp.len())?;
         let mut res = vec![0i64; kp.len()];
         // SAFETY: the caller's contract; res has n slots.
         check(
-            unsafe { sys::mc_store_batch_get_into(self.handle, kp.as_ptr(), addrs.as_ptr(), lens.as_ptr(), n, res.as_mut_ptr()) }
-                .into(),
+            unsafe {
+                sys::mc_store_batch_get_into(
+                    self.handle,
+                    kp.as_ptr(),
+                    addrs.as_ptr(),
+                    lens.as_ptr(),
+                    n,
+                    res.as_mut_ptr(),
+                )
+            }
+            .into(),
         )?;
-        Ok(res.into_iter().map(|r| check(r).map(|_| r as usize)).collect())
+        Ok(res
+            .into_iter()
+            .map(|r| check(r).map(|_| r as usize))
+            .collect())
     }
 
     /// Per key: whether it exists, or its error.
@@ -554,8 +629,14 @@ impl MooncakeStore {
         let n = batch_len(keys.len())?;
         let mut res = vec![0i32; keys.len()];
         // SAFETY: n keys; res has n slots.
-        check(unsafe { sys::mc_store_batch_is_exist(self.handle, kp.as_ptr(), n, res.as_mut_ptr()) }.into())?;
-        Ok(res.into_iter().map(|r| check(r.into()).map(|_| r == 1)).collect())
+        check(
+            unsafe { sys::mc_store_batch_is_exist(self.handle, kp.as_ptr(), n, res.as_mut_ptr()) }
+                .into(),
+        )?;
+        Ok(res
+            .into_iter()
+            .map(|r| check(r.into()).map(|_| r == 1))
+            .collect())
     }
 
     /// Removes each key; per key its result.
@@ -568,7 +649,16 @@ impl MooncakeStore {
         let mut res = vec![0i32; keys.len()];
         // SAFETY: n keys; res has n slots.
         check(
-            unsafe { sys::mc_store_batch_remove(self.handle, kp.as_ptr(), n, force as i32, res.as_mut_ptr()) }.into(),
+            unsafe {
+                sys::mc_store_batch_remove(
+                    self.handle,
+                    kp.as_ptr(),
+                    n,
+                    force as i32,
+                    res.as_mut_ptr(),
+                )
+            }
+            .into(),
         )?;
         Ok(res.into_iter().map(|r| check(r.into())).collect())
     }
@@ -580,11 +670,22 @@ impl MooncakeStore {
     /// the library never sees memory that is no longer registered.
     pub fn register_buffer<'a>(&'a self, buf: &'a mut [u8]) -> Result<RegisteredBuffer<'a>> {
         if buf.is_empty() {
-            return Err(StoreError::InvalidArgument("cannot register an empty buffer".into()));
+            return Err(StoreError::InvalidArgument(
+                "cannot register an empty buffer".into(),
+            ));
         }
         // SAFETY: buf is valid for its length for 'a, which outlives the registration (Drop
         // unregisters it).
-        check(unsafe { sys::mc_store_register_buffer(self.handle, buf.as_mut_ptr() as u64, buf.len() as u64) }.into())?;
+        check(
+            unsafe {
+                sys::mc_store_register_buffer(
+                    self.handle,
+                    buf.as_mut_ptr() as u64,
+                    buf.len() as u64,
+                )
+            }
+            .into(),
+        )?;
         Ok(RegisteredBuffer {
             store: self,
             ptr: buf.as_mut_ptr(),
@@ -668,12 +769,22 @@ impl<'a> RegisteredBuffer<'a> {
     }
 
     /// Stores bytes `range` of this buffer under `key`, straight from the registered memory.
-    pub fn put_from(&self, key: &str, range: Range<usize>, config: Option<&ReplicateConfig>) -> Result<()> {
+    pub fn put_from(
+        &self,
+        key: &str,
+        range: Range<usize>,
+        config: Option<&ReplicateConfig>,
+    ) -> Result<()> {
         let k = ckey(key)?;
         let (addr, len) = self.range_addr(&range)?;
         let c = CConfig::new(config)?;
         // SAFETY: addr..addr+len lies in this registered buffer, readable across the call.
-        check(unsafe { sys::mc_store_put_from(self.store.handle, k.as_ptr(), addr, len, cfg_ptr(&c)) }.into())
+        check(
+            unsafe {
+                sys::mc_store_put_from(self.store.handle, k.as_ptr(), addr, len, cfg_ptr(&c))
+            }
+            .into(),
+        )
     }
 
     /// `put_from` for many keys: `keys[i]` gets bytes `ranges[i]`.
@@ -727,7 +838,11 @@ impl<'a> RegisteredBuffer<'a> {
     }
 
     /// `get_into` for many keys: `keys[i]` into bytes `ranges[i]`; per key the length or error.
-    pub fn batch_get_into<K: AsRef<str>>(&mut self, keys: &[K], ranges: &[Range<usize>]) -> Result<Vec<Result<usize>>> {
+    pub fn batch_get_into<K: AsRef<str>>(
+        &mut self,
+        keys: &[K],
+        ranges: &[Range<usize>],
+    ) -> Result<Vec<Result<usize>>> {
         same_len("ranges", keys.len(), ranges.len())?;
         if keys.is_empty() {
             return Ok(Vec::new());
@@ -769,7 +884,10 @@ mod tests {
         assert_eq!(invalid(ckey("a\0b")), "key contains a NUL byte: \"a\\0b\"");
         let long = "k".repeat(MAX_KEY_LEN + 1);
         assert_eq!(invalid(ckey(&long)), "key is 4097 bytes, the limit is 4096");
-        assert_eq!(ckey(&"k".repeat(MAX_KEY_LEN)).unwrap().as_bytes().len(), MAX_KEY_LEN);
+        assert_eq!(
+            ckey(&"k".repeat(MAX_KEY_LEN)).unwrap().as_bytes().len(),
+            MAX_KEY_LEN
+        );
     }
 
     #[test]
@@ -782,16 +900,30 @@ mod tests {
             preferred_segments: vec!["a:1".into(), "b:2".into()],
         };
         let c = CConfig::new(Some(&cfg)).unwrap().unwrap();
-        assert_eq!((c.raw.replica_num, c.raw.with_soft_pin, c.raw.with_hard_pin), (2, 1, 0));
+        assert_eq!(
+            (c.raw.replica_num, c.raw.with_soft_pin, c.raw.with_hard_pin),
+            (2, 1, 0)
+        );
         // SAFETY: the pointer refers to c._segments, alive here.
         let segs = unsafe { CStr::from_ptr(c.raw.preferred_segments) };
         assert_eq!(segs.to_str().unwrap(), "a:1,b:2");
-        let d = CConfig::new(Some(&ReplicateConfig::default())).unwrap().unwrap();
+        let d = CConfig::new(Some(&ReplicateConfig::default()))
+            .unwrap()
+            .unwrap();
         assert_eq!(d.raw.replica_num, 1);
         assert!(d.raw.preferred_segments.is_null());
-        let zero = ReplicateConfig { replica_num: 0, ..Default::default() };
-        assert_eq!(invalid(CConfig::new(Some(&zero)).map(|_| ())), "replica_num must be at least 1");
-        let comma = ReplicateConfig { preferred_segments: vec!["a,b".into()], ..Default::default() };
+        let zero = ReplicateConfig {
+            replica_num: 0,
+            ..Default::default()
+        };
+        assert_eq!(
+            invalid(CConfig::new(Some(&zero)).map(|_| ())),
+            "replica_num must be at least 1"
+        );
+        let comma = ReplicateConfig {
+            preferred_segments: vec!["a,b".into()],
+            ..Default::default()
+        };
         assert_eq!(
             invalid(CConfig::new(Some(&comma)).map(|_| ())),
             "preferred segment \"a,b\" is empty or contains a comma"
@@ -804,9 +936,18 @@ mod tests {
         assert_eq!(s.health_check(), Health::NotSetUp);
         assert_eq!(invalid(s.put("", b"x", None)), "key is empty");
         assert_eq!(invalid(s.get("")), "key is empty");
-        assert_eq!(invalid(s.is_exist("a\0")), "key contains a NUL byte: \"a\\0\"");
-        assert_eq!(invalid(s.get_into("k", &mut [])), "get_into needs a non-empty buffer");
-        assert_eq!(invalid(s.batch_put(&["a", "b"], &[b"x"], None)), "2 keys but 1 values");
+        assert_eq!(
+            invalid(s.is_exist("a\0")),
+            "key contains a NUL byte: \"a\\0\""
+        );
+        assert_eq!(
+            invalid(s.get_into("k", &mut [])),
+            "get_into needs a non-empty buffer"
+        );
+        assert_eq!(
+            invalid(s.batch_put(&["a", "b"], &[b"x"], None)),
+            "2 keys but 1 values"
+        );
         assert_eq!(
             invalid(s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 0, "tcp", "", "")),
             "master_server_address is empty (want host:port of mooncake_master)"

@@ -74,7 +74,9 @@ pub enum EngineError {
 impl fmt::Display for EngineError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            EngineError::Failed { code, message } => write!(f, "transfer engine: {} ({})", message, code),
+            EngineError::Failed { code, message } => {
+                write!(f, "transfer engine: {} ({})", message, code)
+            }
             EngineError::InvalidArgument(m) => write!(f, "invalid argument: {}", m),
             EngineError::Transfer(s) => write!(f, "transfer finished as {:?}", s),
         }
@@ -120,7 +122,8 @@ fn check(rc: i32) -> Result<()> {
 }
 
 fn cstring(what: &str, s: &str) -> Result<CString> {
-    CString::new(s).map_err(|_| EngineError::InvalidArgument(format!("{} contains a NUL byte: {:?}", what, s)))
+    CString::new(s)
+        .map_err(|_| EngineError::InvalidArgument(format!("{} contains a NUL byte: {:?}", what, s)))
 }
 
 fn read_string(f: impl Fn(*mut c_char, i32) -> i32) -> Result<String> {
@@ -214,14 +217,21 @@ impl TransferEngine {
     /// Starts an engine named `local_hostname` ("host" or "host:port"; "" picks one) with
     /// `metadata_server` ("P2PHANDSHAKE", "http://h:p/metadata", "etcd://h:p", "redis://h:p"),
     /// `protocol` ("tcp", "rdma", ...) and `device_name` ("" for auto).
-    pub fn new(local_hostname: &str, metadata_server: &str, protocol: &str, device_name: &str) -> Result<Self> {
+    pub fn new(
+        local_hostname: &str,
+        metadata_server: &str,
+        protocol: &str,
+        device_name: &str,
+    ) -> Result<Self> {
         let l = cstring("local_hostname", local_hostname)?;
         let m = cstring("metadata_server", metadata_server)?;
         let p = cstring("protocol", protocol)?;
         let d = cstring("device_name", device_name)?;
         let mut h = 0u64;
         // SAFETY: NUL-terminated strings and an out pointer, alive across the call.
-        check(unsafe { sys::mc_engine_create(l.as_ptr(), m.as_ptr(), p.as_ptr(), d.as_ptr(), &mut h) })?;
+        check(unsafe {
+            sys::mc_engine_create(l.as_ptr(), m.as_ptr(), p.as_ptr(), d.as_ptr(), &mut h)
+        })?;
         Ok(TransferEngine { handle: h })
     }
 
@@ -241,13 +251,26 @@ impl TransferEngine {
 
     /// Registers `buf` (NUMA/device `location`, e.g. "cpu:0"; "" or "*" for auto) so it can be
     /// a transfer source or a target of peers. Unregistered when the result is dropped.
-    pub fn register_memory<'a>(&'a self, buf: &'a mut [u8], location: &str) -> Result<RegisteredMemory<'a>> {
+    pub fn register_memory<'a>(
+        &'a self,
+        buf: &'a mut [u8],
+        location: &str,
+    ) -> Result<RegisteredMemory<'a>> {
         if buf.is_empty() {
-            return Err(EngineError::InvalidArgument("cannot register an empty buffer".into()));
+            return Err(EngineError::InvalidArgument(
+                "cannot register an empty buffer".into(),
+            ));
         }
         let loc = cstring("location", location)?;
         // SAFETY: buf is valid for 'a, which outlives the registration (Drop unregisters).
-        check(unsafe { sys::mc_engine_register(self.handle, buf.as_mut_ptr() as u64, buf.len() as u64, loc.as_ptr()) })?;
+        check(unsafe {
+            sys::mc_engine_register(
+                self.handle,
+                buf.as_mut_ptr() as u64,
+                buf.len() as u64,
+                loc.as_ptr(),
+            )
+        })?;
         Ok(RegisteredMemory {
             engine: self,
             ptr: buf.as_mut_ptr(),
@@ -260,7 +283,9 @@ impl TransferEngine {
     /// same-host peers map and write with one memcpy. Freed when the result is dropped.
     pub fn allocate_shared(&self, len: usize) -> Result<SharedBuffer<'_>> {
         if len == 0 {
-            return Err(EngineError::InvalidArgument("cannot allocate 0 bytes".into()));
+            return Err(EngineError::InvalidArgument(
+                "cannot allocate 0 bytes".into(),
+            ));
         }
         let mut addr = 0u64;
         // SAFETY: out pointer alive across the call.
@@ -294,7 +319,9 @@ impl TransferEngine {
         let cap = i32::try_from(capacity)
             .ok()
             .filter(|c| *c > 0)
-            .ok_or_else(|| EngineError::InvalidArgument(format!("batch capacity {} out of range", capacity)))?;
+            .ok_or_else(|| {
+                EngineError::InvalidArgument(format!("batch capacity {} out of range", capacity))
+            })?;
         let mut id = 0u64;
         // SAFETY: out pointer alive across the call.
         check(unsafe { sys::mc_engine_allocate_batch(self.handle, cap, &mut id) })?;
@@ -307,13 +334,21 @@ impl TransferEngine {
 
     /// Runs `reqs` against the local memory `mem` and waits for them: Ok when every request
     /// completed. Each request's local range is checked to lie inside `mem`.
-    pub fn transfer_sync(&self, mem: &mut RegisteredMemory<'_>, reqs: &[LocalRequest]) -> Result<()> {
+    pub fn transfer_sync(
+        &self,
+        mem: &mut RegisteredMemory<'_>,
+        reqs: &[LocalRequest],
+    ) -> Result<()> {
         if reqs.is_empty() {
             return Ok(());
         }
         let mut abs = Vec::with_capacity(reqs.len());
         for r in reqs {
-            if r.length == 0 || r.local_offset.checked_add(r.length).map_or(true, |e| e > mem.len) {
+            if r.length == 0
+                || r.local_offset
+                    .checked_add(r.length)
+                    .map_or(true, |e| e > mem.len)
+            {
                 return Err(EngineError::InvalidArgument(format!(
                     "local range {}+{} is empty or outside the {}-byte memory",
                     r.local_offset, r.length, mem.len
@@ -358,7 +393,13 @@ impl TransferEngine {
     pub fn get_notifies(&self) -> Result<String> {
         let mut buf = vec![0u8; 64 << 10];
         // SAFETY: buf is writable for its length.
-        let n = unsafe { sys::mc_engine_get_notifies(self.handle, buf.as_mut_ptr() as *mut c_char, buf.len() as i32) };
+        let n = unsafe {
+            sys::mc_engine_get_notifies(
+                self.handle,
+                buf.as_mut_ptr() as *mut c_char,
+                buf.len() as i32,
+            )
+        };
         check(n)?;
         buf.truncate((n as usize).min(buf.len() - 1));
         Ok(String::from_utf8_lossy(&buf).into_owned())
@@ -393,7 +434,10 @@ unsafe impl Sync for RegisteredMemory<'_> {}
 
 impl fmt::Debug for RegisteredMemory<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RegisteredMemory").field("addr", &self.ptr).field("len", &self.len).finish()
+        f.debug_struct("RegisteredMemory")
+            .field("addr", &self.ptr)
+            .field("len", &self.len)
+            .finish()
     }
 }
 
@@ -472,7 +516,13 @@ impl SharedBuffer<'_> {
     pub fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         self.check_range(offset, out.len())?;
         // SAFETY: the range lies in the mapping, alive while self is; bytes have no invalid values.
-        unsafe { ptr::copy_nonoverlapping((self.addr as usize + offset) as *const u8, out.as_mut_ptr(), out.len()) };
+        unsafe {
+            ptr::copy_nonoverlapping(
+                (self.addr as usize + offset) as *const u8,
+                out.as_mut_ptr(),
+                out.len(),
+            )
+        };
         Ok(())
     }
 
@@ -480,7 +530,13 @@ impl SharedBuffer<'_> {
     pub fn write_at(&self, offset: usize, data: &[u8]) -> Result<()> {
         self.check_range(offset, data.len())?;
         // SAFETY: as in read_at.
-        unsafe { ptr::copy_nonoverlapping(data.as_ptr(), (self.addr as usize + offset) as *mut u8, data.len()) };
+        unsafe {
+            ptr::copy_nonoverlapping(
+                data.as_ptr(),
+                (self.addr as usize + offset) as *mut u8,
+                data.len(),
+            )
+        };
         Ok(())
     }
 
@@ -576,7 +632,9 @@ impl Batch<'_> {
         let mut st = 0i32;
         let mut n = 0u64;
         // SAFETY: out pointers alive across the call.
-        check(unsafe { sys::mc_engine_task_status(self.engine.handle, self.id, task as i32, &mut st, &mut n) })?;
+        check(unsafe {
+            sys::mc_engine_task_status(self.engine.handle, self.id, task as i32, &mut st, &mut n)
+        })?;
         Ok((TransferStatus::from_raw(st), n))
     }
 }
@@ -609,8 +667,14 @@ mod tests {
         assert_eq!(TransferStatus::from_raw(42), TransferStatus::Invalid);
         assert!(!TransferStatus::Pending.is_final());
         assert!(TransferStatus::Timeout.is_final());
-        let e = EngineError::Failed { code: -3, message: "address not registered".into() };
-        assert_eq!(e.to_string(), "transfer engine: address not registered (-3)");
+        let e = EngineError::Failed {
+            code: -3,
+            message: "address not registered".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "transfer engine: address not registered (-3)"
+        );
         assert_eq!(e.code(), Some(-3));
         assert_eq!(
             EngineError::Transfer(TransferStatus::Failed).to_string(),
@@ -634,7 +698,13 @@ mod tests {
         let mut buf: Vec<u8> = (0..(64u32 << 10)).map(|i| (i * 7 % 251) as u8).collect();
         let want = buf.clone();
         let mut mem = init.register_memory(&mut buf, "cpu:0").unwrap();
-        let w = LocalRequest { opcode: Opcode::Write, local_offset: 0, target: seg, target_addr: shared.addr(), length: 64 << 10 };
+        let w = LocalRequest {
+            opcode: Opcode::Write,
+            local_offset: 0,
+            target: seg,
+            target_addr: shared.addr(),
+            length: 64 << 10,
+        };
         init.transfer_sync(&mut mem, &[w]).unwrap();
         let mut got = vec![0u8; 64 << 10];
         shared.read_at(0, &mut got).unwrap();
@@ -642,26 +712,54 @@ mod tests {
         shared.write_at(4096, b"from the target").unwrap();
 
         mem.as_mut_slice().iter_mut().for_each(|b| *b = 0);
-        let r = LocalRequest { opcode: Opcode::Read, local_offset: 100, target: seg, target_addr: shared.addr() + 4096, length: 15 };
+        let r = LocalRequest {
+            opcode: Opcode::Read,
+            local_offset: 100,
+            target: seg,
+            target_addr: shared.addr() + 4096,
+            length: 15,
+        };
         init.transfer_sync(&mut mem, &[r]).unwrap();
         assert_eq!(&mem.as_slice()[100..115], b"from the target");
         assert!(mem.as_slice()[..100].iter().all(|b| *b == 0));
 
         // Out of the local memory: refused before the call.
-        let bad = LocalRequest { local_offset: 64 << 10, length: 1, ..r };
+        let bad = LocalRequest {
+            local_offset: 64 << 10,
+            length: 1,
+            ..r
+        };
         match init.transfer_sync(&mut mem, &[bad]) {
             Err(EngineError::InvalidArgument(m)) => {
-                assert_eq!(m, "local range 65536+1 is empty or outside the 65536-byte memory")
+                assert_eq!(
+                    m,
+                    "local range 65536+1 is empty or outside the 65536-byte memory"
+                )
             }
             other => panic!("{:?}", other),
         }
         // Outside the target's registered memory: the engine's error.
-        let beyond = LocalRequest { target_addr: shared.addr() + (1 << 20), ..r };
+        let beyond = LocalRequest {
+            target_addr: shared.addr() + (1 << 20),
+            ..r
+        };
         let err = init.transfer_sync(&mut mem, &[beyond]).unwrap_err();
-        assert!(matches!(err, EngineError::Failed { .. } | EngineError::Transfer(_)), "{:?}", err);
+        assert!(
+            matches!(err, EngineError::Failed { .. } | EngineError::Transfer(_)),
+            "{:?}",
+            err
+        );
         drop(mem);
-        assert!(init.transport_bytes("shm").unwrap() + init.transport_bytes("tcp").unwrap() + init.transport_bytes("local").unwrap() > 0);
+        assert!(
+            init.transport_bytes("shm").unwrap()
+                + init.transport_bytes("tcp").unwrap()
+                + init.transport_bytes("local").unwrap()
+                > 0
+        );
         assert!(init.transport_bytes("carrier-pigeon").is_err());
-        assert!(matches!(init.open_segment("a\0b"), Err(EngineError::InvalidArgument(_))));
+        assert!(matches!(
+            init.open_segment("a\0b"),
+            Err(EngineError::InvalidArgument(_))
+        ));
     }
 }

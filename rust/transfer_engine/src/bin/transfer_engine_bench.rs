@@ -11,7 +11,9 @@
 //! "Test completed: duration D, batch count N, transport T, throughput X GB/s". The initiator
 //! moves --buffer_size bytes of the target's first buffer (the C ABI does not expose its length:
 //! keep --buffer_size at most the target's, the default on both sides).
-use mooncake_transfer_engine::{Opcode, SegmentId, TransferEngine, TransferRequest, TransferStatus};
+use mooncake_transfer_engine::{
+    Opcode, SegmentId, TransferEngine, TransferRequest, TransferStatus,
+};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::exit;
@@ -61,11 +63,18 @@ fn bad_flag(msg: String) -> ! {
 
 fn parse_num<T: std::str::FromStr>(name: &str, v: &str) -> T {
     let parsed = if let Some(hex) = v.strip_prefix("0x") {
-        u64::from_str_radix(hex, 16).ok().and_then(|n| n.to_string().parse().ok())
+        u64::from_str_radix(hex, 16)
+            .ok()
+            .and_then(|n| n.to_string().parse().ok())
     } else {
         v.parse().ok()
     };
-    parsed.unwrap_or_else(|| bad_flag(format!("invalid value {:?} for flag -{}: parse error", v, name)))
+    parsed.unwrap_or_else(|| {
+        bad_flag(format!(
+            "invalid value {:?} for flag -{}: parse error",
+            v, name
+        ))
+    })
 }
 
 /// Parses Go-style flags: -name=value, --name=value, -name value, --name value.
@@ -141,7 +150,11 @@ fn rate(f: &mut Flags, bytes: u64, d: Duration) -> String {
             1e9
         }
     };
-    format!("{:.2} {}/s", bytes as f64 / d.as_secs_f64() / unit, f.report_unit)
+    format!(
+        "{:.2} {}/s",
+        bytes as f64 / d.as_secs_f64() / unit,
+        f.report_unit
+    )
 }
 
 /// A zeroed buffer with one byte per page written, like the Go bench's anon().
@@ -156,8 +169,13 @@ fn anon(n: u64) -> Vec<u8> {
 }
 
 fn new_engine(f: &Flags) -> TransferEngine {
-    TransferEngine::new(&f.local_server_name, &f.metadata_server, &f.protocol, &f.device_name)
-        .unwrap_or_else(|e| die(e.to_string()))
+    TransferEngine::new(
+        &f.local_server_name,
+        &f.metadata_server,
+        &f.protocol,
+        &f.device_name,
+    )
+    .unwrap_or_else(|e| die(e.to_string()))
 }
 
 fn target(f: &Flags) {
@@ -202,7 +220,9 @@ fn initiator(f: &mut Flags) {
         o => die(format!("unknown --operation {:?}", o)),
     };
     let e = new_engine(f);
-    let seg: SegmentId = e.open_segment(&f.segment_id).unwrap_or_else(|e| die(e.to_string()));
+    let seg: SegmentId = e
+        .open_segment(&f.segment_id)
+        .unwrap_or_else(|e| die(e.to_string()));
     let remote = e.first_buffer(seg).unwrap_or_else(|e| die(e.to_string()));
     if remote == 0 {
         die(format!("segment {:?} has no buffers", f.segment_id));
@@ -323,7 +343,8 @@ fn baseline(f: &mut Flags) {
     let mut i = 0usize;
     while start.elapsed() < dur {
         let off = (i % slots) * block;
-        c.write_all(&src[off..off + block]).unwrap_or_else(|e| die(e.to_string()));
+        c.write_all(&src[off..off + block])
+            .unwrap_or_else(|e| die(e.to_string()));
         i += 1;
     }
     drop(c);
@@ -337,6 +358,9 @@ fn main() {
         "target" => target(&f),
         "initiator" => initiator(&mut f),
         "baseline" => baseline(&mut f),
-        m => die(format!("unknown --mode {:?} (initiator, target or baseline)", m)),
+        m => die(format!(
+            "unknown --mode {:?} (initiator, target or baseline)",
+            m
+        )),
     }
 }
