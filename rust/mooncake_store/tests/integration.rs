@@ -480,3 +480,34 @@ fn shared_between_threads() {
     }
     assert_eq!(store.remove_all().unwrap(), 40);
 }
+
+/// examples/basic_usage.rs, the documented example, runs against a real master.
+#[test]
+fn basic_usage_example() {
+    let master = Master::start();
+    // target/debug/deps/integration-* -> target/debug/examples/basic_usage
+    let exe = std::env::current_exe().unwrap();
+    let example = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join("basic_usage");
+    assert!(
+        example.exists(),
+        "{} is not built (cargo test builds examples)",
+        example.display()
+    );
+    let out = Command::new(example).arg(&master.addr).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        "missing key: store operation failed: OBJECT_NOT_FOUND (-704)\n\
+         basic_usage: put, get (16 bytes), is_exist, get_size, remove: ok\n"
+    );
+}
