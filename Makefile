@@ -19,7 +19,7 @@ run: setup
 	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) examples/alltoall.py
 	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) examples/p2p.py
 
-test: setup vet test-go test-py
+test: setup vet test-go test-py test-rust
 
 vet:
 	go vet ./...
@@ -37,3 +37,13 @@ lib:
 
 bench:
 	./bench/engine_bench.sh
+
+# Rust bindings (rust/: the mooncake_store and mooncake_transfer_engine crates, transfer_engine_bench):
+# unit and integration tests against this tree's libmooncake.so and Go commands (built by setup),
+# then clippy and rustfmt. See docs/rust.md.
+.PHONY: test-rust
+CARGO ?= $(shell command -v cargo 2>/dev/null || echo $(HOME)/.cargo/bin/cargo)
+test-rust:
+	cd rust && $(CARGO) test --locked
+	cd rust && $(CARGO) clippy --locked --all-targets -- -D warnings
+	cd rust && $(CARGO) fmt --check
