@@ -63,4 +63,4 @@ for tgt in go rust; do
     done
     kill $tpid; wait $tpid 2>/dev/null || true; tpid=""
 done
-echo "output lines:"; sort "$TMP/lines" | awk '{$0=substr($0,1,200)} {print "  " $0}' | head -4
+echo "sample output lines (the two benches print the same line):"; sort -u "$TMP/lines" | head -2 | sed "s/^/  /"

@@ -3,13 +3,17 @@
 # mooncake_master and mooncake_client (flags as in bench/store_bench.py). Rounds alternate Rust
 # and Python so both see the same machine load.
 #
-#   rust/scripts/store_bench.sh [ROUNDS] [SIZE] [N]      # defaults 3 1048576 300
+#   rust/scripts/store_bench.sh [ROUNDS] [SIZE] [N]      # defaults 7 1048576 1000
+#
+# Prints every run, the median per client and method, and the median of the per-round
+# Rust/Python ratios for put and get (a round's runs are back to back, so a ratio compares like
+# with like on a machine whose load changes).
 #
 # Needs `make lib` and the Go commands in python/mooncake/bin (make setup), and builds the
 # store_bench example in release mode.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-ROUNDS="${1:-3}" SIZE="${2:-1048576}" N="${3:-300}"
+ROUNDS="${1:-7}" SIZE="${2:-1048576}" N="${3:-1000}"
 BIN="$ROOT/python/mooncake/bin"
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
@@ -63,3 +67,8 @@ while read -r client method rest; do
     gib=$(echo "${rest##*|}" | tr ' ' '\n' | sed '/^$/d' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
     printf '  %-7s %-24s %7s op/s %6s GiB/s\n' "$client" "$method" "$ops" "$gib"
 done
+echo "Rust/Python, median of the per-round ratios:"
+awk '$1 == "rust" && $2 == "put" {r++} {v[$1 " " $2 " " r] = $5}
+     END {for (i = 1; i <= r; i++) {print "put", v["rust put " i] / v["python put " i]; print "get", v["rust get " i] / v["python get " i]}}' "$LOG/rows" |
+while read -r m x; do echo "$m $x"; done | sort -k1,1 -k2n | awk '{a[$1] = a[$1] " " sprintf("%.2f", $2); n[$1]++; s[$1, n[$1]] = $2}
+     END {for (m in n) printf "  %s %.2f (sorted:%s)\n", m, s[m, int((n[m] + 1) / 2)], a[m]}'
