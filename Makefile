@@ -41,9 +41,10 @@ bench:
 # Rust bindings (rust/: the mooncake_store and mooncake_transfer_engine crates, transfer_engine_bench):
 # unit and integration tests against this tree's libmooncake.so and Go commands (built by setup),
 # then clippy and rustfmt. See docs/rust.md.
+# cargo: the one on PATH (Debian's after setup), else rustup's in ~/.cargo/bin.
 .PHONY: test-rust
-CARGO ?= $(shell command -v cargo 2>/dev/null || echo $(HOME)/.cargo/bin/cargo)
+CARGO_PATH = PATH="$$PATH:$$HOME/.cargo/bin"
 test-rust:
-	cd rust && $(CARGO) test --locked
-	cd rust && $(CARGO) clippy --locked --all-targets -- -D warnings
-	cd rust && $(CARGO) fmt --check
+	cd rust && $(CARGO_PATH) cargo test --locked
+	cd rust && $(CARGO_PATH) cargo clippy --locked --all-targets -- -D warnings
+	cd rust && $(CARGO_PATH) cargo fmt --check
