@@ -52,8 +52,6 @@ int mc_engine_send_notify(uint64_t eng, uint64_t segment, const char *name, cons
 int mc_engine_get_notifies(uint64_t eng, char *buf, int32_t buflen);
 int mc_engine_probe(uint64_t eng, const char *name);
 int mc_engine_topology(uint64_t eng, char *buf, int32_t buflen);
-/* Bytes this engine has moved through one transport: "local", "shm" or "tcp". */
-int mc_engine_transport_bytes(uint64_t eng, const char *transport, uint64_t *out);
 
 #ifdef __cplusplus
 }
