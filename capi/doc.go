@@ -12,20 +12,15 @@
 // CPU groups. An op submitted then waits until the shim either runs it on the calling thread
 // (mc_work_run: torch's asyncOp=False, and Work.wait on an op that has not started) or hands
 // it to the group's op goroutine (mc_work_start); the hook tells the shim's completion thread
-// when an op it did not run finishes. A synchronous 8-byte all_reduce at 2 ranks went from
-// ~170 µs to ~75 µs per op this way on the 2-core VM (docs/performance.md).
+// when an op it did not run finishes. A small synchronous all_reduce takes about half the time
+// per op this way (docs/performance.md).
 //
-// Process-group tuning knobs (environment; 0 or unset: the defaults): MC_PG_SLOTS and
-// MC_PG_SLOT_BYTES (p2p ring slots per peer, 4 x 512 KiB), MC_PG_SMALL_BYTES and
-// MC_PG_CHUNK_BYTES (collective algorithm switch and ring chunk, 64 KiB / 1 MiB),
-// MC_PG_FUSED_BYTES (all_reduce carried in its header message, 16 KiB; -1 off),
-// MC_PG_PAIR_BYTES (two-member all_reduce as one exchange instead of the ring, 512 KiB), MC_PG_SHM=0
-// (no same-host fast path), MC_PG_SHM_CHUNK and MC_PG_SHM_COPY_CHUNK (its reduction unit and
-// largest copy round, 256 KiB / 2 MiB), MC_PG_SHM_STREAM_OUT (all_to_all outputs that take
-// non-temporal stores, 8 MiB), MC_P2P_STREAMS=0 (p2p over the network without write streams),
-// MOONCAKE_PG_FT_INPUT_COPY=0 (no save of in-place inputs for an elastic rerun).
+// Configuration: capi reads the environment knobs through package config (libc getenv, so a knob
+// Python sets after the library loaded is seen) at the moment of use — engine creation, store
+// setup(), process-group creation, or library load — and passes them down as Config/Options
+// fields. docs/configuration.md lists every knob.
 //
-// GOMAXPROCS: when the MOONCAKE_GOMAXPROCS environment variable is set the library uses it;
+// GOMAXPROCS (read at library load): when the MOONCAKE_GOMAXPROCS environment variable is set the library uses it;
 // otherwise, if GOMAXPROCS is unset, it uses min(NumCPU, 4), since several ranks usually share a
 // host and each has its own Go runtime.
 package main

@@ -10,11 +10,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"sync"
 	"time"
 	"unsafe"
 
+	"github.com/mooncake-go/mooncake/config"
 	"github.com/mooncake-go/mooncake/engine"
 )
 
@@ -27,23 +27,23 @@ var (
 	procEngine *engine.Engine
 )
 
-// processEngine returns the process-wide engine, creating it from the environment
-// (MC_METADATA_SERVER, default P2PHANDSHAKE; MOONCAKE_PROTOCOL, default tcp; MOONCAKE_DEVICE;
-// MC_LOCAL_HOSTNAME, default: the host's first non-loopback IPv4 address, so peers on other
-// hosts can reach it) when none exists yet.
+// processEngine returns the process-wide engine, creating it from the knobs read now
+// (config.ProcessEngine: MC_METADATA_SERVER, default P2PHANDSHAKE; MOONCAKE_PROTOCOL, default
+// tcp; MOONCAKE_DEVICE; MC_LOCAL_HOSTNAME, default: the host's first non-loopback IPv4 address,
+// so peers on other hosts can reach it; and the engine-creation knobs) when none exists yet.
 func processEngine() (*engine.Engine, error) {
+	return sharedEngine(config.ProcessEngine)
+}
+
+// sharedEngine returns the process-wide engine, creating it with the configuration cfg
+// returns (called only when there is none yet) .
+func sharedEngine(cfg func() engine.Config) (*engine.Engine, error) {
 	procMu.Lock()
 	defer procMu.Unlock()
 	if procEngine != nil {
 		return procEngine, nil
 	}
-	cfg := engine.Config{
-		LocalServerName: os.Getenv("MC_LOCAL_HOSTNAME"),
-		MetadataServer:  envOr("MC_METADATA_SERVER", "P2PHANDSHAKE"),
-		Protocol:        envOr("MOONCAKE_PROTOCOL", "tcp"),
-		DeviceName:      os.Getenv("MOONCAKE_DEVICE"),
-	}
-	e, err := engine.New(context.Background(), cfg)
+	e, err := engine.New(context.Background(), cfg())
 	if err != nil {
 		return nil, fmt.Errorf("starting the process-wide transfer engine: %w", err)
 	}
@@ -51,11 +51,31 @@ func processEngine() (*engine.Engine, error) {
 	return e, nil
 }
 
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
+// withEngine runs f on the engine of h and returns its status.
+func withEngine(h C.uint64_t, f func(e *engine.Engine) error) C.int {
+	e, err := engineOf(h)
+	if err != nil {
+		return setErr(err)
 	}
-	return def
+	return setErr(f(e))
+}
+
+// engineOut runs f on the engine of h and stores its result in *out; what names out in the
+// error when it is NULL. *out is left alone when f fails.
+func engineOut(h C.uint64_t, what string, out *C.uint64_t, f func(e *engine.Engine) (uint64, error)) C.int {
+	if out == nil {
+		if _, err := engineOf(h); err != nil {
+			return setErr(err)
+		}
+		return setErr(invalid(what + " is NULL"))
+	}
+	return withEngine(h, func(e *engine.Engine) error {
+		v, err := f(e)
+		if err == nil {
+			*out = C.uint64_t(v)
+		}
+		return err
+	})
 }
 
 func goString(s *C.char) string {
@@ -85,9 +105,9 @@ func mc_engine_create(local, meta, proto, dev *C.char, out *C.uint64_t) C.int {
 		DeviceName:      goString(dev),
 	}
 	if cfg.MetadataServer == "" {
-		cfg.MetadataServer = "P2PHANDSHAKE"
+		cfg.MetadataServer = engine.P2PHandshake
 	}
-	e, err := engine.New(context.Background(), cfg)
+	e, err := engine.New(context.Background(), config.Engine(cfg))
 	if err != nil {
 		return setErr(err)
 	}
@@ -136,20 +156,14 @@ func mc_engine_segment_name(h C.uint64_t, buf *C.char, buflen C.int32_t) C.int {
 
 //export mc_engine_register
 func mc_engine_register(h C.uint64_t, addr, length C.uint64_t, loc *C.char) C.int {
-	e, err := engineOf(h)
-	if err != nil {
-		return setErr(err)
-	}
-	return setErr(e.RegisterLocalMemory(uintptr(addr), uint64(length), goString(loc)))
+	return withEngine(h, func(e *engine.Engine) error {
+		return e.RegisterLocalMemory(uintptr(addr), uint64(length), goString(loc))
+	})
 }
 
 //export mc_engine_unregister
 func mc_engine_unregister(h C.uint64_t, addr C.uint64_t) C.int {
-	e, err := engineOf(h)
-	if err != nil {
-		return setErr(err)
-	}
-	return setErr(e.UnregisterLocalMemory(uintptr(addr)))
+	return withEngine(h, func(e *engine.Engine) error { return e.UnregisterLocalMemory(uintptr(addr)) })
 }
 
 //export mc_engine_register_batch
@@ -189,82 +203,42 @@ func mc_engine_unregister_batch(h C.uint64_t, addrs *C.uint64_t, n C.int32_t) C.
 
 //export mc_engine_allocate_shared
 func mc_engine_allocate_shared(h C.uint64_t, length C.uint64_t, addr *C.uint64_t) C.int {
-	e, err := engineOf(h)
-	if err != nil {
-		return setErr(err)
-	}
-	if addr == nil {
-		return setErr(invalid("mc_engine_allocate_shared: addr is NULL"))
-	}
-	a, err := e.AllocateShared(uint64(length))
-	if err != nil {
-		return setErr(err)
-	}
-	*addr = C.uint64_t(a)
-	return 0
+	return engineOut(h, "mc_engine_allocate_shared: addr", addr, func(e *engine.Engine) (uint64, error) {
+		a, err := e.AllocateShared(uint64(length))
+		return uint64(a), err
+	})
 }
 
 //export mc_engine_free_shared
 func mc_engine_free_shared(h C.uint64_t, addr C.uint64_t) C.int {
-	e, err := engineOf(h)
-	if err != nil {
-		return setErr(err)
-	}
-	return setErr(e.FreeShared(uintptr(addr)))
+	return withEngine(h, func(e *engine.Engine) error { return e.FreeShared(uintptr(addr)) })
 }
 
 //export mc_engine_open_segment
 func mc_engine_open_segment(h C.uint64_t, name *C.char, seg *C.uint64_t) C.int {
-	e, err := engineOf(h)
-	if err != nil {
-		return setErr(err)
-	}
-	if seg == nil {
-		return setErr(invalid("mc_engine_open_segment: segment is NULL"))
-	}
-	id, err := e.OpenSegment(goString(name))
-	if err != nil {
-		return setErr(err)
-	}
-	*seg = C.uint64_t(id)
-	return 0
+	return engineOut(h, "mc_engine_open_segment: segment", seg, func(e *engine.Engine) (uint64, error) {
+		id, err := e.OpenSegment(goString(name))
+		return uint64(id), err
+	})
 }
 
 //export mc_engine_first_buffer
 func mc_engine_first_buffer(h C.uint64_t, seg C.uint64_t, addr *C.uint64_t) C.int {
-	e, err := engineOf(h)
-	if err != nil {
-		return setErr(err)
-	}
-	if addr == nil {
-		return setErr(invalid("mc_engine_first_buffer: addr is NULL"))
-	}
-	d, err := e.SegmentDescriptor(engine.SegmentID(seg))
-	if err != nil {
-		return setErr(err)
-	}
-	*addr = 0
-	if len(d.Buffers) > 0 {
-		*addr = C.uint64_t(d.Buffers[0].Addr)
-	}
-	return 0
+	return engineOut(h, "mc_engine_first_buffer: addr", addr, func(e *engine.Engine) (uint64, error) {
+		d, err := e.SegmentDescriptor(engine.SegmentID(seg))
+		if err != nil || len(d.Buffers) == 0 {
+			return 0, err
+		}
+		return d.Buffers[0].Addr, nil
+	})
 }
 
 //export mc_engine_allocate_batch
 func mc_engine_allocate_batch(h C.uint64_t, capacity C.int32_t, batch *C.uint64_t) C.int {
-	e, err := engineOf(h)
-	if err != nil {
-		return setErr(err)
-	}
-	if batch == nil {
-		return setErr(invalid("mc_engine_allocate_batch: batch is NULL"))
-	}
-	b, err := e.AllocateBatchID(int(capacity))
-	if err != nil {
-		return setErr(err)
-	}
-	*batch = C.uint64_t(b)
-	return 0
+	return engineOut(h, "mc_engine_allocate_batch: batch", batch, func(e *engine.Engine) (uint64, error) {
+		b, err := e.AllocateBatchID(int(capacity))
+		return uint64(b), err
+	})
 }
 
 //export mc_engine_submit
@@ -351,20 +325,14 @@ func mc_engine_wait_batch(h C.uint64_t, batch C.uint64_t, timeoutMS C.int64_t, s
 
 //export mc_engine_free_batch
 func mc_engine_free_batch(h C.uint64_t, batch C.uint64_t) C.int {
-	e, err := engineOf(h)
-	if err != nil {
-		return setErr(err)
-	}
-	return setErr(e.FreeBatchID(engine.BatchID(batch)))
+	return withEngine(h, func(e *engine.Engine) error { return e.FreeBatchID(engine.BatchID(batch)) })
 }
 
 //export mc_engine_send_notify
 func mc_engine_send_notify(h C.uint64_t, seg C.uint64_t, name, msg *C.char) C.int {
-	e, err := engineOf(h)
-	if err != nil {
-		return setErr(err)
-	}
-	return setErr(e.SendNotify(engine.SegmentID(seg), engine.Notify{Name: goString(name), Msg: goString(msg)}))
+	return withEngine(h, func(e *engine.Engine) error {
+		return e.SendNotify(engine.SegmentID(seg), engine.Notify{Name: goString(name), Msg: goString(msg)})
+	})
 }
 
 // pendingNotifies keeps notifications drained from an engine that did not fit the caller's
@@ -402,11 +370,7 @@ func mc_engine_get_notifies(h C.uint64_t, buf *C.char, buflen C.int32_t) C.int {
 
 //export mc_engine_probe
 func mc_engine_probe(h C.uint64_t, name *C.char) C.int {
-	e, err := engineOf(h)
-	if err != nil {
-		return setErr(err)
-	}
-	return setErr(e.ProbePeer(goString(name)))
+	return withEngine(h, func(e *engine.Engine) error { return e.ProbePeer(goString(name)) })
 }
 
 //export mc_engine_topology
@@ -416,4 +380,14 @@ func mc_engine_topology(h C.uint64_t, buf *C.char, buflen C.int32_t) C.int {
 		return setErr(err)
 	}
 	return copyOut(e.GetLocalTopology(), buf, C.int(buflen))
+}
+
+//export mc_engine_transport_bytes
+func mc_engine_transport_bytes(h C.uint64_t, buf *C.char, buflen C.int32_t) C.int {
+	e, err := engineOf(h)
+	if err != nil {
+		return setErr(err)
+	}
+	js, _ := json.Marshal(e.TransportBytes())
+	return copyOut(string(js), buf, C.int(buflen))
 }

@@ -8,25 +8,27 @@ import "C"
 
 import (
 	"errors"
-	"os"
 	"runtime"
-	"strconv"
 	"sync"
 	"unsafe"
 
+	"github.com/mooncake-go/mooncake/collective/reduce"
+	"github.com/mooncake-go/mooncake/config"
 	"github.com/mooncake-go/mooncake/engine"
 )
 
 func main() {}
 
+// init runs when the library is loaded: the knobs read at library load take effect here.
 func init() {
-	if v := os.Getenv("MOONCAKE_GOMAXPROCS"); v != "" {
-		if n, err := strconv.Atoi(v); err == nil && n > 0 {
+	if config.GoMaxProcs.String() != "" {
+		if n := config.GoMaxProcs.Positive(); n > 0 {
 			runtime.GOMAXPROCS(n)
 		}
-	} else if os.Getenv("GOMAXPROCS") == "" && runtime.NumCPU() > 4 {
+	} else if config.GOMAXPROCS.String() == "" && runtime.NumCPU() > 4 {
 		runtime.GOMAXPROCS(4)
 	}
+	reduce.UseKernel(config.ReduceKernel.String())
 }
 
 // Error codes shared by the C ABI (Mooncake's numbers where one exists).

@@ -65,6 +65,7 @@ import (
 	"unsafe"
 
 	"github.com/mooncake-go/mooncake/collective/reduce"
+	"github.com/mooncake-go/mooncake/config"
 	"github.com/mooncake-go/mooncake/internal/memview"
 	"github.com/mooncake-go/mooncake/p2p"
 	"github.com/mooncake-go/mooncake/pg"
@@ -277,8 +278,9 @@ func mc_pg_create(cfg *C.mc_pg_config, store *C.mc_store_ops, out *C.uint64_t) C
 		AutoSync: cfg.auto_sync_on_failure != 0, DeviceType: int(cfg.device_type),
 		Timeout: time.Duration(cfg.timeout_ms) * time.Millisecond, Name: goString(cfg.group_name),
 		OnExtent: func(extent int) { atomic.StoreInt32(word, int32(extent)) },
-		Options:  pgOptions(),
+		Options:  config.PG(),
 	}
+	c.Options.Observer = pgObserver(c) // process-group metrics (pg_metrics.go)
 	ph.g, err = pg.New(c, cStore{ph.ops}, p2p.EngineFabric(eng))
 	if err != nil {
 		ph.free()

@@ -19,11 +19,11 @@ import "C"
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"sync"
 	"unsafe"
 
+	"github.com/mooncake-go/mooncake/config"
 	"github.com/mooncake-go/mooncake/engine"
 	"github.com/mooncake-go/mooncake/internal/memview"
 	"github.com/mooncake-go/mooncake/store/api"
@@ -75,21 +75,13 @@ func storeClient(h C.uint64_t) (*client.Client, error) {
 // storeEngine returns the process-wide engine, creating it from the setup arguments when the
 // process has none yet (processEngine would create it from the environment instead).
 func storeEngine(cfg client.Config) (*engine.Engine, error) {
-	procMu.Lock()
-	defer procMu.Unlock()
-	if procEngine != nil {
-		return procEngine, nil
-	}
-	ecfg := client.EngineConfig(cfg)
-	if ecfg.LocalServerName == "" {
-		ecfg.LocalServerName = "127.0.0.1"
-	}
-	e, err := engine.New(context.Background(), ecfg)
-	if err != nil {
-		return nil, fmt.Errorf("starting the process-wide transfer engine: %w", err)
-	}
-	procEngine = e
-	return e, nil
+	return sharedEngine(func() engine.Config {
+		ecfg := client.EngineConfig(cfg)
+		if ecfg.LocalServerName == "" {
+			ecfg.LocalServerName = "127.0.0.1"
+		}
+		return ecfg
+	})
 }
 
 func replicateConfig(p *C.mc_replicate_config) (api.ReplicateConfig, error) {
@@ -109,6 +101,29 @@ func replicateConfig(p *C.mc_replicate_config) (api.ReplicateConfig, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// storeKey returns the set-up client of h and the key, or the error to report.
+func storeKey(h C.uint64_t, key *C.char) (*client.Client, string, error) {
+	c, err := storeClient(h)
+	if err != nil {
+		return nil, "", err
+	}
+	k, err := cKey(key)
+	return c, k, err
+}
+
+// cAddrLens copies n C addresses and lengths.
+func cAddrLens(addrs, lens *C.uint64_t, n C.int32_t) ([]uintptr, []uint64) {
+	as := make([]uintptr, int(n))
+	sz := make([]uint64, int(n))
+	for i, a := range unsafe.Slice(addrs, int(n)) {
+		as[i] = uintptr(a)
+	}
+	for i, l := range unsafe.Slice(lens, int(n)) {
+		sz[i] = uint64(l)
+	}
+	return as, sz
 }
 
 func cKey(k *C.char) (string, error) {
@@ -169,11 +184,12 @@ func mc_store_setup(h C.uint64_t, local, meta *C.char, segSize, bufSize C.uint64
 	if !ok {
 		return serr(api.Errorf(api.INVALID_PARAMS, "unknown store handle %d", uint64(h)))
 	}
-	cfg := client.Config{
+	// The store-setup and engine-creation knobs are read now, at setup().
+	cfg := config.StoreClient(client.Config{
 		LocalHostname: goString(local), MetadataServer: goString(meta), GlobalSegmentSize: uint64(segSize),
 		LocalBufferSize: uint64(bufSize), Protocol: goString(proto), DeviceName: goString(dev),
 		MasterServerAddress: goString(masterAddr),
-	}
+	})
 	if cfg.MasterServerAddress == "" {
 		return serr(api.Errorf(api.INVALID_PARAMS, "master_server_address is empty (want host:port of mooncake_master)"))
 	}
@@ -257,15 +273,7 @@ func cBytes(p unsafe.Pointer, n C.uint64_t) []byte {
 
 //export mc_store_put
 func mc_store_put(h C.uint64_t, key *C.char, data unsafe.Pointer, n C.uint64_t, cfgp *C.mc_replicate_config) C.int {
-	c, err := storeClient(h)
-	if err != nil {
-		return serr(err)
-	}
-	k, err := cKey(key)
-	if err != nil {
-		return serr(err)
-	}
-	cfg, err := replicateConfig(cfgp)
+	c, k, cfg, err := putArgs(h, key, cfgp)
 	if err != nil {
 		return serr(err)
 	}
@@ -277,15 +285,7 @@ func mc_store_put(h C.uint64_t, key *C.char, data unsafe.Pointer, n C.uint64_t, 
 
 //export mc_store_put_parts
 func mc_store_put_parts(h C.uint64_t, key *C.char, parts *unsafe.Pointer, lens *C.uint64_t, n C.int32_t, cfgp *C.mc_replicate_config) C.int {
-	c, err := storeClient(h)
-	if err != nil {
-		return serr(err)
-	}
-	k, err := cKey(key)
-	if err != nil {
-		return serr(err)
-	}
-	cfg, err := replicateConfig(cfgp)
+	c, k, cfg, err := putArgs(h, key, cfgp)
 	if err != nil {
 		return serr(err)
 	}
@@ -303,15 +303,7 @@ func mc_store_put_parts(h C.uint64_t, key *C.char, parts *unsafe.Pointer, lens *
 
 //export mc_store_put_from
 func mc_store_put_from(h C.uint64_t, key *C.char, addr, n C.uint64_t, cfgp *C.mc_replicate_config) C.int {
-	c, err := storeClient(h)
-	if err != nil {
-		return serr(err)
-	}
-	k, err := cKey(key)
-	if err != nil {
-		return serr(err)
-	}
-	cfg, err := replicateConfig(cfgp)
+	c, k, cfg, err := putArgs(h, key, cfgp)
 	if err != nil {
 		return serr(err)
 	}
@@ -346,14 +338,7 @@ func mc_store_batch_put_from(h C.uint64_t, keys **C.char, addrs, lens *C.uint64_
 	if n > 0 && (addrs == nil || lens == nil || results == nil) {
 		return serr(api.Errorf(api.INVALID_PARAMS, "NULL address, length or result array"))
 	}
-	as := make([]uintptr, int(n))
-	sz := make([]uint64, int(n))
-	for i, a := range unsafe.Slice(addrs, int(n)) {
-		as[i] = uintptr(a)
-	}
-	for i, l := range unsafe.Slice(lens, int(n)) {
-		sz[i] = uint64(l)
-	}
+	as, sz := cAddrLens(addrs, lens, n)
 	codes(c.BatchPutFrom(context.Background(), ks, as, sz, cfg), results)
 	return 0
 }
@@ -381,11 +366,7 @@ func mc_store_get(h C.uint64_t, key *C.char, out **C.uint8_t, n *C.uint64_t) C.i
 		return serr(api.Errorf(api.INVALID_PARAMS, "out or len is NULL"))
 	}
 	*out, *n = nil, 0
-	c, err := storeClient(h)
-	if err != nil {
-		return serr(err)
-	}
-	k, err := cKey(key)
+	c, k, err := storeKey(h, key)
 	if err != nil {
 		return serr(err)
 	}
@@ -413,11 +394,7 @@ func mc_store_get_with(h C.uint64_t, key *C.char, alloc C.mc_store_alloc_fn, act
 		return serr(api.Errorf(api.INVALID_PARAMS, "alloc or len is NULL"))
 	}
 	*n = 0
-	c, err := storeClient(h)
-	if err != nil {
-		return serr(err)
-	}
-	k, err := cKey(key)
+	c, k, err := storeKey(h, key)
 	if err != nil {
 		return serr(err)
 	}
@@ -440,11 +417,7 @@ func mc_store_get_with(h C.uint64_t, key *C.char, alloc C.mc_store_alloc_fn, act
 
 //export mc_store_get_into
 func mc_store_get_into(h C.uint64_t, key *C.char, addr, n C.uint64_t) C.int64_t {
-	c, err := storeClient(h)
-	if err != nil {
-		return C.int64_t(serr(err))
-	}
-	k, err := cKey(key)
+	c, k, err := storeKey(h, key)
 	if err != nil {
 		return C.int64_t(serr(err))
 	}
@@ -491,14 +464,7 @@ func mc_store_batch_get_into(h C.uint64_t, keys **C.char, addrs, lens *C.uint64_
 	if n > 0 && (addrs == nil || lens == nil || results == nil) {
 		return serr(api.Errorf(api.INVALID_PARAMS, "NULL address, length or result array"))
 	}
-	as := make([]uintptr, int(n))
-	sz := make([]uint64, int(n))
-	for i, a := range unsafe.Slice(addrs, int(n)) {
-		as[i] = uintptr(a)
-	}
-	for i, l := range unsafe.Slice(lens, int(n)) {
-		sz[i] = uint64(l)
-	}
+	as, sz := cAddrLens(addrs, lens, n)
 	got, errs := c.BatchGetInto(context.Background(), ks, as, sz)
 	res := unsafe.Slice(results, int(n))
 	for i := range res {
@@ -519,11 +485,7 @@ func mc_store_free(p unsafe.Pointer) { C.free(p) }
 
 //export mc_store_get_size
 func mc_store_get_size(h C.uint64_t, key *C.char) C.int64_t {
-	c, err := storeClient(h)
-	if err != nil {
-		return C.int64_t(serr(err))
-	}
-	k, err := cKey(key)
+	c, k, err := storeKey(h, key)
 	if err != nil {
 		return C.int64_t(serr(err))
 	}
@@ -536,11 +498,7 @@ func mc_store_get_size(h C.uint64_t, key *C.char) C.int64_t {
 
 //export mc_store_is_exist
 func mc_store_is_exist(h C.uint64_t, key *C.char) C.int {
-	c, err := storeClient(h)
-	if err != nil {
-		return serr(err)
-	}
-	k, err := cKey(key)
+	c, k, err := storeKey(h, key)
 	if err != nil {
 		return serr(err)
 	}
@@ -583,11 +541,7 @@ func mc_store_batch_is_exist(h C.uint64_t, keys **C.char, n C.int32_t, results *
 
 //export mc_store_remove
 func mc_store_remove(h C.uint64_t, key *C.char, force C.int32_t) C.int {
-	c, err := storeClient(h)
-	if err != nil {
-		return serr(err)
-	}
-	k, err := cKey(key)
+	c, k, err := storeKey(h, key)
 	if err != nil {
 		return serr(err)
 	}
@@ -650,6 +604,16 @@ func batchArgs(h C.uint64_t, keys **C.char, n C.int32_t) (*client.Client, []stri
 }
 
 // batchPutArgs is batchArgs plus the replicate config of the batch put calls.
+// putArgs returns the client of h, the key and the replica settings of a put.
+func putArgs(h C.uint64_t, key *C.char, cfgp *C.mc_replicate_config) (*client.Client, string, api.ReplicateConfig, error) {
+	c, k, err := storeKey(h, key)
+	if err != nil {
+		return nil, "", api.ReplicateConfig{}, err
+	}
+	cfg, err := replicateConfig(cfgp)
+	return c, k, cfg, err
+}
+
 func batchPutArgs(h C.uint64_t, keys **C.char, n C.int32_t, cfgp *C.mc_replicate_config) (*client.Client, []string, api.ReplicateConfig, error) {
 	c, ks, err := batchArgs(h, keys, n)
 	if err != nil {

@@ -17,8 +17,8 @@ func (g *Group) AllReduce(ctx context.Context, buf []byte, dt reduce.DType, op r
 // it fails, buf holds its input again. save (at least len(buf) bytes; nil: no restore, plain
 // AllReduce) keeps what the op overwrote. The same-host path fills it chunk by chunk while its
 // pipeline has the input in cache, which costs far less memory traffic than a copy of buf up
-// front (on this 2-core VM a 16 MiB up-front copy took ~2 ms of a ~5 ms all_reduce: both
-// ranks share the memory bus).
+// front (ranks on one host share the memory bus, and an up-front copy took a large share of a
+// large all_reduce; figures in docs/performance.md).
 func (g *Group) AllReduceOrRestore(ctx context.Context, buf, save []byte, dt reduce.DType, op reduce.Op) error {
 	save, err := saveFor("all_reduce", buf, save)
 	if err != nil {

@@ -62,7 +62,8 @@
 // SharedOptions.CopyBytes (MC_PG_SHM_COPY_CHUNK, default 2 MiB). Reductions pipeline in units
 // of SharedOptions.ChunkBytes (MC_PG_SHM_CHUNK, default 256 KiB: stages that stay in cache);
 // ops that only copy take rounds of a quarter of their size, from ChunkBytes up to CopyBytes
-// (fewer rounds, fewer barriers: 4 ranks on 2 cores, 16 MiB broadcast ~5.6 -> ~3.8 ms).
+// (fewer rounds, fewer barriers, which matters most when ranks share cores; figures in
+// docs/performance.md).
 //
 // Every op is a fixed sequence of rounds, the same on every rank. In a round a rank writes
 // into its own arena's current half, then sync: it bumps its step counter (waking peers that
@@ -82,10 +83,10 @@
 // published slices, one ReduceMany pass reading their arenas) into its arena, and publishes the
 // slices of chunk r the others reduce. AllReduceOrRestore (what capi uses, so that a failed op
 // can be rerun over the survivors) also copies chunk r into a save buffer in round r, with
-// non-temporal stores, and restores the overwritten prefix if the op fails: a 16 MiB all_reduce
-// at 2 ranks takes ~4 ms this way against ~5.5 ms with a copy of the whole input up front, and
-// ~2.7 ms with no save at all (MOONCAKE_PG_FT_INPUT_COPY=0): it is memory-bandwidth bound, and
-// the save adds a third of its memory traffic. broadcast, all_gather, gather: the writer copies a
+// non-temporal stores, and restores the overwritten prefix if the op fails. That is cheaper than
+// a copy of the whole input up front, though dearer than no save at all
+// (MOONCAKE_PG_FT_INPUT_COPY=0): a large all_reduce is memory-bandwidth bound, and the save
+// adds a third of its memory traffic (figures in docs/performance.md). broadcast, all_gather, gather: the writer copies a
 // round's bytes into its arena, readers copy them straight into their outputs. scatter,
 // reduce_scatter, all_to_all: ChunkBytes is cut into one slot per member (larger rounds did not
 // help all_to_all: it is bound by its two copies). barrier is one round.

@@ -27,9 +27,9 @@ type Options struct {
 	// message each way, as recursive doubling does) up to this size, and runs the ring above
 	// it. Two members send as many bytes either way; the exchange has one dependent step where
 	// the ring has two, but reduces the whole buffer on both sides (the ring half of it, on
-	// arrival). Default 512 KiB: across two network namespaces the exchange took 840-924 µs at
-	// 128 KiB against the ring's 1242-1397, 1459-1760 µs at 512 KiB against 1713-1906, and lost
-	// at 1 MiB (2411-2733 against 2250-2442, with more CPU). Every rank must use the same value.
+	// arrival). Default 512 KiB: across two network namespaces the exchange beat the ring up to
+	// 512 KiB and lost at 1 MiB, with more CPU (figures in docs/performance.md). Every rank must
+	// use the same value.
 	PairBytes int
 }
 

@@ -10,10 +10,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -43,78 +40,62 @@ type SharedMemory interface {
 // thread that waits for them), where every runtime.Gosched costs two thread hand-offs.
 type ranksShareProcess interface{ RanksShareProcess() bool }
 
-// SharedOptions tunes the fast path. Zero values take the defaults (and the environment).
+// SharedOptions tunes the fast path. Zero values take the defaults. The package reads no
+// environment: the process-group layer fills the fields from the knobs of package config
+// named below.
 type SharedOptions struct {
 	// ChunkBytes is the pipelining unit and the size of each of an arena's two data halves.
-	// Default: MC_PG_SHM_CHUNK or 256 KiB (large all_reduce pipelines half-chunks: cache-sized
+	// Default 256 KiB (MC_PG_SHM_CHUNK) (large all_reduce pipelines half-chunks: cache-sized
 	// stages beat big ones here). Tests go as low as 192 bytes.
 	ChunkBytes int
 	// CopyBytes is the largest round of the ops that only move bytes (broadcast, all_gather,
 	// gather): they pipeline in at least four rounds of ChunkBytes to CopyBytes (fewer
 	// rounds, fewer barriers among ranks that share cores), and an arena's data halves are
-	// max(ChunkBytes, CopyBytes) each. Default: MC_PG_SHM_COPY_CHUNK or 2 MiB; ChunkBytes when
+	// max(ChunkBytes, CopyBytes) each. Default 2 MiB (MC_PG_SHM_COPY_CHUNK); ChunkBytes when
 	// only ChunkBytes is given.
 	CopyBytes int
 	// StreamOutBytes: all_to_all outputs of this size and more are copied out of the peers'
-	// arenas with non-temporal stores. Default: MC_PG_SHM_STREAM_OUT or 8 MiB.
+	// arenas with non-temporal stores. Default 8 MiB (MC_PG_SHM_STREAM_OUT).
 	StreamOutBytes int
-	// Spin is how long a wait polls before it sleeps on the futex. Default: MC_PG_SHM_SPIN_US
-	// or 20 µs (2 µs when the group has more ranks than the machine has CPUs).
+	// Spin is how long a wait polls before it sleeps on the futex. Default 20 µs (2 µs when
+	// the group has more ranks than the machine has CPUs); negative: no polling
+	// (MC_PG_SHM_SPIN_US, where 0 means no polling).
 	Spin time.Duration
 }
+
+// Defaults of SharedOptions.
+const (
+	DefaultShmChunkBytes     = 256 << 10
+	DefaultShmCopyBytes      = 2 << 20
+	DefaultShmStreamOutBytes = 8 << 20
+)
 
 func (o SharedOptions) withDefaults(n int) SharedOptions {
 	if o.CopyBytes <= 0 {
 		if o.ChunkBytes > 0 {
 			o.CopyBytes = o.ChunkBytes
 		} else {
-			o.CopyBytes = envBytes("MC_PG_SHM_COPY_CHUNK", 2<<20)
+			o.CopyBytes = DefaultShmCopyBytes
 		}
 	}
 	if o.ChunkBytes <= 0 {
-		o.ChunkBytes = envBytes("MC_PG_SHM_CHUNK", 256<<10)
+		o.ChunkBytes = DefaultShmChunkBytes
 	}
 	o.ChunkBytes = (o.ChunkBytes + 63) &^ 63
 	o.CopyBytes = max((o.CopyBytes+63)&^63, o.ChunkBytes)
 	if o.StreamOutBytes <= 0 {
-		o.StreamOutBytes = envBytes("MC_PG_SHM_STREAM_OUT", 8<<20)
+		o.StreamOutBytes = DefaultShmStreamOutBytes
 	}
-	if o.Spin <= 0 {
-		us := 20
+	switch {
+	case o.Spin < 0:
+		o.Spin = 0
+	case o.Spin == 0:
+		o.Spin = 20 * time.Microsecond
 		if n > runtime.NumCPU() {
-			us = 2
+			o.Spin = 2 * time.Microsecond
 		}
-		if v, err := strconv.Atoi(os.Getenv("MC_PG_SHM_SPIN_US")); err == nil && v >= 0 {
-			us = v
-		}
-		o.Spin = time.Duration(us) * time.Microsecond
 	}
 	return o
-}
-
-// envBytes reads a positive size with an optional K/M/G suffix.
-func envBytes(name string, def int) int {
-	v := strings.TrimSpace(os.Getenv(name))
-	if v == "" {
-		return def
-	}
-	mul := 1
-	switch strings.ToUpper(v[len(v)-1:]) {
-	case "K":
-		mul = 1 << 10
-	case "M":
-		mul = 1 << 20
-	case "G":
-		mul = 1 << 30
-	}
-	if mul != 1 {
-		v = v[:len(v)-1]
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 {
-		return def
-	}
-	return n * mul
 }
 
 // Arena layout (identical on every rank; offsets in bytes):

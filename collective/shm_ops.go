@@ -191,7 +191,7 @@ func (o *shmOp) reduceLarge(buf, save []byte, dt reduce.DType, op reduce.Op, es,
 			if save != nil {
 				// Non-temporal: the save is read only if the op fails, so it should
 				// neither read its lines in first nor push the pipeline out of cache
-				// (16 MiB all_reduce: ~4.0 ms against ~4.7 ms with copy).
+				// (measurably faster than copy; docs/performance.md).
 				saved += reduce.CopyStream(save[r*cb:], c)
 			}
 			count := len(c) / es
@@ -421,8 +421,8 @@ func (p *shmPath) allToAll(ctx context.Context, ins, outs [][]byte) error {
 // copyOut copies a piece of an all_to_all output of total bytes out of a peer's arena.
 // Outputs of SharedOptions.StreamOutBytes (MC_PG_SHM_STREAM_OUT, 8 MiB) and more take
 // non-temporal stores: they do not stay in cache anyway, and a plain store first reads every
-// destination line from memory (4 ranks, 64 MiB: 34.4 -> 26.5-28 ms, CPU per op 16.6 -> 13.3
-// ms). broadcast and all_gather showed no gain from it (their rounds are larger; their readers
+// destination line from memory (time and CPU per op both drop; docs/performance.md).
+// broadcast and all_gather showed no gain from it (their rounds are larger; their readers
 // overlap the writer's copy).
 func (p *shmPath) copyOut(dst, src []byte, total int) int {
 	if total >= p.streamOut {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -452,4 +453,23 @@ func TestShmAllToAllStreamed(t *testing.T) {
 	shmTest = &SharedOptions{ChunkBytes: 32 << 10, StreamOutBytes: 1}
 	defer func() { shmTest = nil }()
 	checkAllToAll(t, 3, Options{}, func(from, to int) int { return 20000 + from*4099 + to*77 })
+}
+
+// TestShmOptionsDefaults: zero fields take the defaults; a negative Spin means no polling
+// (MC_PG_SHM_SPIN_US=0).
+func TestShmOptionsDefaults(t *testing.T) {
+	got := SharedOptions{}.withDefaults(1)
+	want := SharedOptions{ChunkBytes: DefaultShmChunkBytes, CopyBytes: DefaultShmCopyBytes, StreamOutBytes: DefaultShmStreamOutBytes, Spin: 20 * time.Microsecond}
+	if got != want {
+		t.Fatalf("defaults = %+v, want %+v", got, want)
+	}
+	if got := (SharedOptions{Spin: -1}).withDefaults(1).Spin; got != 0 {
+		t.Fatalf("Spin -1: %v, want 0 (no polling)", got)
+	}
+	if got := (SharedOptions{}).withDefaults(runtime.NumCPU() + 1).Spin; got != 2*time.Microsecond {
+		t.Fatalf("ranks > CPUs: Spin %v, want 2µs", got)
+	}
+	if got := (SharedOptions{ChunkBytes: 1000}).withDefaults(1); got.ChunkBytes != 1024 || got.CopyBytes != 1024 {
+		t.Fatalf("ChunkBytes only: %+v, want chunk = copy = 1024", got)
+	}
 }

@@ -96,7 +96,7 @@ type batch struct {
 	failed   int
 	firstErr error
 	waitCh   chan struct{}
-	lanes    map[SegmentID]*lane
+	workers  map[SegmentID]*targetWorker
 	notify   *Notify
 	notifyTo []SegmentID
 	// notifying: the last task finished and the notification is being sent; the batch
@@ -120,9 +120,9 @@ type group struct {
 	tasks  []int
 }
 
-// lane runs the groups of one batch to one target, one after another, so the requests of a
-// batch to a target are applied in submission order.
-type lane struct {
+// targetWorker runs the groups of one batch to one target, one after another, so the requests
+// of a batch to a target are applied in submission order.
+type targetWorker struct {
 	e      *Engine
 	b      *batch
 	queue  []*group
@@ -198,14 +198,14 @@ type prepared struct {
 }
 
 func (e *Engine) submit(id BatchID, reqs []TransferRequest, n *Notify) error {
-	_, err := e.submitLanes(id, reqs, n, false)
+	_, err := e.submitToWorkers(id, reqs, n, false)
 	return err
 }
 
-// submitLanes is submit; with inline, a batch that goes to a single target does not get a
-// goroutine: the lane is returned for the caller to run (TransferSync runs it on its own
+// submitToWorkers is submit; with inline, a batch that goes to a single target does not get a
+// goroutine: its target worker is returned for the caller to run (TransferSync runs it on its own
 // goroutine, saving a goroutine start and a wake-up per small synchronous transfer).
-func (e *Engine) submitLanes(id BatchID, reqs []TransferRequest, n *Notify, inline bool) (*lane, error) {
+func (e *Engine) submitToWorkers(id BatchID, reqs []TransferRequest, n *Notify, inline bool) (*targetWorker, error) {
 	if e.closed.Load() {
 		return nil, ErrClosed
 	}
@@ -243,7 +243,7 @@ func (e *Engine) submitLanes(id BatchID, reqs []TransferRequest, n *Notify, inli
 	}
 	var groups []*group
 	var targets []SegmentID
-	var run *lane
+	var run *targetWorker
 	base := len(b.tasks)
 	for i := range reqs {
 		q := &reqs[i]
@@ -291,23 +291,23 @@ func (e *Engine) submitLanes(id BatchID, reqs []TransferRequest, n *Notify, inli
 			}
 		}
 	}
-	if b.lanes == nil && len(groups) > 0 {
-		b.lanes = make(map[SegmentID]*lane)
+	if b.workers == nil && len(groups) > 0 {
+		b.workers = make(map[SegmentID]*targetWorker)
 	}
 	for j, g := range groups {
-		l := b.lanes[targets[j]]
-		if l == nil {
-			l = &lane{e: e, b: b}
-			b.lanes[targets[j]] = l
+		w := b.workers[targets[j]]
+		if w == nil {
+			w = &targetWorker{e: e, b: b}
+			b.workers[targets[j]] = w
 		}
-		l.queue = append(l.queue, g)
-		if !l.active {
-			l.active = true
+		w.queue = append(w.queue, g)
+		if !w.active {
+			w.active = true
 			e.wg.Add(1)
 			if inline && len(groups) == 1 {
-				run = l
+				run = w
 			} else {
-				go l.run()
+				go w.run()
 			}
 		}
 	}
@@ -390,26 +390,26 @@ func (e *Engine) prepare(q *TransferRequest, p *prepared, refreshedp *map[Segmen
 	return nil
 }
 
-func (l *lane) run() {
-	defer l.e.wg.Done()
+func (w *targetWorker) run() {
+	defer w.e.wg.Done()
 	for {
-		l.b.mu.Lock()
-		if len(l.queue) == 0 {
-			l.active = false
-			l.b.mu.Unlock()
+		w.b.mu.Lock()
+		if len(w.queue) == 0 {
+			w.active = false
+			w.b.mu.Unlock()
 			return
 		}
-		g := l.queue[0]
-		l.queue[0] = nil
-		l.queue = l.queue[1:]
-		l.b.mu.Unlock()
-		l.exec(g)
+		g := w.queue[0]
+		w.queue[0] = nil
+		w.queue = w.queue[1:]
+		w.b.mu.Unlock()
+		w.exec(g)
 	}
 }
 
-func (l *lane) exec(g *group) {
-	e := l.e
-	rep := &reporter{b: l.b}
+func (w *targetWorker) exec(g *group) {
+	e := w.e
+	rep := &reporter{b: w.b}
 	var failed error
 	for s := 0; s < len(g.reqs); {
 		k := g.kinds[s]
@@ -639,13 +639,13 @@ func (e *Engine) TransferSync(ctx context.Context, reqs []TransferRequest) error
 	if err != nil {
 		return err
 	}
-	l, err := e.submitLanes(id, reqs, nil, true)
+	w, err := e.submitToWorkers(id, reqs, nil, true)
 	if err != nil {
 		e.FreeBatchID(id)
 		return err
 	}
-	if l != nil {
-		l.run()
+	if w != nil {
+		w.run()
 	}
 	b, _ := e.batch(id)
 	st, err := b.wait(ctx, true)

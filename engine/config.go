@@ -1,23 +1,42 @@
 package engine
 
 import (
-	"os"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/mooncake-go/mooncake/engine/metadata"
 )
 
 // P2PHandshake is the metadata connection string for direct peer handshakes (no store).
 const P2PHandshake = "P2PHANDSHAKE"
 
+// Default values of Config's fields.
+const (
+	DefaultTransferTimeout = 30 * time.Second
+	DefaultMinRPCPort      = 15000
+	DefaultMaxRPCPort      = 17000
+)
+
 // Config configures New. The zero value is usable: P2P handshake, tcp, a name derived from
-// the host's address and the chosen RPC port.
+// the host's address and the chosen RPC port. The engine reads no environment: capi/ and cmd/
+// fill the fields from the knobs of package config (named in each field's comment).
 type Config struct {
 	LocalServerName string        // segment name; "" -> hostname. With P2PHANDSHAKE the name becomes host:rpc_port
-	MetadataServer  string        // "P2PHANDSHAKE" (default; MC_METADATA_SERVER when empty), "http://h:p/metadata", "etcd://h:p[,h:p]", bare "h:p" = etcd, "redis://h:p"
+	MetadataServer  string        // "P2PHANDSHAKE" (default), "http://h:p/metadata", "etcd://h:p[,h:p]", bare "h:p" = etcd, "redis://h:p" (MC_METADATA_SERVER)
 	Protocol        string        // "tcp" (default); "rdma", "nvlink", "cxl", ... -> errors.Is(err, ErrNotSupported)
 	DeviceName      string        // NIC filter for protocols that use one; ignored by tcp
-	TransferTimeout time.Duration // 0 -> MC_TRANSFER_TIMEOUT seconds or 30 s
+	TransferTimeout time.Duration // 0 -> 30 s (MC_TRANSFER_TIMEOUT)
+
+	ForceTCP       bool   // reach same-host peers over TCP, not shared memory (MC_FORCE_TCP)
+	SliceSize      uint64 // bytes per TCP data frame, clamped to [8 MiB, 1 GiB]; 0 -> 8 MiB (MC_SLICE_SIZE)
+	SocketBuffer   int    // TCP socket buffer size; 0 -> the OS default (MC_TCP_SOCKET_BUFFER)
+	HandshakePort  int    // port when LocalServerName has none; 0 -> a free one in [MinRPCPort, MaxRPCPort) (MC_HANDSHAKE_PORT)
+	BindAddress    string // listen address; "" -> 0.0.0.0; a non-wildcard one is also advertised (MC_TCP_BIND_ADDRESS)
+	MinRPCPort     int    // 0 -> 15000 (MC_MIN_RPC_PORT)
+	MaxRPCPort     int    // 0 -> 17000 (MC_MAX_RPC_PORT)
+	ClusterID      string // metadata key namespace: mooncake/<ClusterID>/... ("" -> mooncake/...) (MC_METADATA_CLUSTER_ID)
+	CustomTopology string // priority-matrix JSON GetLocalTopology reports when valid (MC_CUSTOM_TOPO_JSON)
+
+	Metadata metadata.Options // settings of the metadata store (Redis password and database)
 }
 
 // Protocols that exist upstream but need hardware or libraries this build does not drive.
@@ -25,30 +44,4 @@ var unsupportedProtocols = map[string]bool{
 	"rdma": true, "efa": true, "nvlink": true, "nvlink_intra": true, "mnnvl": true,
 	"cxl": true, "nvmeof": true, "ascend": true, "hccl": true, "hip": true, "barex": true,
 	"ubshmem": true, "gds": true,
-}
-
-func envInt(name string, def int) int {
-	if v := strings.TrimSpace(os.Getenv(name)); v != "" {
-		if n, err := strconv.Atoi(v); err == nil {
-			return n
-		}
-	}
-	return def
-}
-
-func envBool(name string) bool {
-	switch strings.ToLower(strings.TrimSpace(os.Getenv(name))) {
-	case "1", "true", "yes", "on":
-		return true
-	}
-	return false
-}
-
-func defaultTimeout() time.Duration {
-	if v := strings.TrimSpace(os.Getenv("MC_TRANSFER_TIMEOUT")); v != "" {
-		if f, err := strconv.ParseFloat(v, 64); err == nil && f > 0 {
-			return time.Duration(f * float64(time.Second))
-		}
-	}
-	return 30 * time.Second
 }

@@ -32,14 +32,14 @@
 // valid while mapped, so a held view never faults. The collective fast path keeps its views of
 // peers' arenas this way.
 //
-// Ordering and signal words. The requests of one batch to one target run in one "lane": a
-// goroutine that applies them in submission order (across SubmitTransfer calls, too), and
-// stops applying (marks FAILED) the rest once one fails. A WRITE of exactly 4 bytes to a
+// Ordering and signal words. The requests of one batch to one target run in one "target
+// worker": a goroutine that applies them in submission order (across SubmitTransfer calls,
+// too), and stops applying (marks FAILED) the rest once one fails. A WRITE of exactly 4 bytes to a
 // 4-aligned address wakes futex waiters on that word after the bytes land (shm: the
 // initiator wakes through its mapping; tcp: the server wakes after applying the write, and
 // also signals the word's WatchWord channel, if a goroutine of this process watches it). So
-// a batch [data..., signal] makes the signal visible only after the data. Different lanes
-// run in parallel.
+// a batch [data..., signal] makes the signal visible only after the data. Different target
+// workers run in parallel.
 //
 // Write streams. OpenStream gives an ordered channel of WRITEs to one segment (Stream): its
 // Writes apply in order; over tcp it owns a connection whose frames are all quiet (the server
@@ -47,15 +47,16 @@
 // trip, and a failure reported later breaks the stream (the next Write returns it). Same-host
 // and local targets are written before Write returns. p2p sends its slots and credits this way.
 //
-// Timeouts. Every run of requests has a deadline of Config.TransferTimeout (default
-// MC_TRANSFER_TIMEOUT seconds or 30 s) plus 1 ns per byte; a dead or silent peer gives
+// Timeouts. Every run of requests has a deadline of Config.TransferTimeout (default 30 s;
+// MC_TRANSFER_TIMEOUT) plus 1 ns per byte; a dead or silent peer gives
 // FAILED or TIMEOUT, never a hang. Close stops the listener and waits for its goroutines.
 //
-// Environment: MC_FORCE_TCP, MC_TCP_BIND_ADDRESS, MC_HANDSHAKE_PORT, MC_MIN_RPC_PORT,
-// MC_MAX_RPC_PORT, MC_TRANSFER_TIMEOUT, MC_SLICE_SIZE (tcp chunk size, at least 8 MiB),
-// MC_TCP_SOCKET_BUFFER (SO_SNDBUF/SO_RCVBUF, default: kernel autotuning),
-// MC_METADATA_SERVER (when Config.MetadataServer is empty), MC_METADATA_CLUSTER_ID,
-// MC_CUSTOM_TOPO_JSON.
+// Configuration: the package reads no environment. Config's fields carry the knobs
+// MC_FORCE_TCP, MC_TCP_BIND_ADDRESS, MC_HANDSHAKE_PORT, MC_MIN_RPC_PORT, MC_MAX_RPC_PORT,
+// MC_TRANSFER_TIMEOUT, MC_SLICE_SIZE (tcp chunk size, at least 8 MiB), MC_TCP_SOCKET_BUFFER
+// (SO_SNDBUF/SO_RCVBUF, default: kernel autotuning), MC_METADATA_SERVER,
+// MC_METADATA_CLUSTER_ID, MC_CUSTOM_TOPO_JSON and the Redis ones; capi/ and cmd/ fill them
+// with config.Engine when an engine is created.
 //
 // The engine never touches metadata store implementations (engine/metadata) beyond the Store
 // interface and Open, and never imports the packages built on it (p2p, collective, store).

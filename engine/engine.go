@@ -46,6 +46,8 @@ type Engine struct {
 	id       string // this process's engine, unique (answers pings: see ProbePeerID)
 	timeout  time.Duration
 	forceTCP bool
+	cluster  string // metadata key namespace (Config.ClusterID)
+	topoJSON string // Config.CustomTopology
 	store    metadata.Store
 
 	server *tcp.Server
@@ -72,8 +74,8 @@ type Engine struct {
 	kindBytes [3]atomic.Uint64 // bytes attempted per transport kind (local, shm, tcp)
 
 	closed atomic.Bool
-	lifeMu sync.RWMutex   // Close holds it while flipping closed; submit holds it (read) while starting lanes
-	wg     sync.WaitGroup // lanes and notify senders
+	lifeMu sync.RWMutex   // Close holds it while flipping closed; submit holds it (read) while starting target workers
+	wg     sync.WaitGroup // target workers and notify senders
 }
 
 // New starts an engine: it binds the RPC/data listener, chooses the segment name, connects
@@ -89,9 +91,6 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	meta := strings.TrimSpace(cfg.MetadataServer)
 	if meta == "" {
-		meta = strings.TrimSpace(os.Getenv("MC_METADATA_SERVER"))
-	}
-	if meta == "" {
 		meta = P2PHandshake
 	}
 	p2p := strings.EqualFold(meta, P2PHandshake)
@@ -101,7 +100,9 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		pid:      os.Getpid(),
 		id:       fmt.Sprintf("%d-%016x", os.Getpid(), rand.Uint64()),
 		timeout:  cfg.TransferTimeout,
-		forceTCP: envBool("MC_FORCE_TCP"),
+		forceTCP: cfg.ForceTCP,
+		cluster:  cfg.ClusterID,
+		topoJSON: cfg.CustomTopology,
 		remotes:  make(map[SegmentID]*remoteSeg),
 		byName:   make(map[string]SegmentID),
 		nextSeg:  1,
@@ -111,9 +112,9 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		tcp:      tcp.NewClient(),
 	}
 	if e.timeout <= 0 {
-		e.timeout = defaultTimeout()
+		e.timeout = DefaultTransferTimeout
 	}
-	chunk := uint64(envInt("MC_SLICE_SIZE", 0))
+	chunk := cfg.SliceSize
 	if chunk < tcp.DefaultChunkSize {
 		chunk = tcp.DefaultChunkSize
 	}
@@ -121,7 +122,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		chunk = tcp.MaxDataFrame
 	}
 	e.tcp.ChunkSize = chunk
-	sockBuf := envInt("MC_TCP_SOCKET_BUFFER", 0)
+	sockBuf := cfg.SocketBuffer
 	e.tcp.SocketBuffer = sockBuf
 	e.local.e = e
 
@@ -131,17 +132,17 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	if port == 0 {
-		port = envInt("MC_HANDSHAKE_PORT", 0)
+		port = cfg.HandshakePort
 	}
 	ip := host
 	if ip == "" {
-		if b := os.Getenv("MC_TCP_BIND_ADDRESS"); b != "" && b != "0.0.0.0" && b != "::" {
+		if b := cfg.BindAddress; b != "" && b != "0.0.0.0" && b != "::" {
 			ip = b
 		} else {
 			ip = localIP()
 		}
 	}
-	ln, err := listen(port)
+	ln, err := listen(cfg, port)
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +165,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 			}
 			e.name = h
 		}
-		st, err := openMetadata(meta)
+		st, err := openMetadata(meta, cfg.Metadata)
 		if err != nil {
 			ln.Close()
 			return nil, fmt.Errorf("connecting to metadata server %q: %w: %w", meta, ErrMetadata, err)
@@ -183,7 +184,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		rm, _ := json.Marshal(RPCMeta{IPOrHostName: ip, RPCPort: e.port})
-		if err := e.store.Put(pctx, RPCMetaKey(e.name), rm); err != nil {
+		if err := e.store.Put(pctx, RPCMetaKey(e.cluster, e.name), rm); err != nil {
 			e.Close()
 			return nil, fmt.Errorf("publishing the endpoint of %q: %w: %w", e.name, ErrMetadata, err)
 		}
@@ -195,8 +196,8 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-// openMetadata is metadata.Open; tests replace it with a fake store.
-var openMetadata = metadata.Open
+// openMetadata is metadata.OpenWith; tests replace it with a fake store.
+var openMetadata = metadata.OpenWith
 
 func splitName(name string) (string, int, error) {
 	name = strings.TrimSpace(name)
@@ -213,8 +214,8 @@ func splitName(name string) (string, int, error) {
 	return strings.Trim(name, "[]"), 0, nil
 }
 
-func listen(port int) (net.Listener, error) {
-	bind := os.Getenv("MC_TCP_BIND_ADDRESS")
+func listen(cfg Config, port int) (net.Listener, error) {
+	bind := cfg.BindAddress
 	if bind == "" {
 		bind = "0.0.0.0"
 	}
@@ -225,9 +226,15 @@ func listen(port int) (net.Listener, error) {
 		}
 		return ln, nil
 	}
-	lo, hi := envInt("MC_MIN_RPC_PORT", 15000), envInt("MC_MAX_RPC_PORT", 17000)
-	if lo <= 0 || hi <= lo || hi > 65536 {
-		lo, hi = 15000, 17000
+	lo, hi := cfg.MinRPCPort, cfg.MaxRPCPort
+	if lo <= 0 {
+		lo = DefaultMinRPCPort
+	}
+	if hi <= 0 {
+		hi = DefaultMaxRPCPort
+	}
+	if hi <= lo || hi > 65536 {
+		lo, hi = DefaultMinRPCPort, DefaultMaxRPCPort
 	}
 	var lastErr error
 	for i := 0; i < 64; i++ {
@@ -277,8 +284,8 @@ func (e *Engine) Close() error {
 	e.shm.Close()
 	if e.store != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		e.store.Delete(ctx, SegmentKey(e.name))
-		e.store.Delete(ctx, RPCMetaKey(e.name))
+		e.store.Delete(ctx, SegmentKey(e.cluster, e.name))
+		e.store.Delete(ctx, RPCMetaKey(e.cluster, e.name))
 		cancel()
 		if err := e.store.Close(); err != nil {
 			firstErr = err
@@ -440,7 +447,7 @@ func (e *Engine) TransportBytes() map[string]uint64 {
 }
 
 // GetLocalTopology returns the priority-matrix JSON of this host.
-func (e *Engine) GetLocalTopology() string { return topology.GetLocalTopology() }
+func (e *Engine) GetLocalTopology() string { return topology.GetLocalTopology(e.topoJSON) }
 
 // isNotSupported reports whether err came from an unsupported protocol.
 func isNotSupported(err error) bool { return errors.Is(err, ErrNotSupported) }

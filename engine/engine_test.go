@@ -181,13 +181,8 @@ func TestBatchesLocal(t *testing.T) {
 // pair returns an initiator and a target engine in this process; the target has a shared
 // buffer and a plain registered buffer.
 func pair(t *testing.T, forceTCP bool) (ini, tgt *Engine, seg SegmentID, sh, plain []byte, src []byte) {
-	if forceTCP {
-		t.Setenv("MC_FORCE_TCP", "1")
-	} else {
-		t.Setenv("MC_FORCE_TCP", "0")
-	}
-	tgt = newEngine(t, Config{})
-	ini = newEngine(t, Config{})
+	tgt = newEngine(t, Config{ForceTCP: forceTCP}) // MC_FORCE_TCP
+	ini = newEngine(t, Config{ForceTCP: forceTCP})
 	sh = shared(t, tgt, 8<<20)
 	plain = anon(t, 1<<20)
 	if err := tgt.RegisterLocalMemory(addr(plain), uint64(len(plain)), "cpu:0"); err != nil {
@@ -449,7 +444,6 @@ func (h *slowHandler) Acquire(a, n uint64) ([]byte, tcp.Pin, error) {
 func (h *slowHandler) Control(op tcp.Op, _ []byte) ([]byte, error) { return h.desc, nil }
 
 func TestTimeoutAndBusy(t *testing.T) {
-	t.Setenv("MC_FORCE_TCP", "1")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -462,7 +456,7 @@ func TestTimeoutAndBusy(t *testing.T) {
 	defer srv.Close()
 	defer close(h.release)
 
-	ini := newEngine(t, Config{TransferTimeout: 300 * time.Millisecond})
+	ini := newEngine(t, Config{TransferTimeout: 300 * time.Millisecond, ForceTCP: true})
 	src := shared(t, ini, 4096)
 	seg, err := ini.OpenSegment(name)
 	if err != nil {
@@ -496,30 +490,29 @@ func TestTimeoutAndBusy(t *testing.T) {
 func TestMetadataStore(t *testing.T) {
 	fs := newFakeStore()
 	old := openMetadata
-	openMetadata = func(conn string) (metadata.Store, error) {
+	openMetadata = func(conn string, _ metadata.Options) (metadata.Store, error) {
 		if conn != "fake://x" {
 			t.Errorf("conn %q", conn)
 		}
 		return fs, nil
 	}
 	defer func() { openMetadata = old }()
-	t.Setenv("MC_METADATA_CLUSTER_ID", "c1")
-	t.Setenv("MC_FORCE_TCP", "1")
-	tgt := newEngine(t, Config{MetadataServer: "fake://x", LocalServerName: "target-seg"})
-	ini := newEngine(t, Config{MetadataServer: "fake://x", LocalServerName: "ini-seg"})
+	// MC_METADATA_CLUSTER_ID=c1, MC_FORCE_TCP=1
+	tgt := newEngine(t, Config{MetadataServer: "fake://x", LocalServerName: "target-seg", ClusterID: "c1", ForceTCP: true})
+	ini := newEngine(t, Config{MetadataServer: "fake://x", LocalServerName: "ini-seg", ClusterID: "c1", ForceTCP: true})
 	if tgt.SegmentName() != "target-seg" {
 		t.Fatal(tgt.SegmentName())
 	}
 	if !fs.has("mooncake/c1/ram/target-seg") || !fs.has("mooncake/c1/rpc_meta/target-seg") {
 		t.Fatalf("keys: %v", fs.m)
 	}
-	raw, _ := fs.Get(context.Background(), RPCMetaKey("target-seg"))
+	raw, _ := fs.Get(context.Background(), RPCMetaKey("c1", "target-seg"))
 	var rm RPCMeta
 	if json.Unmarshal(raw, &rm); rm.RPCPort != tgt.RPCPort() {
 		t.Fatalf("rpc meta %s", raw)
 	}
 	sh := shared(t, tgt, 1<<20)
-	raw, _ = fs.Get(context.Background(), SegmentKey("target-seg"))
+	raw, _ = fs.Get(context.Background(), SegmentKey("c1", "target-seg"))
 	d, err := transport.DecodeDescriptor(raw)
 	if err != nil || len(d.Buffers) != 1 {
 		t.Fatalf("republished descriptor: %s %v", raw, err)

@@ -1,21 +1,20 @@
 package engine
 
-import "os"
-
-// KeyPrefix returns "mooncake/" or "mooncake/<MC_METADATA_CLUSTER_ID>/".
-func KeyPrefix() string {
-	if id := os.Getenv("MC_METADATA_CLUSTER_ID"); id != "" {
-		return "mooncake/" + id + "/"
+// KeyPrefix returns "mooncake/", or "mooncake/<cluster>/" for a non-empty cluster
+// (Config.ClusterID, MC_METADATA_CLUSTER_ID).
+func KeyPrefix(cluster string) string {
+	if cluster != "" {
+		return "mooncake/" + cluster + "/"
 	}
 	return "mooncake/"
 }
 
 // SegmentKey is the metadata key of a segment's descriptor: mooncake/[cluster/]ram/<segment>.
-func SegmentKey(segment string) string { return KeyPrefix() + "ram/" + segment }
+func SegmentKey(cluster, segment string) string { return KeyPrefix(cluster) + "ram/" + segment }
 
 // RPCMetaKey is the metadata key of a server's endpoint: mooncake/[cluster/]rpc_meta/<name>,
 // whose value is RPCMeta's JSON.
-func RPCMetaKey(name string) string { return KeyPrefix() + "rpc_meta/" + name }
+func RPCMetaKey(cluster, name string) string { return KeyPrefix(cluster) + "rpc_meta/" + name }
 
 // RPCMeta is the value stored under RPCMetaKey.
 type RPCMeta struct {

@@ -112,12 +112,7 @@ func TestTwoProcesses(t *testing.T) {
 	c := startChild(t)
 	for _, mode := range []string{"shm", "tcp"} {
 		t.Run(mode, func(t *testing.T) {
-			if mode == "tcp" {
-				t.Setenv("MC_FORCE_TCP", "1")
-			} else {
-				t.Setenv("MC_FORCE_TCP", "0")
-			}
-			e := newEngine(t, Config{TransferTimeout: 20 * time.Second})
+			e := newEngine(t, Config{TransferTimeout: 20 * time.Second, ForceTCP: mode == "tcp"})
 			seg, err := e.OpenSegment(c.name)
 			if err != nil {
 				t.Fatal(err)
@@ -230,13 +225,8 @@ func TestKilledPeer(t *testing.T) {
 	}
 	for _, mode := range []string{"shm", "tcp"} {
 		t.Run(mode, func(t *testing.T) {
-			if mode == "tcp" {
-				t.Setenv("MC_FORCE_TCP", "1")
-			} else {
-				t.Setenv("MC_FORCE_TCP", "0")
-			}
 			c := startChild(t)
-			e := newEngine(t, Config{TransferTimeout: 3 * time.Second})
+			e := newEngine(t, Config{TransferTimeout: 3 * time.Second, ForceTCP: mode == "tcp"})
 			seg, err := e.OpenSegment(c.name)
 			if err != nil {
 				t.Fatal(err)

@@ -38,7 +38,7 @@ func (e *Engine) resolve(ctx context.Context, name string) (string, error) {
 		}
 		return name, nil
 	}
-	raw, err := e.store.Get(ctx, RPCMetaKey(name))
+	raw, err := e.store.Get(ctx, RPCMetaKey(e.cluster, name))
 	if err != nil {
 		if errors.Is(err, metadata.ErrNotFound) {
 			return "", fmt.Errorf("segment %q is not registered in the metadata store: %w", name, ErrUnknownSegment)
@@ -57,7 +57,7 @@ func (e *Engine) fetchDescriptor(ctx context.Context, name, addr string) (*trans
 	var raw []byte
 	var err error
 	if e.store != nil {
-		raw, err = e.store.Get(ctx, SegmentKey(name))
+		raw, err = e.store.Get(ctx, SegmentKey(e.cluster, name))
 		if err != nil {
 			if errors.Is(err, metadata.ErrNotFound) {
 				return nil, fmt.Errorf("segment %q has no descriptor in the metadata store: %w", name, ErrUnknownSegment)
@@ -192,6 +192,29 @@ func (e *Engine) sameHostShm(d *transport.SegmentDescriptor, b *transport.Buffer
 	return !e.forceTCP && b != nil && b.Shm != nil && d.HostID != "" && d.HostID == e.hostID
 }
 
+// sharedRange finds [addr, +length) among the registered buffers of peer segment id (reading
+// the peer's descriptor again when it is not there). ok: the range is in a shared buffer of a
+// peer on this host, which d describes. Not ok with a nil error: the range exists but is not
+// reachable through shared memory (another host, a private buffer, or MC_FORCE_TCP).
+func (e *Engine) sharedRange(id SegmentID, addr uint64, length uint64) (d *transport.SegmentDescriptor, ok bool, err error) {
+	r, err := e.remote(id)
+	if err != nil {
+		return nil, false, err
+	}
+	d = r.desc.Load()
+	b := d.Find(addr, length)
+	if b == nil {
+		if err := e.refresh(r); err == nil {
+			d = r.desc.Load()
+			b = d.Find(addr, length)
+		}
+	}
+	if b == nil {
+		return nil, false, errf(ErrAddressNotRegistered, "[%#x, +%d) is not inside a registered buffer of segment %q", addr, length, r.name)
+	}
+	return d, e.sameHostShm(d, b), nil
+}
+
 // MapRemotePinned is MapRemote with a hold on the mapping: the view stays mapped until
 // release is called, even when the peer dies (its memfd pages stay valid while mapped), the
 // peer is forgotten, the buffer is freed (LocalSegment) or the engine closes. Without ok there
@@ -227,23 +250,9 @@ func (e *Engine) MapRemotePinned(id SegmentID, addr uint64, length uint64) (view
 		}
 		return memview.Bytes(uintptr(addr), int(length)), release, true, nil
 	}
-	r, err := e.remote(id)
-	if err != nil {
+	d, ok, err := e.sharedRange(id, addr, length)
+	if !ok {
 		return nil, nil, false, err
-	}
-	d := r.desc.Load()
-	b := d.Find(addr, length)
-	if b == nil {
-		if err := e.refresh(r); err == nil {
-			d = r.desc.Load()
-			b = d.Find(addr, length)
-		}
-	}
-	if b == nil {
-		return nil, nil, false, errf(ErrAddressNotRegistered, "[%#x, +%d) is not inside a registered buffer of segment %q", addr, length, r.name)
-	}
-	if !e.sameHostShm(d, b) {
-		return nil, nil, false, nil
 	}
 	v, rel, err := e.shm.Hold(d, addr, length)
 	if err != nil {
@@ -264,23 +273,9 @@ func (e *Engine) MapRemote(id SegmentID, addr uint64, length uint64) ([]byte, bo
 		v, ok := e.localView(addr, length)
 		return v, ok, nil
 	}
-	r, err := e.remote(id)
-	if err != nil {
+	d, ok, err := e.sharedRange(id, addr, length)
+	if !ok {
 		return nil, false, err
-	}
-	d := r.desc.Load()
-	b := d.Find(addr, length)
-	if b == nil {
-		if err := e.refresh(r); err == nil {
-			d = r.desc.Load()
-			b = d.Find(addr, length)
-		}
-	}
-	if b == nil {
-		return nil, false, errf(ErrAddressNotRegistered, "[%#x, +%d) is not inside a registered buffer of segment %q", addr, length, r.name)
-	}
-	if !e.sameHostShm(d, b) {
-		return nil, false, nil
 	}
 	v, err := e.shm.View(d, addr, length)
 	if err != nil {

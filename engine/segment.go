@@ -279,7 +279,7 @@ func (e *Engine) publish() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := e.store.Put(ctx, SegmentKey(e.name), js); err != nil {
+	if err := e.store.Put(ctx, SegmentKey(e.cluster, e.name), js); err != nil {
 		return fmt.Errorf("publishing the descriptor of segment %q: %w: %w", e.name, ErrMetadata, err)
 	}
 	return nil

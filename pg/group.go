@@ -122,8 +122,9 @@ func New(cfg Config, st Store, f p2p.Fabric) (*Group, error) {
 	return pg, nil
 }
 
-// viewChanged tells Config.OnExtent the active extent.
+// viewChanged tells Config.OnExtent the active extent (and Options.Observer the view).
 func (pg *Group) viewChanged() {
+	pg.observeView() // observer hook (observer.go)
 	if pg.cfg.OnExtent != nil {
 		pg.cfg.OnExtent(pg.Extent())
 	}

@@ -14,13 +14,14 @@ import (
 	"github.com/mooncake-go/mooncake/worker"
 )
 
-// submit queues a collective; peer failures are handled by runFT (ftrun.go).
-func (pg *Group) submit(op string, fn func(ctx context.Context) error) *worker.Work {
-	return pg.submitInPlace(op, nil, func(ctx context.Context, _ []byte) error { return fn(ctx) })
+// submit queues a collective of n bytes (for the Observer); peer failures are handled by runFT (ftrun.go).
+func (pg *Group) submit(op string, n int, fn func(ctx context.Context) error) *worker.Work {
+	return pg.submitInPlace(op, n, nil, func(ctx context.Context, _ []byte) error { return fn(ctx) })
 }
 
-// submitTo queues an op on q; with held starts (SetHeldStarts) the caller starts it.
-func (pg *Group) submitTo(q *worker.Queue, op string, fn func(ctx context.Context) error) *worker.Work {
+// submitTo queues an op of n bytes on q; with held starts (SetHeldStarts) the caller starts it.
+func (pg *Group) submitTo(q *worker.Queue, op string, n int, fn func(ctx context.Context) error) *worker.Work {
+	fn = pg.observed(op, n, fn) // observer hook (observer.go)
 	if pg.heldStarts.Load() {
 		return q.SubmitHeld(op, fn)
 	}
@@ -29,8 +30,8 @@ func (pg *Group) submitTo(q *worker.Queue, op string, fn func(ctx context.Contex
 
 // submitInPlace queues a collective that overwrites inplace with its result; fn gets the
 // buffer that saves the input for a rerun (see runFT).
-func (pg *Group) submitInPlace(op string, inplace []byte, fn func(ctx context.Context, save []byte) error) *worker.Work {
-	return pg.submitTo(pg.q, op, func(ctx context.Context) error {
+func (pg *Group) submitInPlace(op string, n int, inplace []byte, fn func(ctx context.Context, save []byte) error) *worker.Work {
+	return pg.submitTo(pg.q, op, n, func(ctx context.Context) error {
 		if d := pg.collectiveTimeout(); d < pg.cfg.Timeout {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, d)
@@ -68,7 +69,7 @@ func (pg *Group) Send(buf []byte, dst int, tag int32) (*worker.Work, error) {
 		pg.sendQs[dst] = q
 	}
 	pg.sendMu.Unlock()
-	return pg.submitTo(q, "send", func(ctx context.Context) error {
+	return pg.submitTo(q, "send", len(buf), func(ctx context.Context) error {
 		if err := pg.p2pCheck("send", dst); err != nil {
 			return err
 		}
@@ -110,6 +111,7 @@ func (pg *Group) Recv(buf []byte, src int, tag int32) (*worker.Work, error) {
 		from = fmt.Sprintf("rank %d", src)
 	}
 	pg.recvs.Add(1)
+	start := pg.observeStart() // observer hook (observer.go)
 	go func() {
 		defer pg.recvs.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), pg.cfg.Timeout)
@@ -123,6 +125,7 @@ func (pg *Group) Recv(buf []byte, src int, tag int32) (*worker.Work, error) {
 		case n != len(buf):
 			err = opErr{fmt.Errorf("recv on rank %d: rank %d sent %d bytes (tag %d), the receive expects %d", pg.cfg.Rank, s, n, tag, len(buf))}
 		}
+		pg.observeRecv(len(buf), start, err) // observer hook (observer.go)
 		w.FinishFrom(s, err)
 	}()
 	return w, nil
@@ -141,12 +144,12 @@ func (pg *Group) Broadcast(buf []byte, root int) (*worker.Work, error) {
 	if err := pg.checkRank("broadcast", "root", root); err != nil {
 		return nil, err
 	}
-	return pg.submit("broadcast", func(ctx context.Context) error { return pg.g.Broadcast(ctx, buf, root) }), nil
+	return pg.submit("broadcast", len(buf), func(ctx context.Context) error { return pg.g.Broadcast(ctx, buf, root) }), nil
 }
 
 // AllReduce reduces buf (elements of dt) with op across the members, in place.
 func (pg *Group) AllReduce(buf []byte, dt reduce.DType, op reduce.Op) (*worker.Work, error) {
-	return pg.submitInPlace("all_reduce", buf, func(ctx context.Context, save []byte) error {
+	return pg.submitInPlace("all_reduce", len(buf), buf, func(ctx context.Context, save []byte) error {
 		return pg.g.AllReduceOrRestore(ctx, buf, save, dt, op)
 	}), nil
 }
@@ -156,7 +159,7 @@ func (pg *Group) Reduce(buf []byte, dt reduce.DType, op reduce.Op, root int) (*w
 	if err := pg.checkRank("reduce", "root", root); err != nil {
 		return nil, err
 	}
-	return pg.submitInPlace("reduce", buf, func(ctx context.Context, save []byte) error {
+	return pg.submitInPlace("reduce", len(buf), buf, func(ctx context.Context, save []byte) error {
 		return pg.g.ReduceOrRestore(ctx, buf, save, dt, op, root)
 	}), nil
 }
@@ -164,7 +167,7 @@ func (pg *Group) Reduce(buf []byte, dt reduce.DType, op reduce.Op, root int) (*w
 // AllGather gathers every member's in into outs[rank] on every member (len(outs) ==
 // Extent()).
 func (pg *Group) AllGather(in []byte, outs [][]byte) (*worker.Work, error) {
-	return pg.submit("all_gather", func(ctx context.Context) error { return pg.g.AllGather(ctx, in, outs) }), nil
+	return pg.submit("all_gather", len(in), func(ctx context.Context) error { return pg.g.AllGather(ctx, in, outs) }), nil
 }
 
 // Gather gathers every member's in into root's outs (nil on the other ranks).
@@ -172,7 +175,7 @@ func (pg *Group) Gather(in []byte, outs [][]byte, root int) (*worker.Work, error
 	if err := pg.checkRank("gather", "root", root); err != nil {
 		return nil, err
 	}
-	return pg.submit("gather", func(ctx context.Context) error { return pg.g.Gather(ctx, in, outs, root) }), nil
+	return pg.submit("gather", len(in), func(ctx context.Context) error { return pg.g.Gather(ctx, in, outs, root) }), nil
 }
 
 // Scatter sends root's ins[rank] to every member's out (ins nil on the other ranks).
@@ -180,20 +183,20 @@ func (pg *Group) Scatter(ins [][]byte, out []byte, root int) (*worker.Work, erro
 	if err := pg.checkRank("scatter", "root", root); err != nil {
 		return nil, err
 	}
-	return pg.submit("scatter", func(ctx context.Context) error { return pg.g.Scatter(ctx, ins, out, root) }), nil
+	return pg.submit("scatter", len(out), func(ctx context.Context) error { return pg.g.Scatter(ctx, ins, out, root) }), nil
 }
 
 // ReduceScatter reduces ins[rank] across the members into each member's out.
 func (pg *Group) ReduceScatter(ins [][]byte, out []byte, dt reduce.DType, op reduce.Op) (*worker.Work, error) {
-	return pg.submit("reduce_scatter", func(ctx context.Context) error { return pg.g.ReduceScatter(ctx, ins, out, dt, op) }), nil
+	return pg.submit("reduce_scatter", sizeOf(ins), func(ctx context.Context) error { return pg.g.ReduceScatter(ctx, ins, out, dt, op) }), nil
 }
 
 // AllToAll sends ins[r] to rank r, which receives it in outs[sender].
 func (pg *Group) AllToAll(ins, outs [][]byte) (*worker.Work, error) {
-	return pg.submit("all_to_all", func(ctx context.Context) error { return pg.g.AllToAll(ctx, ins, outs) }), nil
+	return pg.submit("all_to_all", sizeOf(ins), func(ctx context.Context) error { return pg.g.AllToAll(ctx, ins, outs) }), nil
 }
 
 // Barrier completes once every member reached it.
 func (pg *Group) Barrier() (*worker.Work, error) {
-	return pg.submit("barrier", func(ctx context.Context) error { return pg.g.Barrier(ctx) }), nil
+	return pg.submit("barrier", 0, func(ctx context.Context) error { return pg.g.Barrier(ctx) }), nil
 }

@@ -32,8 +32,8 @@ func NewWork(op string) *Work { return &Work{op: op, source: -1, done: make(chan
 
 // RunHere runs the op on the calling goroutine when it is the next op of its queue and has
 // not started, and reports whether it did; then it has finished. A caller about to wait for
-// the op saves the hand-offs to the queue's goroutine and back (tens of µs each on a small VM,
-// more than a small collective takes). Ops still run one at a time in submission order.
+// the op saves the hand-offs to the queue's goroutine and back (each costs more than a small
+// collective takes; docs/performance.md). Ops still run one at a time in submission order.
 func (w *Work) RunHere() bool {
 	if w.q == nil || w.Completed() {
 		return false

@@ -52,6 +52,10 @@ int mc_engine_send_notify(uint64_t eng, uint64_t segment, const char *name, cons
 int mc_engine_get_notifies(uint64_t eng, char *buf, int32_t buflen);
 int mc_engine_probe(uint64_t eng, const char *name);
 int mc_engine_topology(uint64_t eng, char *buf, int32_t buflen);
+/* Bytes this engine has moved through each transport, as JSON {"local":n,"shm":n,"tcp":n}, into
+ * buf; returns the full length. Read-only: shows which transport reached a peer (MC_FORCE_TCP
+ * sends same-host transfers over tcp instead of shm). */
+int mc_engine_transport_bytes(uint64_t eng, char *buf, int32_t buflen);
 
 #ifdef __cplusplus
 }

@@ -9,18 +9,16 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log"
 	"net"
 	"os"
-	"os/signal"
 	"strconv"
-	"syscall"
 
+	"github.com/mooncake-go/mooncake/config"
 	"github.com/mooncake-go/mooncake/engine"
+	"github.com/mooncake-go/mooncake/internal/cli"
 	"github.com/mooncake-go/mooncake/store/client"
 )
 
@@ -35,16 +33,9 @@ func main() {
 	segSize := fs.String("global_segment_size", "4 GB", "memory contributed to the store")
 	bufSize := fs.String("local_buffer_size", "16 MB", "staging buffer")
 	if err := fs.Parse(os.Args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0)
-		}
-		fmt.Fprintf(os.Stderr, "mooncake_client: bad command line: %v\n", err)
-		os.Exit(2)
+		cli.Exit("mooncake_client", cli.Usagef("bad command line: %w", err))
 	}
-	fail := func(format string, args ...any) {
-		fmt.Fprintf(os.Stderr, "mooncake_client: "+format+"\n", args...)
-		os.Exit(2)
-	}
+	fail := func(format string, args ...any) { cli.Exit("mooncake_client", cli.Usagef(format, args...)) }
 	if fs.NArg() > 0 {
 		fail("unexpected argument %q", fs.Arg(0))
 	}
@@ -62,22 +53,19 @@ func main() {
 	if *port < 0 || *port > 65535 {
 		fail("--port=%d is not a valid port", *port)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := cli.SignalContext()
 	defer stop()
 	name := net.JoinHostPort(*host, strconv.Itoa(*port))
 	if *port == 0 {
 		name = *host // the engine (or client.EngineConfig) picks the port
 	}
-	cfg := client.Config{
+	cfg := config.StoreClient(client.Config{
 		LocalHostname: name, MetadataServer: *meta,
 		GlobalSegmentSize: seg, LocalBufferSize: buf, Protocol: *protocol, DeviceName: *devices,
 		MasterServerAddress: *master,
-	}
+	})
 	c, err := client.New(ctx, cfg)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "mooncake_client: %v\n", err)
-		os.Exit(1)
-	}
+	cli.Exit("mooncake_client", err)
 	log.Printf("mooncake_client: segment %s (%d bytes) mounted on master %s", c.Hostname(), seg, *master)
 	fmt.Printf("MOONCAKE_CLIENT_READY segment=%s\n", c.Hostname())
 	os.Stdout.Sync()

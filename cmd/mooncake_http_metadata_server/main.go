@@ -13,29 +13,24 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log"
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/mooncake-go/mooncake/engine/metadata"
+	"github.com/mooncake-go/mooncake/internal/cli"
 )
 
 func main() {
 	log.SetFlags(log.LstdFlags)
 	log.SetPrefix("mooncake_http_metadata_server: ")
-	if err := run(os.Args[1:]); err != nil {
-		log.Print(err)
-		os.Exit(1)
-	}
+	cli.Exit("mooncake_http_metadata_server", run(os.Args[1:]))
 }
 
 func run(args []string) error {
@@ -45,19 +40,16 @@ func run(args []string) error {
 	path := fs.String("path", metadata.DefaultHTTPPath, "URL path of the metadata endpoint")
 	maxValue := fs.Int64("max_value_bytes", metadata.MaxValueSize, "largest value a PUT may store")
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
+		return cli.Usage(err)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q (all options are flags, e.g. --port=8080)", fs.Args())
+		return cli.Usagef("unexpected arguments %q (all options are flags, e.g. --port=8080)", fs.Args())
 	}
 	if *port < 0 || *port > 65535 {
-		return fmt.Errorf("--port=%d is not a TCP port (0..65535)", *port)
+		return cli.Usagef("--port=%d is not a TCP port (0..65535)", *port)
 	}
 	if !strings.HasPrefix(*path, "/") {
-		return fmt.Errorf("--path=%q must start with '/'", *path)
+		return cli.Usagef("--path=%q must start with '/'", *path)
 	}
 
 	ln, err := net.Listen("tcp", net.JoinHostPort(*host, strconv.Itoa(*port)))
@@ -70,7 +62,7 @@ func run(args []string) error {
 		IdleTimeout:       2 * time.Minute,
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	ctx, stop := cli.SignalContext()
 	defer stop()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

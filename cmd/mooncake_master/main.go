@@ -10,19 +10,18 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log"
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/mooncake-go/mooncake/config"
 	"github.com/mooncake-go/mooncake/engine/metadata"
+	"github.com/mooncake-go/mooncake/internal/cli"
 	"github.com/mooncake-go/mooncake/store/ha"
 	"github.com/mooncake-go/mooncake/store/master"
 	"github.com/mooncake-go/mooncake/store/snapshot"
@@ -31,19 +30,10 @@ import (
 func main() {
 	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
 	cfg, err := master.ParseFlags("mooncake_master", os.Args[1:])
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(0)
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "mooncake_master: %v\n", err)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	cli.Exit("mooncake_master", cli.Usage(err))
+	ctx, stop := cli.SignalContext()
 	defer stop()
-	if err := run(ctx, cfg); err != nil {
-		fmt.Fprintf(os.Stderr, "mooncake_master: %v\n", err)
-		os.Exit(1)
-	}
+	cli.Exit("mooncake_master", run(ctx, cfg))
 }
 
 func run(ctx context.Context, cfg master.Config) error {
@@ -56,8 +46,9 @@ func run(ctx context.Context, cfg master.Config) error {
 
 	// Snapshots and HA.
 	var snaps *snapshot.Manager
-	if cfg.EnableSnapshot || cfg.EnableSnapshotRestore || (cfg.EnableHA && cfg.HotStandby.EnableSnapshotBootstrap && cfg.SnapshotBackupDir+os.Getenv("MOONCAKE_SNAPSHOT_LOCAL_PATH") != "") {
-		be, err := snapshot.OpenBackend(ctx, cfg.SnapshotBackendType, cfg.SnapshotBackupDir)
+	snapOpts := config.SnapshotBackend(cfg.SnapshotBackupDir)
+	if cfg.EnableSnapshot || cfg.EnableSnapshotRestore || (cfg.EnableHA && cfg.HotStandby.EnableSnapshotBootstrap && snapOpts.LocalRoot != "") {
+		be, err := snapshot.OpenBackend(ctx, cfg.SnapshotBackendType, snapOpts)
 		if err != nil {
 			rpcLis.Close()
 			return err
@@ -79,7 +70,7 @@ func run(ctx context.Context, cfg master.Config) error {
 	var haParts master.HA
 	var closeHA func()
 	if cfg.EnableHA {
-		conn, err := ha.Dial(ctx, cfg.EtcdEndpoints)
+		conn, err := ha.DialWith(ctx, cfg.EtcdEndpoints, config.HA(ha.Options{}))
 		if err != nil {
 			rpcLis.Close()
 			return fmt.Errorf("ha store %s: %w", cfg.EtcdEndpoints, err)

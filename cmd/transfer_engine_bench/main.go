@@ -26,6 +26,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/mooncake-go/mooncake/config"
 	"github.com/mooncake-go/mooncake/engine"
 	"github.com/mooncake-go/mooncake/internal/memview"
 )
@@ -91,9 +92,9 @@ func main() {
 }
 
 func newEngine() *engine.Engine {
-	e, err := engine.New(context.Background(), engine.Config{
+	e, err := engine.New(context.Background(), config.Engine(engine.Config{
 		LocalServerName: *localName, MetadataServer: *metaServer, Protocol: *protocol, DeviceName: *deviceName,
-	})
+	}))
 	if err != nil {
 		die("%v", err)
 	}

@@ -60,19 +60,22 @@ func BenchmarkReduce(b *testing.B) {
 	}
 }
 
+// benchSum times SUM of two n-byte buffers of dt at level l.
+func benchSum(b *testing.B, l level, dt DType, n int) {
+	useLevel(b, l)
+	dst, src := benchInput(dt, n), benchInput(dt, n)
+	b.SetBytes(int64(n))
+	for b.Loop() {
+		_ = Reduce(dst, src, dt, Sum)
+	}
+}
+
 // BenchmarkReduceLevels: every available level at 1 MiB and 16 MiB.
 func BenchmarkReduceLevels(b *testing.B) {
 	for _, l := range availableLevels() {
 		for _, dt := range []DType{Float32, BFloat16, Float16} {
 			for _, n := range []int{1 << 20, 16 << 20} {
-				b.Run(fmt.Sprintf("%v/%v/%s", l, dt, sizeName(n)), func(b *testing.B) {
-					useLevel(b, l)
-					dst, src := benchInput(dt, n), benchInput(dt, n)
-					b.SetBytes(int64(n))
-					for b.Loop() {
-						_ = Reduce(dst, src, dt, Sum)
-					}
-				})
+				b.Run(fmt.Sprintf("%v/%v/%s", l, dt, sizeName(n)), func(b *testing.B) { benchSum(b, l, dt, n) })
 			}
 		}
 	}
@@ -104,14 +107,7 @@ func BenchmarkSmall(b *testing.B) {
 	for _, dt := range []DType{Float32, BFloat16} {
 		for _, n := range []int{16, 64, 128, 256, 512, 1024, 4096} {
 			for _, l := range levels {
-				b.Run(fmt.Sprintf("%v/%dB/%v", dt, n, l), func(b *testing.B) {
-					useLevel(b, l)
-					dst, src := benchInput(dt, n), benchInput(dt, n)
-					b.SetBytes(int64(n))
-					for b.Loop() {
-						_ = Reduce(dst, src, dt, Sum)
-					}
-				})
+				b.Run(fmt.Sprintf("%v/%dB/%v", dt, n, l), func(b *testing.B) { benchSum(b, l, dt, n) })
 			}
 		}
 	}

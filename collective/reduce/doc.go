@@ -59,8 +59,9 @@
 // A pure Go implementation of everything (kernel_go.go) is always compiled in. It runs inputs
 // too small to be worth a cgo call (below smallBytes; a call costs tens of nanoseconds), and
 // everything when the package is built without cgo or with the mooncake_purego build tag.
-// MOONCAKE_REDUCE_KERNEL=go|portable|avx2|avx512 forces a level (one the CPU has) for
-// debugging and comparisons; [Kernel] reports the level in use.
+// [UseKernel]("go"|"portable"|"avx2"|"avx512") forces a level (one the CPU has) for
+// debugging and comparisons (the library passes MOONCAKE_REDUCE_KERNEL at load; this package
+// reads no environment); [Kernel] reports the level in use.
 //
 // Each call runs on the calling goroutine's thread and returns when done; one large call
 // keeps one core busy. Callers split big buffers across goroutines if they want more cores.

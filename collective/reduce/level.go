@@ -1,7 +1,5 @@
 package reduce
 
-import "os"
-
 // level is a kernel implementation.
 type level int
 
@@ -45,24 +43,27 @@ func useGo(dt DType, n int) bool {
 	return n < smallBytes
 }
 
-// active is the level used for inputs of smallBytes and more.
-var active = defaultLevel()
+// active is the level used for inputs of smallBytes and more: the best the CPU supports, or
+// the one UseKernel chose.
+var active = bestLevel()
 
-// defaultLevel returns the best level the CPU supports, unless MOONCAKE_REDUCE_KERNEL names
-// an available one ("go", "portable", "avx2", "avx512"), for debugging and comparisons.
-func defaultLevel() level {
+// UseKernel makes the kernels named ("go", "portable", "avx2", "avx512": one the CPU has)
+// the ones used for large inputs, for debugging and comparisons, and reports whether it did;
+// "" or another name keeps the best level. The library calls it once at load, before any
+// reduction runs, with MOONCAKE_REDUCE_KERNEL; it is not safe to call while reductions run.
+func UseKernel(name string) bool {
 	best := bestLevel()
-	if want := os.Getenv("MOONCAKE_REDUCE_KERNEL"); want != "" {
-		for l := levelGo; l <= best; l++ {
-			if l.String() == want {
-				return l
-			}
+	for l := levelGo; l <= best; l++ {
+		if name != "" && l.String() == name {
+			active = l
+			return true
 		}
 	}
-	return best
+	active = best
+	return false
 }
 
 // Kernel names the kernels in use for large inputs: "avx512", "avx2", "portable" (scalar C)
 // or "go" (pure Go: built without cgo, with the mooncake_purego tag, or chosen through
-// MOONCAKE_REDUCE_KERNEL).
+// UseKernel, which the library calls with MOONCAKE_REDUCE_KERNEL).
 func Kernel() string { return active.String() }

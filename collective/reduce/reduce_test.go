@@ -320,33 +320,23 @@ func TestIntegerWrap(t *testing.T) {
 	forEachLevel(t, func(t *testing.T) {
 		a := []byte{127, 0x80, 200, 16}
 		b := []byte{1, 0xff, 100, 16}
-		dst := append([]byte(nil), a...)
-		if err := Reduce(dst, b, Int8, Sum); err != nil {
-			t.Fatal(err)
-		}
-		if want := []byte{0x80, 0x7f, 44, 32}; string(dst) != string(want) {
-			t.Errorf("int8 SUM = %v, want %v", dst, want)
-		}
-		dst = append(dst[:0], a...)
-		if err := Reduce(dst, b, Uint8, Product); err != nil {
-			t.Fatal(err)
-		}
-		if want := []byte{127, 0x80, 32, 0}; string(dst) != string(want) {
-			t.Errorf("uint8 PRODUCT = %v, want %v", dst, want)
-		}
-		dst = append(dst[:0], a...)
-		if err := Reduce(dst, b, Uint8, Min); err != nil {
-			t.Fatal(err)
-		}
-		if want := []byte{1, 0x80, 100, 16}; string(dst) != string(want) {
-			t.Errorf("uint8 MIN = %v, want %v", dst, want)
-		}
-		dst = append(dst[:0], a...)
-		if err := Reduce(dst, b, Int8, Min); err != nil {
-			t.Fatal(err)
-		}
-		if want := []byte{1, 0x80, 200, 16}; string(dst) != string(want) {
-			t.Errorf("int8 MIN = %v, want %v", dst, want)
+		for _, tc := range []struct {
+			dt   DType
+			op   Op
+			want []byte
+		}{
+			{Int8, Sum, []byte{0x80, 0x7f, 44, 32}},
+			{Uint8, Product, []byte{127, 0x80, 32, 0}},
+			{Uint8, Min, []byte{1, 0x80, 100, 16}},
+			{Int8, Min, []byte{1, 0x80, 200, 16}},
+		} {
+			dst := append([]byte(nil), a...)
+			if err := Reduce(dst, b, tc.dt, tc.op); err != nil {
+				t.Fatal(err)
+			}
+			if string(dst) != string(tc.want) {
+				t.Errorf("%v %v = %v, want %v", tc.dt, tc.op, dst, tc.want)
+			}
 		}
 	})
 }
@@ -459,5 +449,21 @@ func TestCopyStream(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestUseKernel: MOONCAKE_REDUCE_KERNEL's names select an available level; others keep the best.
+func TestUseKernel(t *testing.T) {
+	old := active
+	t.Cleanup(func() { active = old })
+	best := bestLevel()
+	if !UseKernel("go") || Kernel() != "go" {
+		t.Fatalf("UseKernel(go): Kernel() = %s", Kernel())
+	}
+	if UseKernel("nonsense") || Kernel() != best.String() {
+		t.Fatalf("UseKernel(nonsense): Kernel() = %s, want %s", Kernel(), best)
+	}
+	if UseKernel("") || Kernel() != best.String() {
+		t.Fatalf("UseKernel(\"\"): Kernel() = %s, want %s", Kernel(), best)
 	}
 }

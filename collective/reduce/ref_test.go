@@ -12,39 +12,26 @@ import (
 
 var le = binary.LittleEndian
 
-func refWidenF16(h uint16) float32 {
-	neg := h&0x8000 != 0
-	e, m := int(h>>10)&0x1f, float64(h&0x3ff)
-	var v float64
-	switch {
-	case e == 0x1f && m != 0:
-		return float32(math.NaN())
-	case e == 0x1f:
-		v = math.Inf(1)
-	case e == 0:
-		v = math.Ldexp(m, -24)
-	default:
-		v = math.Ldexp(1+m/1024, e-15)
-	}
-	if neg {
-		v = -v
-	}
-	return float32(v)
-}
+func refWidenF16(h uint16) float32  { return refWiden(h, 10, 15) }
+func refWidenBF16(h uint16) float32 { return refWiden(h, 7, 127) }
 
-func refWidenBF16(h uint16) float32 {
+// refWiden decodes a 16-bit float with a sign bit, mbits mantissa bits and the rest exponent
+// (biased by ebias): all-ones exponents are inf and NaN, a zero exponent is subnormal.
+func refWiden(h uint16, mbits, ebias int) float32 {
+	ebits := 15 - mbits
+	eMax := 1<<ebits - 1
 	neg := h&0x8000 != 0
-	e, m := int(h>>7)&0xff, float64(h&0x7f)
+	e, m := int(h>>mbits)&eMax, float64(h&(1<<mbits-1))
 	var v float64
 	switch {
-	case e == 0xff && m != 0:
+	case e == eMax && m != 0:
 		return float32(math.NaN())
-	case e == 0xff:
+	case e == eMax:
 		v = math.Inf(1)
 	case e == 0:
-		v = math.Ldexp(m, -133)
+		v = math.Ldexp(m, 1-ebias-mbits)
 	default:
-		v = math.Ldexp(1+m/128, e-127)
+		v = math.Ldexp(1+m/float64(int(1)<<mbits), e-ebias)
 	}
 	if neg {
 		v = -v

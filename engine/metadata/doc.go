@@ -11,8 +11,8 @@
 //	                                  exchange descriptors through the engine's listener
 //	http://host:port/metadata         the HTTP metadata protocol (also https://)
 //	etcd://host:port[,host:port...]   etcd v3 (a bare "host:port[,host:port]" also means etcd)
-//	redis://[:password@]host:port[/db] Redis; MC_REDIS_PASSWORD and MC_REDIS_DB_INDEX fill in
-//	                                  the password and database index when the URL has none
+//	redis://[:password@]host:port[/db] Redis; Options (MC_REDIS_PASSWORD, MC_REDIS_DB_INDEX)
+//	                                  fill in the password and database when the URL has none
 //
 // Every operation whose context has no deadline gets DefaultTimeout (3 s), so a store that
 // is down turns into an error, never a hang. Get reports a missing key with an error that

@@ -25,7 +25,18 @@ const connHelp = `use P2PHANDSHAKE, http://host:port/metadata, etcd://host:port[
 // Open connects to the metadata store named by conn (see the package documentation for the
 // accepted forms). For P2PHANDSHAKE it returns (nil, nil): there is no store. Open does not
 // wait for the store to answer; the first operation reports a store that is unreachable.
-func Open(conn string) (Store, error) {
+func Open(conn string) (Store, error) { return OpenWith(conn, Options{}) }
+
+// Options are the settings of a metadata store that its connection string may leave out. The
+// zero value means none. The package reads no environment: capi/ and cmd/ fill them from the
+// knobs named below (package config).
+type Options struct {
+	RedisPassword string // Redis password when the URL has none (MC_REDIS_PASSWORD)
+	RedisDBIndex  string // Redis database index when the URL names none, a number >= 0 (MC_REDIS_DB_INDEX)
+}
+
+// OpenWith is Open with settings the connection string leaves out.
+func OpenWith(conn string, o Options) (Store, error) {
 	conn = strings.TrimSpace(conn)
 	if conn == "" {
 		return nil, fmt.Errorf("metadata: empty connection string; %s", connHelp)
@@ -52,7 +63,7 @@ func Open(conn string) (Store, error) {
 		}
 		return openEtcd(eps)
 	case "redis", "rediss":
-		return openRedis(conn)
+		return openRedis(conn, o)
 	default:
 		return nil, fmt.Errorf("metadata: unknown scheme %q in connection string %q; %s", scheme, conn, connHelp)
 	}

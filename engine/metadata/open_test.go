@@ -71,12 +71,13 @@ func TestOpenKinds(t *testing.T) {
 	}
 }
 
+// TestOpenRedisEnv: the settings of MC_REDIS_PASSWORD and MC_REDIS_DB_INDEX (Options) apply when
+// the URL gives none.
 func TestOpenRedisEnv(t *testing.T) {
-	t.Setenv("MC_REDIS_PASSWORD", "envpw")
-	t.Setenv("MC_REDIS_DB_INDEX", "3")
+	o := Options{RedisPassword: "envpw", RedisDBIndex: "3"}
 	check := func(conn, pw string, db int) {
 		t.Helper()
-		st, err := Open(conn)
+		st, err := OpenWith(conn, o)
 		if err != nil {
 			t.Fatalf("Open(%q): %v", conn, err)
 		}
@@ -90,8 +91,8 @@ func TestOpenRedisEnv(t *testing.T) {
 	check("redis://:urlpw@127.0.0.1:6379/5", "urlpw", 5)
 	check("redis://127.0.0.1:6379/0", "envpw", 0)
 
-	t.Setenv("MC_REDIS_DB_INDEX", "x")
-	if _, err := Open("redis://127.0.0.1:6379"); err == nil || !strings.Contains(err.Error(), "MC_REDIS_DB_INDEX") {
+	o.RedisDBIndex = "x"
+	if _, err := OpenWith("redis://127.0.0.1:6379", o); err == nil || !strings.Contains(err.Error(), "MC_REDIS_DB_INDEX") {
 		t.Errorf("bad MC_REDIS_DB_INDEX: err = %v", err)
 	}
 }

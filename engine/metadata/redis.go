@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 
@@ -20,9 +19,9 @@ type redisStore struct {
 }
 
 // openRedis parses redis://[user:password@]host:port[/db] (or rediss:// for TLS).
-// MC_REDIS_PASSWORD and MC_REDIS_DB_INDEX are used when the URL has no password or
-// database index; a value in the URL wins.
-func openRedis(conn string) (*redisStore, error) {
+// o.RedisPassword and o.RedisDBIndex (MC_REDIS_PASSWORD, MC_REDIS_DB_INDEX) are used when the
+// URL has no password or database index; a value in the URL wins.
+func openRedis(conn string, o Options) (*redisStore, error) {
 	u, err := url.Parse(conn)
 	if err != nil {
 		return nil, fmt.Errorf("metadata: bad Redis URL %q (want redis://[:password@]host:port[/db]): %w", conn, err)
@@ -35,12 +34,12 @@ func openRedis(conn string) (*redisStore, error) {
 		return nil, fmt.Errorf("metadata: bad Redis URL %q (want redis://[:password@]host:port[/db]): %w", redactURL(u), err)
 	}
 	if _, hasPw := u.User.Password(); !hasPw {
-		if pw := os.Getenv("MC_REDIS_PASSWORD"); pw != "" {
+		if pw := o.RedisPassword; pw != "" {
 			opts.Password = pw
 		}
 	}
 	if strings.Trim(u.Path, "/") == "" && u.Query().Get("db") == "" {
-		if s := strings.TrimSpace(os.Getenv("MC_REDIS_DB_INDEX")); s != "" {
+		if s := strings.TrimSpace(o.RedisDBIndex); s != "" {
 			db, err := strconv.Atoi(s)
 			if err != nil || db < 0 {
 				return nil, fmt.Errorf("metadata: MC_REDIS_DB_INDEX=%q is not a database index (a number >= 0)", s)

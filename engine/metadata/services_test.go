@@ -11,9 +11,11 @@ import (
 	"github.com/mooncake-go/mooncake/internal/testsvc"
 )
 
-func open(t *testing.T, conn string) Store {
+func open(t *testing.T, conn string) Store { return openWith(t, conn, Options{}) }
+
+func openWith(t *testing.T, conn string, o Options) Store {
 	t.Helper()
-	st, err := Open(conn)
+	st, err := OpenWith(conn, o)
 	if err != nil {
 		t.Fatalf("Open(%q): %v", conn, err)
 	}
@@ -110,8 +112,7 @@ func TestRedisStore(t *testing.T) {
 		if _, err := db2.Get(t.Context(), "k"); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("key leaked across databases: %v", err)
 		}
-		t.Setenv("MC_REDIS_DB_INDEX", "1")
-		env := open(t, "redis://"+addr)
+		env := openWith(t, "redis://"+addr, Options{RedisDBIndex: "1"}) // MC_REDIS_DB_INDEX=1
 		if got, err := env.Get(t.Context(), "k"); err != nil || string(got) != "one" {
 			t.Fatalf("MC_REDIS_DB_INDEX=1: %q %v", got, err)
 		}
@@ -122,8 +123,7 @@ func TestRedisStorePassword(t *testing.T) {
 	addr := testsvc.StartRedis(t, "--requirepass", "s3cret")
 	t.Run("URL", func(t *testing.T) { storeContract(t, open(t, "redis://:s3cret@"+addr)) })
 	t.Run("Env", func(t *testing.T) {
-		t.Setenv("MC_REDIS_PASSWORD", "s3cret")
-		st := open(t, "redis://"+addr)
+		st := openWith(t, "redis://"+addr, Options{RedisPassword: "s3cret"}) // MC_REDIS_PASSWORD
 		if err := st.Put(t.Context(), "k", []byte("v")); err != nil {
 			t.Fatal(err)
 		}

@@ -5,7 +5,8 @@
 //
 // GetLocalTopology returns Mooncake's priority matrix JSON: for every location ("cpu:N",
 // "cuda:N") a pair [preferred NICs, available NICs]; with no NICs every entry is [[],[]].
-// MC_CUSTOM_TOPO_JSON, when set, is returned instead (validated as JSON).
+// A custom matrix (MC_CUSTOM_TOPO_JSON, passed in by the engine), when valid JSON, is returned
+// instead.
 //
 // The package only reads the system; it never fails: missing sysfs entries give a
 // single "cpu:0" node.

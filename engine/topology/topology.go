@@ -121,9 +121,9 @@ var (
 )
 
 // GetLocalTopology returns the host's priority-matrix JSON (computed once per process), or
-// MC_CUSTOM_TOPO_JSON when that holds valid JSON.
-func GetLocalTopology() string {
-	if c := os.Getenv("MC_CUSTOM_TOPO_JSON"); c != "" && json.Valid([]byte(c)) {
+// custom (MC_CUSTOM_TOPO_JSON, passed by the engine) when that holds valid JSON.
+func GetLocalTopology(custom string) string {
+	if c := custom; c != "" && json.Valid([]byte(c)) {
 		return c
 	}
 	once.Do(func() { cached = Discover().JSON() })

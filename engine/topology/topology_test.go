@@ -33,11 +33,14 @@ func TestMatrixFromFakeSysfs(t *testing.T) {
 
 func TestGetLocalTopology(t *testing.T) {
 	var m map[string]any
-	if err := json.Unmarshal([]byte(GetLocalTopology()), &m); err != nil || len(m) == 0 {
+	if err := json.Unmarshal([]byte(GetLocalTopology("")), &m); err != nil || len(m) == 0 {
 		t.Fatalf("%v %v", m, err)
 	}
-	t.Setenv("MC_CUSTOM_TOPO_JSON", `{"cpu:0":[["x"],[]]}`)
-	if GetLocalTopology() != `{"cpu:0":[["x"],[]]}` {
+	// MC_CUSTOM_TOPO_JSON, passed in by the engine.
+	if GetLocalTopology(`{"cpu:0":[["x"],[]]}`) != `{"cpu:0":[["x"],[]]}` {
+		t.Fatal("custom topology ignored")
+	}
+	if GetLocalTopology("{bad") == "{bad" {
 		t.Fatal("custom topology ignored")
 	}
 }

@@ -40,17 +40,7 @@ func StartEtcdCluster(t testing.TB, n int) *EtcdCluster {
 		t.Fatalf("testsvc: StartEtcdCluster(%d): need at least one member", n)
 	}
 	bin := findBinary(t, "etcd", "MOONCAKE_ETCD_BIN", etcdPkgHint)
-	var lastErr error
-	for try := 1; try <= startTries; try++ {
-		c, err := startEtcdCluster(t, bin, n, try)
-		if err == nil {
-			return c
-		}
-		lastErr = err
-		t.Logf("testsvc: etcd start attempt %d of %d failed: %v", try, startTries, err)
-	}
-	t.Fatalf("testsvc: could not start etcd: %v", lastErr)
-	return nil
+	return retryStart(t, "etcd", func(try int) (*EtcdCluster, error) { return startEtcdCluster(t, bin, n, try) })
 }
 
 func startEtcdCluster(t testing.TB, bin string, n, try int) (*EtcdCluster, error) {

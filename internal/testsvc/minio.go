@@ -23,8 +23,7 @@ func StartMinIO(t testing.TB) *MinIO {
 	t.Helper()
 	bin := findBinary(t, "minio", "MOONCAKE_MINIO_BIN", minioPkgHint)
 	m := &MinIO{AccessKey: "mooncake", SecretKey: "mooncake-secret", Region: "us-east-1"}
-	var lastErr error
-	for try := 1; try <= startTries; try++ {
+	return retryStart(t, "minio", func(int) (*MinIO, error) {
 		dir := t.TempDir()
 		ports := freePorts(t, 2)
 		addr := "127.0.0.1:" + strconv.Itoa(ports[0])
@@ -47,24 +46,13 @@ func StartMinIO(t testing.TB) *MinIO {
 			env:     env,
 			logPath: logFile(dir, "minio"),
 		}
-		err := p.start()
-		if err == nil {
-			err = p.waitReady(func() error { return minioLive(addr) })
-			if err != nil {
-				err = fmt.Errorf("%w\n%s", err, p.logTail(2000))
-				p.kill()
-			}
+		if err := p.launch(func() error { return minioLive(addr) }); err != nil {
+			return nil, err
 		}
-		if err == nil {
-			p.register(t)
-			m.Endpoint = addr
-			return m
-		}
-		lastErr = err
-		t.Logf("testsvc: minio start attempt %d of %d failed: %v", try, startTries, err)
-	}
-	t.Fatalf("testsvc: could not start minio: %v", lastErr)
-	return nil
+		p.register(t)
+		m.Endpoint = addr
+		return m, nil
+	})
 }
 
 func minioLive(addr string) error {

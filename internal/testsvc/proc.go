@@ -129,6 +129,39 @@ func (p *proc) waitReady(ready func() error) error {
 	}
 }
 
+// launch starts p and waits until ready succeeds; when it does not, p is killed and the error
+// carries the tail of p's log.
+func (p *proc) launch(ready func() error) error {
+	if err := p.start(); err != nil {
+		return err
+	}
+	if err := p.waitReady(ready); err != nil {
+		err = fmt.Errorf("%w\n%s", err, p.logTail(2000))
+		p.kill()
+		return err
+	}
+	return nil
+}
+
+// retryStart runs start (try counts from 1) up to startTries times until it succeeds, logging
+// each failed attempt, and fails t when none did. Services start on free ports that another
+// process may take first, so a failed attempt is retried on new ones.
+func retryStart[T any](t testing.TB, name string, start func(try int) (T, error)) T {
+	t.Helper()
+	var lastErr error
+	for try := 1; try <= startTries; try++ {
+		v, err := start(try)
+		if err == nil {
+			return v
+		}
+		lastErr = err
+		t.Logf("testsvc: %s start attempt %d of %d failed: %v", name, try, startTries, err)
+	}
+	t.Fatalf("testsvc: could not start %s: %v", name, lastErr)
+	var zero T
+	return zero
+}
+
 // kill sends SIGKILL and waits for the exit.
 func (p *proc) kill() {
 	if p.cmd == nil || p.exited() {

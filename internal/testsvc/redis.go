@@ -18,8 +18,7 @@ const redisPkgHint = "the Debian package redis-server (apt-get install -y redis-
 func StartRedis(t testing.TB, extraArgs ...string) string {
 	t.Helper()
 	bin := findBinary(t, "redis-server", "MOONCAKE_REDIS_BIN", redisPkgHint)
-	var lastErr error
-	for try := 1; try <= startTries; try++ {
+	return retryStart(t, "redis-server", func(int) (string, error) {
 		dir := t.TempDir()
 		port := freePorts(t, 1)[0]
 		addr := "127.0.0.1:" + strconv.Itoa(port)
@@ -39,23 +38,12 @@ func StartRedis(t testing.TB, extraArgs ...string) string {
 			logPath: logFile(dir, "redis"),
 		}
 		p.args = append(p.args, extraArgs...)
-		err := p.start()
-		if err == nil {
-			err = p.waitReady(func() error { return redisPing(addr) })
-			if err != nil {
-				err = fmt.Errorf("%w\n%s", err, p.logTail(2000))
-				p.kill()
-			}
+		if err := p.launch(func() error { return redisPing(addr) }); err != nil {
+			return "", err
 		}
-		if err == nil {
-			p.register(t)
-			return addr
-		}
-		lastErr = err
-		t.Logf("testsvc: redis-server start attempt %d of %d failed: %v", try, startTries, err)
-	}
-	t.Fatalf("testsvc: could not start redis-server: %v", lastErr)
-	return ""
+		p.register(t)
+		return addr, nil
+	})
 }
 
 // redisPing sends PING in the inline protocol and expects +PONG.

@@ -80,6 +80,7 @@ def _lib():
                     "mc_engine_get_notifies": [_u64, c, _i32],
                     "mc_engine_probe": [_u64, c],
                     "mc_engine_topology": [_u64, c, _i32],
+                    "mc_engine_transport_bytes": [_u64, c, _i32],
                 }
                 for name, args in sig.items():
                     fn = getattr(l, name)
@@ -350,6 +351,13 @@ class TransferEngine:
 
     def get_local_topology(self, device_name: str | None = None) -> str:
         return _native.read_string(_lib().mc_engine_topology, self._need())
+
+    def get_transport_bytes(self) -> dict[str, int]:
+        """Bytes this engine has moved through each transport: {"local", "shm", "tcp"}.
+
+        Same-host peers' shared buffers are reached over "shm" unless MC_FORCE_TCP=1 was set
+        when the engine was created (then "tcp")."""
+        return json.loads(_native.read_string(_lib().mc_engine_transport_bytes, self._need()))
 
     def __enter__(self):
         return self

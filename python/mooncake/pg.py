@@ -151,7 +151,9 @@ class MooncakeBackendOptions:
         )
 
 
-_collective_timeout_us = int(os.environ.get("MOONCAKE_PG_COLLECTIVE_TIMEOUT_US", "0") or 0)
+# set_collective_timeout_us; 0: the library reads MOONCAKE_PG_COLLECTIVE_TIMEOUT_US when a group
+# is created (so a value set in os.environ after this import counts).
+_collective_timeout_us = 0
 
 
 def _make_creator(cuda: bool):

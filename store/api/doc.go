@@ -19,15 +19,15 @@
 // that sends protobuf-encoded requests (or garbage) gets a gRPC error, never a crash. Clients must
 // dial with [DialOptions] (which selects the codec); [Dial] does that.
 //
-// # The lane
+// # The framed RPC
 //
-// The store's own clients call the same service over the lane (lane.go) unless MC_STORE_RPC=grpc:
-// framed requests on a plain TCP connection to the same port, told apart from HTTP/2 by their
-// first 8 bytes, answered by the very handlers and interceptor gRPC runs, with gRPC status codes
-// for errors. It exists for latency: on the 2-core machine this was built on, a gRPC unary call
-// between processes took 150-190 µs and a lane call 50 µs (a Python caller: about 200 against
-// 90), and every put is two calls. What the master serves, how it counts requests in /metrics,
-// and how clients fail over are the same on both; the lane only replaces HTTP/2 framing.
+// The store's own clients call the same service over the framed RPC (framed.go) unless
+// told to use gRPC (client.Config.GRPC, MC_STORE_RPC=grpc): framed requests on a plain TCP connection to the same port, told apart from
+// HTTP/2 by their first 8 bytes, answered by the very handlers and interceptor gRPC runs, with
+// gRPC status codes for errors. It exists for latency: a gRPC unary call between processes costs
+// several times a framed call (measured figures in docs/performance.md), and every put is two
+// calls. What the master serves, how it counts requests in /metrics, and how clients fail over
+// are the same on both; the framed RPC only replaces HTTP/2 framing.
 //
 // # Conventions
 //

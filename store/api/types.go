@@ -161,10 +161,14 @@ type BatchPutStartRequest struct {
 	Config   ReplicateConfig `json:"config"`
 }
 
-type BatchPutStartResponse struct {
+// BatchResponse answers a batch call: the call's own status, and one result per key in the
+// request's order.
+type BatchResponse[T any] struct {
 	Status
-	Results []PutStartResponse `json:"results"`
+	Results []T `json:"results"`
 }
+
+type BatchPutStartResponse = BatchResponse[PutStartResponse]
 
 type BatchKeysRequest struct {
 	ClientID string   `json:"client_id"`
@@ -172,20 +176,11 @@ type BatchKeysRequest struct {
 	Force    bool     `json:"force,omitempty"`
 }
 
-type BatchStatusResponse struct {
-	Status
-	Results []Status `json:"results"`
-}
-
-type BatchGetReplicaListResponse struct {
-	Status
-	Results []GetReplicaListResponse `json:"results"`
-}
-
-type BatchExistKeyResponse struct {
-	Status
-	Results []ExistKeyResponse `json:"results"`
-}
+type (
+	BatchStatusResponse         = BatchResponse[Status]
+	BatchGetReplicaListResponse = BatchResponse[GetReplicaListResponse]
+	BatchExistKeyResponse       = BatchResponse[ExistKeyResponse]
+)
 
 type ServiceStatusRequest struct{}
 

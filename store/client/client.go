@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log"
 	"net"
-	"os"
 	"regexp"
 	"sort"
 	"strconv"
@@ -19,6 +18,7 @@ import (
 	"github.com/mooncake-go/mooncake/engine"
 	"github.com/mooncake-go/mooncake/internal/memview"
 	"github.com/mooncake-go/mooncake/store/api"
+	"github.com/mooncake-go/mooncake/store/ha"
 )
 
 // Engine is what the client needs from a transfer engine; *engine.Engine implements it.
@@ -45,9 +45,16 @@ type Config struct {
 	Protocol            string        // "tcp" (default)
 	DeviceName          string        // NICs for rdma-like protocols
 	MasterServerAddress string        // host:port of mooncake_master, or "etcd://h:p,h:p" / "redis://h:p" to follow the HA leader
-	ClusterID           string        // HA cluster to follow ("" : MC_STORE_CLUSTER_ID, else "mooncake_cluster")
+	ClusterID           string        // HA cluster to follow ("" : DefaultClusterID) (MC_STORE_CLUSTER_ID)
 	RPCTimeout          time.Duration // per master call (0: DefaultRPCTimeout)
 	PingInterval        time.Duration // heartbeat period (0: 1 s)
+
+	// The package reads no environment: capi/ and cmd/ fill these from the knobs of package
+	// config named in the comments.
+	GRPC     bool          // call the master over gRPC instead of the framed RPC (MC_STORE_RPC=grpc)
+	Prefault Prefault      // populate the mounted segment up front: auto (zero), on, off (MC_STORE_PREFAULT)
+	HA       ha.Options    // Redis password / database of an HA master address (MC_REDIS_PASSWORD, MC_REDIS_DB_INDEX)
+	Engine   engine.Config // the rest of the engine New creates (EngineConfig sets its name, metadata, protocol and device)
 }
 
 const (
@@ -105,7 +112,7 @@ func EngineConfig(cfg Config) engine.Config {
 	name := cfg.LocalHostname
 	meta := cfg.MetadataServer
 	if meta == "" {
-		meta = os.Getenv("MC_METADATA_SERVER")
+		meta = cfg.Engine.MetadataServer
 	}
 	if name != "" && meta != "" && !strings.EqualFold(meta, engine.P2PHandshake) {
 		if _, _, err := net.SplitHostPort(name); err != nil {
@@ -116,7 +123,9 @@ func EngineConfig(cfg Config) engine.Config {
 			}
 		}
 	}
-	return engine.Config{LocalServerName: name, MetadataServer: cfg.MetadataServer, Protocol: cfg.Protocol, DeviceName: cfg.DeviceName}
+	ec := cfg.Engine
+	ec.LocalServerName, ec.MetadataServer, ec.Protocol, ec.DeviceName = name, meta, cfg.Protocol, cfg.DeviceName
+	return ec
 }
 
 // NewWithEngine creates a client over an existing engine (the process-wide one), which the
@@ -138,7 +147,7 @@ func NewWithEngine(ctx context.Context, eng Engine, cfg Config) (*Client, error)
 	if cfg.MasterServerAddress == "" {
 		return nil, api.Errorf(api.INVALID_PARAMS, "master_server_address is empty (want host:port of mooncake_master)")
 	}
-	cc, err := dialMaster(ctx, cfg.MasterServerAddress, cfg.ClusterID)
+	cc, err := dialMaster(ctx, cfg)
 	if err != nil {
 		return nil, api.Errorf(api.INVALID_PARAMS, "%v", err)
 	}
@@ -169,7 +178,7 @@ func NewWithEngine(ctx context.Context, eng Engine, cfg Config) (*Client, error)
 		if err != nil {
 			return fail(api.Errorf(api.INTERNAL_ERROR, "allocate %d-byte global segment: %v", cfg.GlobalSegmentSize, err))
 		}
-		if prefaultSegment(cfg.GlobalSegmentSize) {
+		if prefaultSegment(cfg.Prefault, cfg.GlobalSegmentSize) {
 			memview.Populate(base, cfg.GlobalSegmentSize, true)
 		}
 		c.segment = &api.Segment{ID: c.id + "/0", Name: eng.SegmentName(), Base: uint64(base), Size: cfg.GlobalSegmentSize}

@@ -35,13 +35,22 @@ func startMaster(t testing.TB, mutate ...func(*master.Config)) (*master.Server, 
 }
 
 func newClient(t testing.TB, addr string, segSize uint64) *Client {
+	return newClientWith(t, addr, segSize, Config{})
+}
+
+// newClientWith is newClient with the knob-fed settings of base (GRPC, Engine.ForceTCP, ...).
+func newClientWith(t testing.TB, addr string, segSize uint64, base Config) *Client {
 	t.Helper()
 	ctx := context.Background()
-	eng, err := engine.New(ctx, engine.Config{LocalServerName: "127.0.0.1", MetadataServer: engine.P2PHandshake})
+	ecfg := base.Engine
+	ecfg.LocalServerName, ecfg.MetadataServer = "127.0.0.1", engine.P2PHandshake
+	eng, err := engine.New(ctx, ecfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := NewWithEngine(ctx, eng, Config{MasterServerAddress: addr, GlobalSegmentSize: segSize, LocalBufferSize: 1 << 20, RPCTimeout: 3 * time.Second})
+	cfg := base
+	cfg.MasterServerAddress, cfg.GlobalSegmentSize, cfg.LocalBufferSize, cfg.RPCTimeout = addr, segSize, 1<<20, 3*time.Second
+	c, err := NewWithEngine(ctx, eng, cfg)
 	if err != nil {
 		eng.Close()
 		t.Fatal(err)
@@ -59,24 +68,28 @@ func pattern(n int, seed byte) []byte {
 }
 
 func TestPutGetAcrossClients(t *testing.T) {
-	for _, rpc := range []string{"lane", "grpc"} {
+	testPutGetAcrossRPCs(t, false)
+}
+
+func testPutGetAcrossRPCs(t *testing.T, forceTCP bool) {
+	for _, rpc := range []string{"framed", "grpc"} {
 		t.Run(rpc, func(t *testing.T) {
-			t.Setenv("MC_STORE_RPC", rpc) // the lane is the default; gRPC must work the same
-			c := testPutGetAcrossClients(t)
+			// MC_STORE_RPC: the framed RPC is the default; gRPC must work the same.
+			c := testPutGetAcrossClients(t, Config{GRPC: rpc == "grpc", Engine: engine.Config{ForceTCP: forceTCP}})
 			c.cc.mu.Lock()
-			_, lane := c.cc.cc.(*api.Lane)
+			_, framed := c.cc.cc.(*api.FramedConn)
 			c.cc.mu.Unlock()
-			if lane != (rpc == "lane") {
-				t.Fatalf("MC_STORE_RPC=%s but the client's connection is %T", rpc, c.cc.cc)
+			if framed != (rpc == "framed") {
+				t.Fatalf("rpc %s but the client's connection is %T", rpc, c.cc.cc)
 			}
 		})
 	}
 }
 
-func testPutGetAcrossClients(t *testing.T) *Client {
+func testPutGetAcrossClients(t *testing.T, base Config) *Client {
 	_, addr := startMaster(t)
-	a := newClient(t, addr, 16<<20)
-	b := newClient(t, addr, 16<<20)
+	a := newClientWith(t, addr, 16<<20, base)
+	b := newClientWith(t, addr, 16<<20, base)
 	ctx := context.Background()
 	for _, n := range []int{1, 4096, 3<<20 + 17} {
 		key := fmt.Sprintf("k%d", n)
@@ -164,8 +177,7 @@ func testPutGetAcrossClients(t *testing.T) *Client {
 // TestPutGetOverTCP runs the same paths with shared memory disabled (MC_FORCE_TCP), so every
 // transfer goes through the staging buffer or registered memory over the engine's tcp transport.
 func TestPutGetOverTCP(t *testing.T) {
-	t.Setenv("MC_FORCE_TCP", "1")
-	TestPutGetAcrossClients(t)
+	testPutGetAcrossRPCs(t, true)
 }
 
 func TestReplicaSurvivesClose(t *testing.T) {

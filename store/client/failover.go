@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"fmt"
-	"os"
 	"reflect"
 	"strings"
 	"sync"
@@ -19,8 +18,7 @@ import (
 )
 
 // DefaultClusterID is the cluster a client given an etcd:// or redis:// master address follows
-// when neither Config.ClusterID nor MC_STORE_CLUSTER_ID says otherwise (the master's default
-// --cluster_id).
+// when Config.ClusterID (MC_STORE_CLUSTER_ID) is empty (the master's default --cluster_id).
 const DefaultClusterID = "mooncake_cluster"
 
 // haAttemptTimeout bounds one attempt of an RPC when following an HA leader, so that a call to
@@ -43,6 +41,7 @@ func IsHAAddress(addr string) bool {
 // the same segment succeeds), so a call whose reply was lost may safely be sent again.
 type masterConn struct {
 	display string
+	grpc    bool            // gRPC instead of the framed RPC (Config.GRPC)
 	watcher *ha.ViewWatcher // nil for a fixed address
 
 	mu     sync.Mutex
@@ -51,15 +50,15 @@ type masterConn struct {
 	closed bool
 }
 
-// rpcConn is a connection to one master: the lane (default) or gRPC (MC_STORE_RPC=grpc).
+// rpcConn is a connection to one master: the framed RPC (default) or gRPC (MC_STORE_RPC=grpc).
 type rpcConn interface {
 	grpc.ClientConnInterface
 	Close() error
 }
 
-func dialRPC(addr string) (rpcConn, error) {
-	if api.UseLane() {
-		return api.DialLane(addr)
+func dialRPC(addr string, useGRPC bool) (rpcConn, error) {
+	if !useGRPC {
+		return api.DialFramed(addr)
 	}
 	return api.Dial(addr, dialOpts()...)
 }
@@ -71,10 +70,11 @@ func dialOpts() []grpc.DialOption {
 	})}
 }
 
-func dialMaster(ctx context.Context, address, clusterID string) (*masterConn, error) {
-	m := &masterConn{display: address}
+func dialMaster(ctx context.Context, cfg Config) (*masterConn, error) {
+	address, clusterID := cfg.MasterServerAddress, cfg.ClusterID
+	m := &masterConn{display: address, grpc: cfg.GRPC}
 	if !IsHAAddress(address) {
-		cc, err := dialRPC(address)
+		cc, err := dialRPC(address, m.grpc)
 		if err != nil {
 			return nil, err
 		}
@@ -82,12 +82,10 @@ func dialMaster(ctx context.Context, address, clusterID string) (*masterConn, er
 		return m, nil
 	}
 	if clusterID == "" {
-		clusterID = os.Getenv("MC_STORE_CLUSTER_ID")
-	}
-	if clusterID == "" {
 		clusterID = DefaultClusterID
 	}
-	w, err := ha.WatchView(ctx, address, clusterID)
+	m.display = fmt.Sprintf("cluster %q on %s (MC_STORE_CLUSTER_ID)", clusterID, address)
+	w, err := ha.WatchView(ctx, address, clusterID, ha.WithOptions(cfg.HA))
 	if err != nil {
 		return nil, api.Errorf(api.INVALID_PARAMS, "follow the master leader of cluster %q on %s: %v", clusterID, address, err)
 	}
@@ -125,7 +123,7 @@ func (m *masterConn) conn(ctx context.Context) (rpcConn, error) {
 		return nil, status.Error(codes.Canceled, "master connection closed")
 	}
 	if v.Leader != m.addr || m.cc == nil {
-		cc, err := dialRPC(v.Leader)
+		cc, err := dialRPC(v.Leader, m.grpc)
 		if err != nil {
 			return nil, status.Errorf(codes.Unavailable, "dial master leader %s: %v", v.Leader, err)
 		}

@@ -20,16 +20,26 @@ func populateView(b []byte, write bool) {
 	}
 }
 
+// Prefault says whether a mounted segment is populated when allocated (Config.Prefault,
+// MC_STORE_PREFAULT).
+type Prefault int
+
+const (
+	PrefaultAuto Prefault = iota // when the segment fits in half the available memory
+	PrefaultOff                  // never (MC_STORE_PREFAULT=0)
+	PrefaultOn                   // always (MC_STORE_PREFAULT=1)
+)
+
 // prefaultSegment reports whether a mounted segment of n bytes is populated when allocated, so
 // puts do not pay a page fault per 4 KiB of fresh replica memory (as RDMA registration pins and
 // faults in upstream Mooncake's segments). It is skipped when the segment exceeds half of the
 // memory available now (committing it all up front could push the host into reclaim or OOM);
-// MC_STORE_PREFAULT=0 turns it off, =1 forces it.
-func prefaultSegment(n uint64) bool {
-	switch os.Getenv("MC_STORE_PREFAULT") {
-	case "0":
+// PrefaultOff (MC_STORE_PREFAULT=0) turns it off, PrefaultOn (=1) forces it.
+func prefaultSegment(mode Prefault, n uint64) bool {
+	switch mode {
+	case PrefaultOff:
 		return false
-	case "1":
+	case PrefaultOn:
 		return true
 	}
 	avail, ok := memAvailable()

@@ -313,3 +313,64 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	}
 }
+
+// campaigner is what the etcd and Redis electors share: the configuration, the term being
+// served, and whether Close was called. Each elector only knows how to win a term in its store.
+type campaigner struct {
+	cfg ElectorConfig
+
+	mu     sync.Mutex
+	cur    *term
+	closed bool
+}
+
+// stopped returns why a campaign must end now (the elector closed, or ctx ended), or nil.
+func (c *campaigner) stopped(ctx context.Context) error {
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return fmt.Errorf("ha: campaign on a closed elector")
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("ha: campaign for cluster %q: %w", c.cfg.ClusterID, err)
+	}
+	return nil
+}
+
+// serve takes a term just won: it waits one lease TTL (waitServe), then makes t the term this
+// elector serves and returns it. (nil, nil): the term was lost meanwhile; campaign again.
+func (c *campaigner) serve(ctx context.Context, t *term, log *slog.Logger) (*term, error) {
+	log.Info("mooncake master won the election; waiting one lease TTL before serving", "view", t.view.Version, "ttl", t.ttl)
+	if err := t.waitServe(ctx); err != nil {
+		t.Resign(context.Background())
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("ha: campaign for cluster %q: %w", c.cfg.ClusterID, ctx.Err())
+		}
+		log.Warn("mooncake master lost leadership before serving; standing again", "err", err)
+		return nil, nil
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		t.Resign(context.Background())
+		return nil, fmt.Errorf("ha: elector closed during campaign")
+	}
+	c.cur = t
+	c.mu.Unlock()
+	log.Info("mooncake master is the leader and serving", "view", t.view.Version)
+	return t, nil
+}
+
+// Close ends the campaign and resigns the term being served, if any.
+func (c *campaigner) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	t := c.cur
+	c.cur = nil
+	c.mu.Unlock()
+	if t != nil {
+		return t.Resign(context.Background())
+	}
+	return nil
+}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -15,13 +14,9 @@ import (
 
 // etcdElector campaigns with a create-if-absent transaction on the leader key.
 type etcdElector struct {
+	campaigner
 	cli *clientv3.Client
-	cfg ElectorConfig
 	key string
-
-	mu     sync.Mutex
-	cur    *term
-	closed bool
 }
 
 // NewElector makes an Elector on this connection's store.
@@ -30,7 +25,7 @@ func (c *Conn) NewElector(cfg ElectorConfig) (Elector, error) {
 		return nil, err
 	}
 	if c.etcd != nil {
-		return &etcdElector{cli: c.etcd, cfg: cfg, key: etcdViewKey(cfg.ClusterID)}, nil
+		return &etcdElector{campaigner: campaigner{cfg: cfg}, cli: c.etcd, key: etcdViewKey(cfg.ClusterID)}, nil
 	}
 	return newRedisElector(c.redis, cfg), nil
 }
@@ -39,14 +34,8 @@ func (e *etcdElector) Campaign(ctx context.Context) (Leadership, error) {
 	ttlSec := int64((e.cfg.TTL + time.Second - 1) / time.Second)
 	log := e.cfg.Logger.With("cluster_id", e.cfg.ClusterID, "address", e.cfg.Address)
 	for {
-		e.mu.Lock()
-		closed := e.closed
-		e.mu.Unlock()
-		if closed {
-			return nil, fmt.Errorf("ha: campaign on a closed elector")
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("ha: campaign for cluster %q: %w", e.cfg.ClusterID, err)
+		if err := e.stopped(ctx); err != nil {
+			return nil, err
 		}
 		t, watchRev, err := e.try(ctx, ttlSec, log)
 		if err != nil {
@@ -63,25 +52,13 @@ func (e *etcdElector) Campaign(ctx context.Context) (Leadership, error) {
 			}
 			continue
 		}
-		log.Info("mooncake master won the election; waiting one lease TTL before serving", "view", t.view.Version, "ttl", t.ttl)
-		if err := t.waitServe(ctx); err != nil {
-			t.Resign(context.Background())
-			if ctx.Err() != nil {
-				return nil, fmt.Errorf("ha: campaign for cluster %q: %w", e.cfg.ClusterID, ctx.Err())
-			}
-			log.Warn("mooncake master lost leadership before serving; standing again", "err", err)
-			continue
+		won, err := e.serve(ctx, t, log)
+		if err != nil {
+			return nil, err
 		}
-		e.mu.Lock()
-		if e.closed {
-			e.mu.Unlock()
-			t.Resign(context.Background())
-			return nil, fmt.Errorf("ha: elector closed during campaign")
+		if won != nil {
+			return won, nil
 		}
-		e.cur = t
-		e.mu.Unlock()
-		log.Info("mooncake master is the leader and serving", "view", t.view.Version)
-		return t, nil
 	}
 }
 
@@ -208,16 +185,4 @@ func (e *etcdElector) waitDeleted(ctx context.Context, rev int64) error {
 	}
 	// The watch ended (client closing?): avoid spinning.
 	return sleepCtx(ctx, retryDelay(e.cfg.TTL))
-}
-
-func (e *etcdElector) Close() error {
-	e.mu.Lock()
-	e.closed = true
-	t := e.cur
-	e.cur = nil
-	e.mu.Unlock()
-	if t != nil {
-		return t.Resign(context.Background())
-	}
-	return nil
 }

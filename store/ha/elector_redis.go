@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -34,17 +33,13 @@ end
 return 0`)
 
 type redisElector struct {
+	campaigner
 	cli                 redis.UniversalClient
-	cfg                 ElectorConfig
 	viewKey, versionKey string
-
-	mu     sync.Mutex
-	cur    *term
-	closed bool
 }
 
 func newRedisElector(cli redis.UniversalClient, cfg ElectorConfig) *redisElector {
-	return &redisElector{cli: cli, cfg: cfg, viewKey: redisViewKey(cfg.ClusterID), versionKey: redisVersionKey(cfg.ClusterID)}
+	return &redisElector{campaigner: campaigner{cfg: cfg}, cli: cli, viewKey: redisViewKey(cfg.ClusterID), versionKey: redisVersionKey(cfg.ClusterID)}
 }
 
 func (e *redisElector) Campaign(ctx context.Context) (Leadership, error) {
@@ -56,14 +51,8 @@ func (e *redisElector) Campaign(ctx context.Context) (Leadership, error) {
 	// default), so a standby polls at a modest interval.
 	poll := retryDelay(ttl)
 	for {
-		e.mu.Lock()
-		closed := e.closed
-		e.mu.Unlock()
-		if closed {
-			return nil, fmt.Errorf("ha: campaign on a closed elector")
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("ha: campaign for cluster %q: %w", e.cfg.ClusterID, err)
+		if err := e.stopped(ctx); err != nil {
+			return nil, err
 		}
 		rctx, cancel := withTimeout(ctx)
 		sent := time.Now()
@@ -100,36 +89,12 @@ func (e *redisElector) Campaign(ctx context.Context) (Leadership, error) {
 			return err
 		}
 		t := newTerm(view, ttl, sent, log, renew, resign, nil)
-		log.Info("mooncake master won the election; waiting one lease TTL before serving", "view", v, "ttl", ttl)
-		if err := t.waitServe(ctx); err != nil {
-			t.Resign(context.Background())
-			if ctx.Err() != nil {
-				return nil, fmt.Errorf("ha: campaign for cluster %q: %w", e.cfg.ClusterID, ctx.Err())
-			}
-			log.Warn("mooncake master lost leadership before serving; standing again", "err", err)
-			continue
+		won, err := e.serve(ctx, t, log)
+		if err != nil {
+			return nil, err
 		}
-		e.mu.Lock()
-		if e.closed {
-			e.mu.Unlock()
-			t.Resign(context.Background())
-			return nil, fmt.Errorf("ha: elector closed during campaign")
+		if won != nil {
+			return won, nil
 		}
-		e.cur = t
-		e.mu.Unlock()
-		log.Info("mooncake master is the leader and serving", "view", v)
-		return t, nil
 	}
-}
-
-func (e *redisElector) Close() error {
-	e.mu.Lock()
-	e.closed = true
-	t := e.cur
-	e.cur = nil
-	e.mu.Unlock()
-	if t != nil {
-		return t.Resign(context.Background())
-	}
-	return nil
 }

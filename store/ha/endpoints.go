@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -52,9 +51,21 @@ func (e Endpoints) String() string {
 //	redis://[user:password@]h:p[/db][;redis://h:p]   Redis; several addresses mean Redis Cluster
 //	rediss://...             Redis over TLS
 //
-// For Redis, MC_REDIS_PASSWORD and MC_REDIS_DB_INDEX apply when the URLs give no password
-// or database.
-func ParseEndpoints(s string) (Endpoints, error) {
+// Options (MC_REDIS_PASSWORD and MC_REDIS_DB_INDEX, filled by the caller) do not apply: see
+// ParseEndpointsWith.
+func ParseEndpoints(s string) (Endpoints, error) { return ParseEndpointsWith(s, Options{}) }
+
+// Options are settings of the HA store that its address may leave out. The zero value means
+// none. The package reads no environment: capi/ and cmd/ fill them from the knobs named below
+// (package config).
+type Options struct {
+	RedisPassword string // Redis password when the URLs give none (MC_REDIS_PASSWORD)
+	RedisDBIndex  string // Redis database when the URLs name none, a number >= 0 (MC_REDIS_DB_INDEX)
+}
+
+// ParseEndpointsWith is ParseEndpoints where o's Redis password and database apply when the
+// URLs give none.
+func ParseEndpointsWith(s string, o Options) (Endpoints, error) {
 	raw := strings.Trim(strings.TrimSpace(s), `"'`)
 	if raw == "" {
 		return Endpoints{}, fmt.Errorf("ha: no endpoints given (want e.g. \"http://127.0.0.1:2379\" or \"redis://127.0.0.1:6379\")")
@@ -123,10 +134,10 @@ func ParseEndpoints(s string) (Endpoints, error) {
 	}
 	if ep.Kind == KindRedis {
 		if ep.Password == "" {
-			ep.Password = os.Getenv("MC_REDIS_PASSWORD")
+			ep.Password = o.RedisPassword
 		}
 		if !dbSet {
-			if s := strings.TrimSpace(os.Getenv("MC_REDIS_DB_INDEX")); s != "" {
+			if s := strings.TrimSpace(o.RedisDBIndex); s != "" {
 				db, err := strconv.Atoi(s)
 				if err != nil || db < 0 {
 					return Endpoints{}, fmt.Errorf("ha: MC_REDIS_DB_INDEX=%q is not a database index (a number >= 0)", s)
@@ -161,7 +172,12 @@ type Conn struct {
 
 // Dial parses endpoints (see ParseEndpoints), connects, and checks that the store answers.
 func Dial(ctx context.Context, endpoints string) (*Conn, error) {
-	ep, err := ParseEndpoints(endpoints)
+	return DialWith(ctx, endpoints, Options{})
+}
+
+// DialWith is Dial with settings the endpoints leave out (ParseEndpointsWith).
+func DialWith(ctx context.Context, endpoints string, o Options) (*Conn, error) {
+	ep, err := ParseEndpointsWith(endpoints, o)
 	if err != nil {
 		return nil, err
 	}

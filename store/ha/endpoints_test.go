@@ -9,8 +9,6 @@ import (
 )
 
 func TestParseEndpoints(t *testing.T) {
-	t.Setenv("MC_REDIS_PASSWORD", "")
-	t.Setenv("MC_REDIS_DB_INDEX", "")
 	for _, tc := range []struct {
 		in   string
 		want Endpoints
@@ -35,18 +33,18 @@ func TestParseEndpoints(t *testing.T) {
 			t.Errorf("ParseEndpoints(%q) accepted", bad)
 		}
 	}
-	t.Setenv("MC_REDIS_PASSWORD", "envpw")
-	t.Setenv("MC_REDIS_DB_INDEX", "2")
-	got, err := ParseEndpoints("redis://h:1")
+	// Options carry MC_REDIS_PASSWORD and MC_REDIS_DB_INDEX.
+	o := Options{RedisPassword: "envpw", RedisDBIndex: "2"}
+	got, err := ParseEndpointsWith("redis://h:1", o)
 	if err != nil || got.Password != "envpw" || got.DB != 2 {
 		t.Errorf("env not applied: %+v, %v", got, err)
 	}
-	got, _ = ParseEndpoints("redis://:urlpw@h:1/5")
+	got, _ = ParseEndpointsWith("redis://:urlpw@h:1/5", o)
 	if got.Password != "urlpw" || got.DB != 5 {
 		t.Errorf("URL must win over env: %+v", got)
 	}
-	t.Setenv("MC_REDIS_DB_INDEX", "x")
-	if _, err := ParseEndpoints("redis://h:1"); err == nil || !strings.Contains(err.Error(), "MC_REDIS_DB_INDEX") {
+	o.RedisDBIndex = "x"
+	if _, err := ParseEndpointsWith("redis://h:1", o); err == nil || !strings.Contains(err.Error(), "MC_REDIS_DB_INDEX") {
 		t.Errorf("bad MC_REDIS_DB_INDEX: %v", err)
 	}
 }

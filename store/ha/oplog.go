@@ -95,6 +95,18 @@ const DefaultMaxBatchBytes = 1 << 20
 // defaultReadLimit is ReadFrom's limit when none is given.
 const defaultReadLimit = 1024
 
+// readBounds gives ReadFrom's arguments their defaults: seq 0 reads from the first entry,
+// limit <= 0 reads up to defaultReadLimit entries.
+func readBounds(seq uint64, limit int) (uint64, int) {
+	if seq == 0 {
+		seq = 1
+	}
+	if limit <= 0 {
+		limit = defaultReadLimit
+	}
+	return seq, limit
+}
+
 // NewOpLog makes the oplog of cfg.ClusterID on this connection's store.
 func (c *Conn) NewOpLog(cfg OpLogConfig) (OpLog, error) {
 	if err := checkClusterID(cfg.ClusterID); err != nil {
@@ -210,4 +222,41 @@ func decodeBatch(b []byte) ([]Entry, error) {
 		return nil, fmt.Errorf("ha: oplog batch has %d trailing bytes: %w", len(b), ErrCorrupt)
 	}
 	return out, nil
+}
+
+// tail is Tail for both stores. read returns the entries from seq on (and reports truncation
+// and corruption, which end the tail); every non-empty read goes to fn. When nothing is left,
+// wait blocks until something may have been appended since the last read (or a while passed);
+// then tail reads again. Other read errors are retried after a pause.
+func tail(ctx context.Context, seq uint64, fn func([]Entry) error,
+	read func(ctx context.Context, seq uint64) ([]Entry, error), wait func(ctx context.Context, seq uint64)) error {
+	if seq == 0 {
+		seq = 1
+	}
+	for {
+		entries, err := read(ctx, seq)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if errors.Is(err, ErrCompacted) || errors.Is(err, ErrCorrupt) {
+				return err
+			}
+			if sleepCtx(ctx, retryDelay(DefaultTTL)) != nil {
+				return ctx.Err()
+			}
+			continue
+		}
+		if len(entries) > 0 {
+			if err := fn(entries); err != nil {
+				return err
+			}
+			seq = entries[len(entries)-1].Seq + 1
+			continue
+		}
+		wait(ctx, seq)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
 }

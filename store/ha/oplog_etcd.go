@@ -2,7 +2,6 @@ package ha
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 
@@ -126,12 +125,7 @@ func (l *etcdOpLog) ReadFrom(ctx context.Context, seq uint64, limit int) ([]Entr
 
 // readFrom also returns the etcd revision the read saw.
 func (l *etcdOpLog) readFrom(ctx context.Context, seq uint64, limit int) ([]Entry, int64, error) {
-	if seq == 0 {
-		seq = 1
-	}
-	if limit <= 0 {
-		limit = defaultReadLimit
-	}
+	seq, limit = readBounds(seq, limit)
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
 	// The batch holding seq is the last one starting at or before it.
@@ -184,35 +178,14 @@ func (l *etcdOpLog) readFrom(ctx context.Context, seq uint64, limit int) ([]Entr
 }
 
 func (l *etcdOpLog) Tail(ctx context.Context, seq uint64, fn func([]Entry) error) error {
-	if seq == 0 {
-		seq = 1
+	// Read everything available, then watch for the next batch from the read's revision.
+	var rev int64
+	read := func(ctx context.Context, seq uint64) ([]Entry, error) {
+		entries, r, err := l.readFrom(ctx, seq, defaultReadLimit)
+		rev = r
+		return entries, err
 	}
-	for {
-		// Read everything available, then watch for the next batch from the read's revision.
-		entries, rev, err := l.readFrom(ctx, seq, defaultReadLimit)
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if errors.Is(err, ErrCompacted) || errors.Is(err, ErrCorrupt) {
-				return err
-			}
-			if sleepCtx(ctx, retryDelay(DefaultTTL)) != nil {
-				return ctx.Err()
-			}
-			continue
-		}
-		if len(entries) > 0 {
-			if err := fn(entries); err != nil {
-				return err
-			}
-			seq = entries[len(entries)-1].Seq + 1
-			continue
-		}
-		if err := l.waitPut(ctx, rev); err != nil && ctx.Err() != nil {
-			return ctx.Err()
-		}
-	}
+	return tail(ctx, seq, fn, read, func(ctx context.Context, _ uint64) { l.waitPut(ctx, rev) })
 }
 
 // waitPut blocks until some batch key is written after rev (or the watch fails).

@@ -161,12 +161,7 @@ func parseStreamEntry(m redis.XMessage) (Entry, error) {
 }
 
 func (l *redisOpLog) ReadFrom(ctx context.Context, seq uint64, limit int) ([]Entry, error) {
-	if seq == 0 {
-		seq = 1
-	}
-	if limit <= 0 {
-		limit = defaultReadLimit
-	}
+	seq, limit = readBounds(seq, limit)
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
 	// Read the stream and the last seq together, so an append in between cannot make a
@@ -208,46 +203,19 @@ func (l *redisOpLog) ReadFrom(ctx context.Context, seq uint64, limit int) ([]Ent
 const tailBlock = 2 * time.Second
 
 func (l *redisOpLog) Tail(ctx context.Context, seq uint64, fn func([]Entry) error) error {
-	if seq == 0 {
-		seq = 1
-	}
 	// Catch up with plain reads (these detect truncation), then block on the stream.
-	for {
-		entries, err := l.ReadFrom(ctx, seq, defaultReadLimit)
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if errors.Is(err, ErrCompacted) || errors.Is(err, ErrCorrupt) {
-				return err
-			}
-			if sleepCtx(ctx, retryDelay(DefaultTTL)) != nil {
-				return ctx.Err()
-			}
-			continue
-		}
-		if len(entries) > 0 {
-			if err := fn(entries); err != nil {
-				return err
-			}
-			seq = entries[len(entries)-1].Seq + 1
-			continue
-		}
-		// XREAD returns entries with ids above the one given, i.e. seq and later.
-		_, err = l.cli.XRead(ctx, &redis.XReadArgs{
+	read := func(ctx context.Context, seq uint64) ([]Entry, error) { return l.ReadFrom(ctx, seq, defaultReadLimit) }
+	return tail(ctx, seq, fn, read, func(ctx context.Context, seq uint64) {
+		// XREAD returns entries with ids above the one given, i.e. seq and later. Something
+		// arrived, or the block timed out: either way the next read goes through ReadFrom.
+		_, err := l.cli.XRead(ctx, &redis.XReadArgs{
 			Streams: []string{l.keys[2], strconv.FormatUint(seq-1, 10) + "-0"},
 			Count:   1, Block: tailBlock,
 		}).Result()
-		if ctx.Err() != nil {
-			return ctx.Err()
+		if err != nil && !errors.Is(err, redis.Nil) && ctx.Err() == nil {
+			sleepCtx(ctx, retryDelay(DefaultTTL))
 		}
-		if err != nil && !errors.Is(err, redis.Nil) {
-			if sleepCtx(ctx, retryDelay(DefaultTTL)) != nil {
-				return ctx.Err()
-			}
-		}
-		// Something arrived (or the block timed out): read it through ReadFrom.
-	}
+	})
 }
 
 func (l *redisOpLog) Truncate(ctx context.Context, seq uint64) error {

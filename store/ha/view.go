@@ -64,6 +64,7 @@ type ViewWatcher struct {
 	ownConn bool
 	cluster string
 	poll    time.Duration
+	dial    Options // WatchView's store settings (WithOptions)
 
 	mu      sync.Mutex
 	cur     View
@@ -74,6 +75,12 @@ type ViewWatcher struct {
 
 // WatchOption tunes a ViewWatcher.
 type WatchOption func(*ViewWatcher)
+
+// WithOptions gives WatchView the store settings its endpoints leave out (a Redis password or
+// database); a watcher on an existing Conn ignores it.
+func WithOptions(o Options) WatchOption {
+	return func(w *ViewWatcher) { w.dial = o }
+}
 
 // WithPollInterval sets how often a Redis watcher reads the view (default 1 s; etcd
 // watchers are pushed changes and ignore it).
@@ -88,7 +95,11 @@ func WithPollInterval(d time.Duration) WatchOption {
 // WatchView dials endpoints ("etcd://h:p,h:p", "redis://h:p", or any form ParseEndpoints
 // takes) and follows the view of clusterID. Close releases the connection.
 func WatchView(ctx context.Context, endpoints, clusterID string, opts ...WatchOption) (*ViewWatcher, error) {
-	c, err := Dial(ctx, endpoints)
+	var pre ViewWatcher
+	for _, o := range opts {
+		o(&pre)
+	}
+	c, err := DialWith(ctx, endpoints, pre.dial)
 	if err != nil {
 		return nil, err
 	}

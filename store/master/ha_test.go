@@ -301,8 +301,7 @@ func testHAFollowPromoteSnapshot(t *testing.T, eps string) {
 func TestMasterSnapshotRoundTrip(t *testing.T) {
 	backends := map[string]func(t *testing.T) snapshot.Backend{
 		"local": func(t *testing.T) snapshot.Backend {
-			t.Setenv("MOONCAKE_SNAPSHOT_LOCAL_PATH", t.TempDir())
-			be, err := snapshot.OpenBackend(context.Background(), "local", "")
+			be, err := snapshot.OpenBackend(context.Background(), "local", snapshot.BackendOptions{LocalRoot: t.TempDir()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -319,16 +318,8 @@ func TestMasterSnapshotRoundTrip(t *testing.T) {
 				}
 			}
 			srv := testsvc.StartMinIO(t)
-			t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
-			t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
-			t.Setenv("AWS_DEFAULT_REGION", srv.Region)
-			t.Setenv("MOONCAKE_SNAPSHOT_S3_ENDPOINT", "http://"+srv.Endpoint)
-			t.Setenv("MOONCAKE_SNAPSHOT_S3_BUCKET", "snaps")
-			cfg, err := snapshot.S3ConfigFromEnv()
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg.CreateBucket = true
+			cfg := snapshot.S3Config{AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, Region: srv.Region,
+				Endpoint: "http://" + srv.Endpoint, Bucket: "snaps", CreateBucket: true}
 			be, err := snapshot.NewS3(context.Background(), cfg)
 			if err != nil {
 				t.Fatal(err)

@@ -271,12 +271,15 @@ func (s *Server) Snapshot() metrics.Snapshot {
 
 // interceptor counts requests and failures per method and refuses work while not serving.
 func (s *Server) interceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	start := time.Now()
 	resp, err := h(ctx, req)
 	failed := err != nil
+	code := api.CodeOf(err)
 	if c, ok := resp.(api.Coded); ok && c.StatusCode() != api.OK {
-		failed = true
+		failed, code = true, c.StatusCode()
 	}
 	s.metrics.ObserveRPC(path.Base(info.FullMethod), failed)
+	s.metrics.ObserveRPCResult(path.Base(info.FullMethod), code.String(), time.Since(start))
 	return resp, err
 }
 
@@ -296,14 +299,14 @@ func (s *Server) GRPCServer() *grpc.Server {
 }
 
 // Serve serves the master service on lis until ctx ends, then stops gracefully: gRPC, and the
-// lane (store/api/lane.go) for clients that open with its magic.
+// framed RPC (store/api/framed.go) for clients that open with its magic.
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	g := s.GRPCServer()
-	lane := api.NewLaneServer(&api.ServiceDesc, s, s.interceptor)
-	lis = api.NewLaneListener(lis, lane)
+	framed := api.NewFramedServer(&api.ServiceDesc, s, s.interceptor)
+	lis = api.NewFramedListener(lis, framed)
 	go func() {
 		<-ctx.Done()
-		lane.Close()
+		framed.Close()
 		stopped := make(chan struct{})
 		go func() { g.GracefulStop(); close(stopped) }()
 		select {

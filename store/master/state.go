@@ -82,38 +82,35 @@ func NewState(cfg Config) *State {
 // Applied is the number of entries applied so far (the log position of a standby).
 func (s *State) Applied() uint64 { return s.applied }
 
-// Apply changes the state by one entry and returns its result. It is deterministic: it reads no
-// clock, no randomness and no I/O beyond the entry.
 // VerifiedAt is the applied count right after the last OpVerify entry.
 func (s *State) VerifiedAt() uint64 { return s.verifiedAt }
 
+// Apply changes the state by one entry and returns its result. It is deterministic: it reads no
+// clock, no randomness and no I/O beyond the entry.
 func (s *State) Apply(e Entry) Result {
 	s.applied++
 	return s.apply(e)
 }
 
+// entryOps are the ops that one method applies from the entry alone.
+var entryOps = map[Op]func(*State, Entry) Result{
+	OpMountSegment:   (*State).mountSegment,
+	OpUnmountSegment: (*State).unmountSegment,
+	OpExpireClient:   (*State).expireClient,
+	OpPutStart:       (*State).putStart,
+	OpPutEnd:         (*State).putEnd,
+	OpPutRevoke:      (*State).putRevoke,
+	OpGrantLease:     (*State).grantLease,
+	OpRemove:         (*State).remove,
+	OpRemoveByRegex:  (*State).removeByRegex,
+	OpRemoveAll:      (*State).removeAll,
+}
+
 func (s *State) apply(e Entry) Result {
+	if f, ok := entryOps[e.Op]; ok {
+		return f(s, e)
+	}
 	switch e.Op {
-	case OpMountSegment:
-		return s.mountSegment(e)
-	case OpUnmountSegment:
-		return s.unmountSegment(e)
-	case OpExpireClient:
-		return s.expireClient(e)
-	case OpPutStart:
-		return s.putStart(e)
-	case OpPutEnd:
-		return s.putEnd(e)
-	case OpPutRevoke:
-		return s.putRevoke(e)
-	case OpGrantLease:
-		return s.grantLease(e)
-	case OpRemove:
-		return s.remove(e)
-	case OpRemoveByRegex:
-		return s.removeByRegex(e)
-	case OpRemoveAll:
-		return s.removeAll(e)
 	case OpTick:
 		return s.tick(e.Now)
 	case OpVerify:
@@ -151,6 +148,28 @@ func ValidateKey(key string) error {
 func keyFail(key string) (Result, bool) {
 	if err := ValidateKey(key); err != nil {
 		return Result{Code: api.INVALID_KEY, Message: err.(*api.Error).Msg}, true
+	}
+	return Result{}, false
+}
+
+// lookup returns the object of e.Key, or nil and the answer to a call on it: an invalid key, or
+// OBJECT_NOT_FOUND worded "key %q <missing>".
+func (s *State) lookup(e Entry, missing string) (*object, Result) {
+	if r, bad := keyFail(e.Key); bad {
+		return nil, r
+	}
+	o, ok := s.objects[e.Key]
+	if !ok {
+		return nil, fail(api.OBJECT_NOT_FOUND, fmt.Sprintf("key %q %s", e.Key, missing))
+	}
+	return o, Result{}
+}
+
+// otherPutter reports whether e comes from a client other than the one writing o (an entry
+// without a client id speaks for the master, which may end any put).
+func otherPutter(e Entry, o *object) (Result, bool) {
+	if e.ClientID != "" && o.putClient != e.ClientID {
+		return fail(api.ILLEGAL_CLIENT, fmt.Sprintf("key %q is being written by another client", e.Key)), true
 	}
 	return Result{}, false
 }
@@ -376,18 +395,15 @@ func (s *State) candidateOrder(e Entry, cfg api.ReplicateConfig) []string {
 }
 
 func (s *State) putEnd(e Entry) Result {
-	if r, bad := keyFail(e.Key); bad {
+	o, r := s.lookup(e, "has no put in progress")
+	if o == nil {
 		return r
-	}
-	o, ok := s.objects[e.Key]
-	if !ok {
-		return fail(api.OBJECT_NOT_FOUND, fmt.Sprintf("key %q has no put in progress", e.Key))
 	}
 	if o.complete {
 		return Result{}
 	}
-	if e.ClientID != "" && o.putClient != e.ClientID {
-		return fail(api.ILLEGAL_CLIENT, fmt.Sprintf("key %q is being written by another client", e.Key))
+	if r, bad := otherPutter(e, o); bad {
+		return r
 	}
 	o.complete = true
 	for i := range o.replicas {
@@ -403,18 +419,15 @@ func (s *State) putEnd(e Entry) Result {
 }
 
 func (s *State) putRevoke(e Entry) Result {
-	if r, bad := keyFail(e.Key); bad {
+	o, r := s.lookup(e, "has no put in progress")
+	if o == nil {
 		return r
-	}
-	o, ok := s.objects[e.Key]
-	if !ok {
-		return fail(api.OBJECT_NOT_FOUND, fmt.Sprintf("key %q has no put in progress", e.Key))
 	}
 	if o.complete {
 		return fail(api.INVALID_WRITE, fmt.Sprintf("key %q is already complete; remove it instead", e.Key))
 	}
-	if e.ClientID != "" && o.putClient != e.ClientID {
-		return fail(api.ILLEGAL_CLIENT, fmt.Sprintf("key %q is being written by another client", e.Key))
+	if r, bad := otherPutter(e, o); bad {
+		return r
 	}
 	s.deleteObject(o)
 	return Result{}
@@ -423,12 +436,9 @@ func (s *State) putRevoke(e Entry) Result {
 // ---- get / remove ----
 
 func (s *State) grantLease(e Entry) Result {
-	if r, bad := keyFail(e.Key); bad {
+	o, r := s.lookup(e, "not found")
+	if o == nil {
 		return r
-	}
-	o, ok := s.objects[e.Key]
-	if !ok {
-		return fail(api.OBJECT_NOT_FOUND, fmt.Sprintf("key %q not found", e.Key))
 	}
 	if !o.complete {
 		return fail(api.REPLICA_IS_NOT_READY, fmt.Sprintf("key %q is still being written", e.Key))
@@ -454,12 +464,9 @@ func (s *State) removable(o *object, now int64, force bool) Result {
 }
 
 func (s *State) remove(e Entry) Result {
-	if r, bad := keyFail(e.Key); bad {
+	o, r := s.lookup(e, "not found")
+	if o == nil {
 		return r
-	}
-	o, ok := s.objects[e.Key]
-	if !ok {
-		return fail(api.OBJECT_NOT_FOUND, fmt.Sprintf("key %q not found", e.Key))
 	}
 	if r := s.removable(o, e.Now, e.Force); r.Code != api.OK {
 		return r

@@ -39,6 +39,11 @@ type Snapshot struct {
 	VerifyOK         uint64 // standby: verification entries whose state digest matched
 	VerifyMismatch   uint64 // standby: verification entries whose state digest differed
 	StateTransitions uint64 // role changes (standby -> leader -> standby ...)
+
+	// G3 (the shared file/DFS tier, --root_fs_dir). Exported always; zero until the tier is
+	// configured and fills them.
+	DFSCapacity uint64 // bytes the tier may hold
+	DFSUsed     uint64 // bytes of objects stored in the tier
 }
 
 // Ops are the operations with their own mooncake_master_<op>_requests_total and
@@ -58,6 +63,7 @@ type Master struct {
 	opRequests  map[string]prometheus.Counter
 	opFailures  map[string]prometheus.Counter
 	snapshot    func() Snapshot
+	rpc         rpcResults // latency and error codes per method (rpc.go)
 }
 
 // NewMaster creates the metrics; snapshot is called (concurrently) on every scrape.
@@ -73,7 +79,9 @@ func NewMaster(snapshot func() Snapshot) *Master {
 		}, []string{"method"}),
 		opRequests: map[string]prometheus.Counter{},
 		opFailures: map[string]prometheus.Counter{},
+		rpc:        newRPCResults(),
 	}
+	m.reg.MustRegister(m.rpc.duration, m.rpc.errors)
 	m.reg.MustRegister(m.rpcRequests, m.rpcFailures, &stateCollector{m: m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, op := range Ops {
@@ -208,7 +216,8 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descObjects, descPending, descSoft, descHard, descLeased, descCapacity,
 		descAllocated, descUsage, descSegments, descClients, descMounting, descSegFree, descSegCap, descSegUsed,
 		descEvicted, descEvictBytes, descPasses, descReclaimed, descExpired, descApplied,
-		descRole, descServing, descOplogSeq, descDurableSeq, descLag, descLagAlert, descTransitions, descVerify} {
+		descRole, descServing, descOplogSeq, descDurableSeq, descLag, descLagAlert, descTransitions, descVerify,
+		descDFSCapacity, descDFSUsed} {
 		ch <- d
 	}
 }
@@ -247,6 +256,8 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ct(descReclaimed, s.ReclaimedPuts)
 	ct(descExpired, s.ExpiredClients)
 	ct(descApplied, s.AppliedEntries)
+	g(descDFSCapacity, float64(s.DFSCapacity))
+	g(descDFSUsed, float64(s.DFSUsed))
 	if s.HA {
 		b := func(v bool) float64 {
 			if v {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 )
 
@@ -37,26 +36,30 @@ const (
 	KindS3    = "s3"
 )
 
-// OpenBackend opens the backend named by kind ("local" or "s3"). localRoot is the
-// directory for "local"; when empty, MOONCAKE_SNAPSHOT_LOCAL_PATH is used. "s3" reads its
-// settings from the environment (see S3ConfigFromEnv).
-func OpenBackend(ctx context.Context, kind, localRoot string) (Backend, error) {
+// BackendOptions are the settings OpenBackend takes besides the backend's kind. The package
+// reads no environment: cmd/mooncake_master fills them from the knobs named below (package
+// config).
+type BackendOptions struct {
+	// LocalRoot is the directory of the "local" backend (--snapshot_backup_dir, else
+	// MOONCAKE_SNAPSHOT_LOCAL_PATH).
+	LocalRoot string
+	// S3 configures the "s3" backend (MOONCAKE_SNAPSHOT_S3_*, AWS_*); Bucket is required.
+	S3 S3Config
+}
+
+// OpenBackend opens the backend named by kind ("local" or "s3") with o's settings.
+func OpenBackend(ctx context.Context, kind string, o BackendOptions) (Backend, error) {
 	switch strings.ToLower(strings.TrimSpace(kind)) {
 	case KindLocal, "":
-		root := localRoot
-		if root == "" {
-			root = os.Getenv("MOONCAKE_SNAPSHOT_LOCAL_PATH")
-		}
-		if root == "" {
+		if o.LocalRoot == "" {
 			return nil, fmt.Errorf("snapshot: the local snapshot backend needs a directory: pass one or set MOONCAKE_SNAPSHOT_LOCAL_PATH")
 		}
-		return NewLocal(root)
+		return NewLocal(o.LocalRoot)
 	case KindS3:
-		cfg, err := S3ConfigFromEnv()
-		if err != nil {
-			return nil, err
+		if o.S3.Bucket == "" {
+			return nil, fmt.Errorf("snapshot: the s3 snapshot backend needs a bucket: set MOONCAKE_SNAPSHOT_S3_BUCKET")
 		}
-		return NewS3(ctx, cfg)
+		return NewS3(ctx, o.S3)
 	default:
 		return nil, fmt.Errorf("snapshot: unknown snapshot backend %q (want %q or %q)", kind, KindLocal, KindS3)
 	}

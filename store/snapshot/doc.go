@@ -30,10 +30,11 @@
 // Metrics (mooncake_master_snapshot_*) are prometheus collectors made by NewMetrics; the
 // master registers them on its registry.
 //
-// Configuration from the environment, as upstream: MOONCAKE_SNAPSHOT_LOCAL_PATH (local root,
-// when no flag gives one); for S3 AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
-// AWS_DEFAULT_REGION, MOONCAKE_SNAPSHOT_S3_BUCKET, MOONCAKE_SNAPSHOT_S3_PREFIX and
-// MOONCAKE_SNAPSHOT_S3_ENDPOINT (for S3-compatible servers such as MinIO).
+// Configuration (BackendOptions, filled by mooncake_master from the environment at start, as
+// upstream; this package reads no environment): MOONCAKE_SNAPSHOT_LOCAL_PATH (local root, when
+// no flag gives one); for S3 AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION,
+// MOONCAKE_SNAPSHOT_S3_BUCKET, MOONCAKE_SNAPSHOT_S3_PREFIX and MOONCAKE_SNAPSHOT_S3_ENDPOINT
+// (for S3-compatible servers such as MinIO).
 //
 // This package must not know the master's state format, and must not touch the oplog or
 // leader election (store/ha).

@@ -34,28 +34,28 @@ type Metrics struct {
 //	mooncake_master_snapshot_restore_skipped_total    invalid (corrupt or incomplete) snapshots passed over
 //	mooncake_master_snapshot_restore_duration_seconds time to restore (histogram)
 func NewMetrics() *Metrics {
+	const prefix = "mooncake_master_snapshot_"
 	buckets := prometheus.ExponentialBuckets(0.005, 2, 16) // 5 ms .. ~164 s
+	counter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: prefix + name, Help: help})
+	}
+	gauge := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Name: prefix + name, Help: help})
+	}
+	histogram := func(name, help string) prometheus.Histogram {
+		return prometheus.NewHistogram(prometheus.HistogramOpts{Name: prefix + name, Help: help, Buckets: buckets})
+	}
 	return &Metrics{
-		SaveSuccess: prometheus.NewCounter(prometheus.CounterOpts{Name: "mooncake_master_snapshot_success_total",
-			Help: "Snapshots of the master's metadata saved."}),
-		SaveFailure: prometheus.NewCounter(prometheus.CounterOpts{Name: "mooncake_master_snapshot_failure_total",
-			Help: "Snapshot saves that failed."}),
-		SaveDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "mooncake_master_snapshot_duration_seconds",
-			Help: "Time to save one snapshot (payload, manifest, latest pointer, retention).", Buckets: buckets}),
-		SaveBytes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mooncake_master_snapshot_size_bytes",
-			Help: "Payload size of the last saved snapshot."}),
-		LastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mooncake_master_snapshot_last_success_timestamp_seconds",
-			Help: "Unix time of the last saved snapshot."}),
-		LastAppliedSeq: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mooncake_master_snapshot_last_applied_seq",
-			Help: "Oplog sequence id covered by the last saved snapshot."}),
-		RestoreSuccess: prometheus.NewCounter(prometheus.CounterOpts{Name: "mooncake_master_snapshot_restore_success_total",
-			Help: "Restores that loaded a valid snapshot."}),
-		RestoreFailure: prometheus.NewCounter(prometheus.CounterOpts{Name: "mooncake_master_snapshot_restore_failure_total",
-			Help: "Restores that found no valid snapshot or could not read the backend."}),
-		RestoreSkipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "mooncake_master_snapshot_restore_skipped_total",
-			Help: "Corrupt or incomplete snapshots passed over by restore."}),
-		RestoreDur: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "mooncake_master_snapshot_restore_duration_seconds",
-			Help: "Time to find, read and verify a snapshot.", Buckets: buckets}),
+		SaveSuccess:    counter("success_total", "Snapshots of the master's metadata saved."),
+		SaveFailure:    counter("failure_total", "Snapshot saves that failed."),
+		SaveDuration:   histogram("duration_seconds", "Time to save one snapshot (payload, manifest, latest pointer, retention)."),
+		SaveBytes:      gauge("size_bytes", "Payload size of the last saved snapshot."),
+		LastSuccess:    gauge("last_success_timestamp_seconds", "Unix time of the last saved snapshot."),
+		LastAppliedSeq: gauge("last_applied_seq", "Oplog sequence id covered by the last saved snapshot."),
+		RestoreSuccess: counter("restore_success_total", "Restores that loaded a valid snapshot."),
+		RestoreFailure: counter("restore_failure_total", "Restores that found no valid snapshot or could not read the backend."),
+		RestoreSkipped: counter("restore_skipped_total", "Corrupt or incomplete snapshots passed over by restore."),
+		RestoreDur:     histogram("restore_duration_seconds", "Time to find, read and verify a snapshot."),
 	}
 }
 

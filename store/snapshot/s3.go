@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"os"
 	"sort"
 	"strings"
 	"time"
@@ -32,24 +31,6 @@ type S3Config struct {
 	AccessKey, SecretKey string
 	// CreateBucket makes the bucket when it does not exist, instead of failing.
 	CreateBucket bool
-}
-
-// S3ConfigFromEnv reads AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION,
-// MOONCAKE_SNAPSHOT_S3_BUCKET, MOONCAKE_SNAPSHOT_S3_PREFIX and
-// MOONCAKE_SNAPSHOT_S3_ENDPOINT.
-func S3ConfigFromEnv() (S3Config, error) {
-	cfg := S3Config{
-		Endpoint:  strings.TrimSpace(os.Getenv("MOONCAKE_SNAPSHOT_S3_ENDPOINT")),
-		Region:    strings.TrimSpace(os.Getenv("AWS_DEFAULT_REGION")),
-		Bucket:    strings.TrimSpace(os.Getenv("MOONCAKE_SNAPSHOT_S3_BUCKET")),
-		Prefix:    strings.TrimSpace(os.Getenv("MOONCAKE_SNAPSHOT_S3_PREFIX")),
-		AccessKey: os.Getenv("AWS_ACCESS_KEY_ID"),
-		SecretKey: os.Getenv("AWS_SECRET_ACCESS_KEY"),
-	}
-	if cfg.Bucket == "" {
-		return cfg, fmt.Errorf("snapshot: the s3 snapshot backend needs a bucket: set MOONCAKE_SNAPSHOT_S3_BUCKET")
-	}
-	return cfg, nil
 }
 
 // S3 keeps objects in an S3 bucket. A PUT is atomic and durable once acknowledged.

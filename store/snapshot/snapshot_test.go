@@ -49,25 +49,24 @@ func TestLocalListIgnoresTempFiles(t *testing.T) {
 	}
 }
 
+// TestOpenBackendLocalFromEnv: the local root and the S3 bucket the master fills from
+// MOONCAKE_SNAPSHOT_LOCAL_PATH / MOONCAKE_SNAPSHOT_S3_BUCKET.
 func TestOpenBackendLocalFromEnv(t *testing.T) {
 	dir := t.TempDir()
-	t.Setenv("MOONCAKE_SNAPSHOT_LOCAL_PATH", dir)
-	be, err := OpenBackend(context.Background(), "local", "")
+	be, err := OpenBackend(context.Background(), "local", BackendOptions{LocalRoot: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if l := be.(*Local); l.Root() != dir {
 		t.Fatalf("root = %s, want %s", l.Root(), dir)
 	}
-	t.Setenv("MOONCAKE_SNAPSHOT_LOCAL_PATH", "")
-	if _, err := OpenBackend(context.Background(), "local", ""); err == nil || !strings.Contains(err.Error(), "MOONCAKE_SNAPSHOT_LOCAL_PATH") {
+	if _, err := OpenBackend(context.Background(), "local", BackendOptions{}); err == nil || !strings.Contains(err.Error(), "MOONCAKE_SNAPSHOT_LOCAL_PATH") {
 		t.Fatalf("want an error naming MOONCAKE_SNAPSHOT_LOCAL_PATH, got %v", err)
 	}
-	if _, err := OpenBackend(context.Background(), "ftp", dir); err == nil {
+	if _, err := OpenBackend(context.Background(), "ftp", BackendOptions{LocalRoot: dir}); err == nil {
 		t.Fatal("unknown backend kind accepted")
 	}
-	t.Setenv("MOONCAKE_SNAPSHOT_S3_BUCKET", "")
-	if _, err := OpenBackend(context.Background(), "s3", ""); err == nil || !strings.Contains(err.Error(), "MOONCAKE_SNAPSHOT_S3_BUCKET") {
+	if _, err := OpenBackend(context.Background(), "s3", BackendOptions{}); err == nil || !strings.Contains(err.Error(), "MOONCAKE_SNAPSHOT_S3_BUCKET") {
 		t.Fatalf("want an error naming MOONCAKE_SNAPSHOT_S3_BUCKET, got %v", err)
 	}
 }
@@ -303,19 +302,11 @@ func minioBin(t *testing.T) {
 	// (go install github.com/minio/minio@latest).
 }
 
-func startS3(t *testing.T, prefix string) *S3 {
+func startS3(t *testing.T, prefix string) (*S3, S3Config) {
 	minioBin(t)
 	srv := testsvc.StartMinIO(t)
-	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
-	t.Setenv("AWS_DEFAULT_REGION", srv.Region)
-	t.Setenv("MOONCAKE_SNAPSHOT_S3_ENDPOINT", "http://"+srv.Endpoint)
-	t.Setenv("MOONCAKE_SNAPSHOT_S3_BUCKET", "snaps")
-	t.Setenv("MOONCAKE_SNAPSHOT_S3_PREFIX", prefix)
-	cfg, err := S3ConfigFromEnv()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := S3Config{AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, Region: srv.Region,
+		Endpoint: "http://" + srv.Endpoint, Bucket: "snaps", Prefix: prefix}
 	ctx := context.Background()
 	if _, err := NewS3(ctx, cfg); err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Fatalf("NewS3 on a missing bucket: %v, want a 'does not exist' error", err)
@@ -325,18 +316,18 @@ func startS3(t *testing.T, prefix string) *S3 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s
+	return s, cfg
 }
 
 func TestS3(t *testing.T) {
-	s := startS3(t, "team-a")
+	s, cfg := startS3(t, "team-a")
 	testBackend(t, s)
 	t.Run("manager", func(t *testing.T) {
 		// Objects of the backend test live outside the snapshot folder; List is by prefix.
 		testManager(t, s)
 	})
-	// OpenBackend("s3") reads the same environment.
-	be, err := OpenBackend(context.Background(), "s3", "")
+	// OpenBackend("s3") with the same settings.
+	be, err := OpenBackend(context.Background(), "s3", BackendOptions{S3: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,8 +12,9 @@ import (
 //
 // The owner's pages are resident (store segments are pre-faulted when mounted), but this
 // process's mapping of them starts with empty page tables, and each first touch of a 4 KiB page
-// takes a fault; on a virtual machine that costs about 1 µs a page, so a copy into fresh replica
-// memory ran at a fifth of memcpy speed. A mapping is therefore filled in two ways:
+// takes a fault; on a virtual machine the faults cost several times the copy itself, so a copy
+// into fresh replica memory ran far below memcpy speed (figures in docs/performance.md). A
+// mapping is therefore filled in two ways:
 //
 //   - in the background, once, from the moment it is made: resident pages only (mincore), so a
 //     peer never commits memory its owner has not touched;

@@ -205,6 +205,37 @@ pub struct LocalRequest {
     pub length: usize,
 }
 
+/// Bytes an engine has moved per transport, from [`TransferEngine::transport_bytes`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TransportBytes {
+    /// Within this process.
+    pub local: u64,
+    /// Shared memory with a same-host peer.
+    pub shm: u64,
+    pub tcp: u64,
+}
+
+impl TransportBytes {
+    /// Parses the library's JSON object `{"local":n,"shm":n,"tcp":n}` (keys in any order;
+    /// a missing key counts 0).
+    fn parse(js: &str) -> Option<TransportBytes> {
+        let body = js.trim().strip_prefix('{')?.strip_suffix('}')?;
+        let mut t = TransportBytes::default();
+        for field in body.split(',').filter(|f| !f.trim().is_empty()) {
+            let mut kv = field.splitn(2, ':');
+            let key = kv.next()?.trim().trim_matches('"');
+            let val: u64 = kv.next()?.trim().parse().ok()?;
+            match key {
+                "local" => t.local = val,
+                "shm" => t.shm = val,
+                "tcp" => t.tcp = val,
+                _ => {}
+            }
+        }
+        Some(t)
+    }
+}
+
 /// A transfer engine instance. The first one a process creates is the process-wide engine
 /// that the store and process groups share (it lives until the process exits); later ones are
 /// closed on drop.
@@ -372,13 +403,15 @@ impl TransferEngine {
         }
     }
 
-    /// Bytes this engine has moved through `transport` ("local", "shm" or "tcp").
-    pub fn transport_bytes(&self, transport: &str) -> Result<u64> {
-        let t = cstring("transport", transport)?;
-        let mut n = 0u64;
-        // SAFETY: string and out pointer alive across the call.
-        check(unsafe { sys::mc_engine_transport_bytes(self.handle, t.as_ptr(), &mut n) })?;
-        Ok(n)
+    /// Bytes this engine has moved through each transport so far (which transport reached a
+    /// peer: same-host peers go through shm unless MC_FORCE_TCP=1).
+    pub fn transport_bytes(&self) -> Result<TransportBytes> {
+        // SAFETY: the closure's buffer is writable for its length.
+        let js = read_string(|b, n| unsafe { sys::mc_engine_transport_bytes(self.handle, b, n) })?;
+        TransportBytes::parse(&js).ok_or_else(|| EngineError::Failed {
+            code: codes::INVALID_ARGUMENT,
+            message: format!("unexpected transport byte counts {:?}", js),
+        })
     }
 
     /// Sends a notification (`name`, `msg`) to an opened segment's engine.
@@ -686,6 +719,28 @@ mod tests {
     }
 
     #[test]
+    fn transport_bytes_json() {
+        assert_eq!(
+            TransportBytes::parse(r#"{"local":1,"shm":22,"tcp":333}"#),
+            Some(TransportBytes {
+                local: 1,
+                shm: 22,
+                tcp: 333
+            })
+        );
+        assert_eq!(
+            TransportBytes::parse(r#"{ "tcp": 5 }"#),
+            Some(TransportBytes {
+                tcp: 5,
+                ..Default::default()
+            })
+        );
+        assert_eq!(TransportBytes::parse("{}"), Some(TransportBytes::default()));
+        assert_eq!(TransportBytes::parse(r#"{"shm":-1}"#), None);
+        assert_eq!(TransportBytes::parse("[]"), None);
+    }
+
+    #[test]
     fn two_engines_in_one_process() {
         let target = TransferEngine::new("127.0.0.1", "P2PHANDSHAKE", "tcp", "").unwrap();
         let init = TransferEngine::new("127.0.0.1", "P2PHANDSHAKE", "tcp", "").unwrap();
@@ -750,13 +805,8 @@ mod tests {
             err
         );
         drop(mem);
-        assert!(
-            init.transport_bytes("shm").unwrap()
-                + init.transport_bytes("tcp").unwrap()
-                + init.transport_bytes("local").unwrap()
-                > 0
-        );
-        assert!(init.transport_bytes("carrier-pigeon").is_err());
+        let tb = init.transport_bytes().unwrap();
+        assert!(tb.shm + tb.tcp + tb.local >= (64 << 10) + 15, "{:?}", tb);
         assert!(matches!(
             init.open_segment("a\0b"),
             Err(EngineError::InvalidArgument(_))

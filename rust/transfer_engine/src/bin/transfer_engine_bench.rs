@@ -291,9 +291,8 @@ fn initiator(f: &mut Flags) {
     if failed.load(Ordering::Relaxed) {
         exit(1);
     }
-    let shm = e.transport_bytes("shm").unwrap_or(0);
-    let tcp = e.transport_bytes("tcp").unwrap_or(0);
-    let via = if shm > tcp { "shm" } else { "tcp" };
+    let tb = e.transport_bytes().unwrap_or_default();
+    let via = if tb.shm > tb.tcp { "shm" } else { "tcp" };
     drop(mem);
     println!(
         "Test completed: duration {:.2}, batch count {}, transport {}, throughput {}",

@@ -10,7 +10,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -22,16 +21,16 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// The lane: the master service's unary calls over plain framed TCP, on the gRPC port.
+// The framed RPC: the master service's unary calls over plain framed TCP, on the gRPC port.
 //
-// A gRPC unary call costs about 150-200 µs of round trip on a small machine (HTTP/2 headers,
-// flow control, and several goroutine hand-offs on each side), five times a plain socket round
-// trip, and a put is two calls. A client connection that opens with laneMagic instead of the
-// HTTP/2 preface is served by a loop that reads a request, runs the very handler (and
-// interceptor: metrics, leadership checks) that gRPC would run, and writes the reply, one call
-// at a time per connection. Messages, status codes and handlers are the gRPC service's
-// (ServiceDesc, the JSON codec, grpc/status codes), so the lane changes the framing only; the
-// master keeps serving gRPC on the same port to everything else. Clients use the lane unless
+// A gRPC unary call costs several plain socket round trips (HTTP/2 headers, flow control, and
+// several goroutine hand-offs on each side; figures in docs/performance.md), and a put is two
+// calls. A client connection that opens with framedMagic instead of the HTTP/2 preface is
+// served by a loop that reads a request, runs the very handler (and interceptor: metrics,
+// leadership checks) that gRPC would run, and writes the reply, one call at a time per
+// connection. Messages, status codes and handlers are the gRPC service's (ServiceDesc, the JSON
+// codec, grpc/status codes), so the framed RPC changes the framing only; the master keeps
+// serving gRPC on the same port to everything else. Clients use the framed RPC unless
 // MC_STORE_RPC=grpc.
 //
 // Frames (integers little-endian):
@@ -39,21 +38,21 @@ import (
 //	request:  u32 n | u8 len(method) | method | JSON body           (n counts what follows it)
 //	reply:    u32 n | u8 0 | JSON body                              (success)
 //	          u32 n | u8 1 | u32 grpc code | message                (error)
-const laneMagic = "MCLANE1\n"
+//
+// The magic's bytes keep the name this path had before ("lane") so that clients and masters
+// of either version still understand each other.
+const framedMagic = "MCLANE1\n"
 
-// laneMaxFrame bounds a frame (the gRPC server's receive limit).
-const laneMaxFrame = 64 << 20
+// framedMaxFrame bounds a frame (the gRPC server's receive limit).
+const framedMaxFrame = 64 << 20
 
-// laneSniffTimeout bounds how long a new connection may take to send its first 8 bytes.
-const laneSniffTimeout = 10 * time.Second
-
-// UseLane reports whether clients call the master over the lane (MC_STORE_RPC is not "grpc").
-func UseLane() bool { return !strings.EqualFold(strings.TrimSpace(os.Getenv("MC_STORE_RPC")), "grpc") }
+// framedSniffTimeout bounds how long a new connection may take to send its first 8 bytes.
+const framedSniffTimeout = 10 * time.Second
 
 // ---- server ----
 
-// LaneServer serves the lane for a service registered the gRPC way.
-type LaneServer struct {
+// FramedServer serves the framed RPC for a service registered the gRPC way.
+type FramedServer struct {
 	srv     any
 	methods map[string]grpc.MethodDesc
 	icpt    grpc.UnaryServerInterceptor
@@ -63,17 +62,17 @@ type LaneServer struct {
 	closed bool
 }
 
-// NewLaneServer serves desc's unary methods on srv through icpt (nil: none).
-func NewLaneServer(desc *grpc.ServiceDesc, srv any, icpt grpc.UnaryServerInterceptor) *LaneServer {
-	l := &LaneServer{srv: srv, methods: map[string]grpc.MethodDesc{}, icpt: icpt, conns: map[net.Conn]struct{}{}}
+// NewFramedServer serves desc's unary methods on srv through icpt (nil: none).
+func NewFramedServer(desc *grpc.ServiceDesc, srv any, icpt grpc.UnaryServerInterceptor) *FramedServer {
+	l := &FramedServer{srv: srv, methods: map[string]grpc.MethodDesc{}, icpt: icpt, conns: map[net.Conn]struct{}{}}
 	for _, m := range desc.Methods {
 		l.methods["/"+desc.ServiceName+"/"+m.MethodName] = m
 	}
 	return l
 }
 
-// Close closes every lane connection; later ones are refused.
-func (l *LaneServer) Close() {
+// Close closes every framed-RPC connection; later ones are refused.
+func (l *FramedServer) Close() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.closed = true
@@ -82,7 +81,7 @@ func (l *LaneServer) Close() {
 	}
 }
 
-func (l *LaneServer) serveConn(c net.Conn) {
+func (l *FramedServer) serveConn(c net.Conn) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -145,8 +144,8 @@ func readFrame(r *bufio.Reader) ([]byte, error) {
 		return nil, err
 	}
 	n := binary.LittleEndian.Uint32(hdr[:])
-	if n > laneMaxFrame {
-		return nil, fmt.Errorf("frame of %d bytes exceeds the %d-byte limit", n, laneMaxFrame)
+	if n > framedMaxFrame {
+		return nil, fmt.Errorf("frame of %d bytes exceeds the %d-byte limit", n, framedMaxFrame)
 	}
 	buf := make([]byte, n)
 	if _, err := io.ReadFull(r, buf); err != nil {
@@ -167,11 +166,11 @@ func writeFrame(w *bufio.Writer, parts ...[]byte) error {
 	return w.Flush()
 }
 
-// LaneListener splits a listener: connections opening with the lane magic are served by lane,
+// FramedListener splits a listener: connections opening with the framed-RPC magic are served by srv,
 // the rest are returned by Accept (for grpc.Server.Serve).
-type LaneListener struct {
+type FramedListener struct {
 	net.Listener
-	lane  *LaneServer
+	srv   *FramedServer
 	conns chan net.Conn
 	done  chan struct{}
 	once  sync.Once
@@ -179,14 +178,14 @@ type LaneListener struct {
 	err   error // why the accept loop ended (under mu)
 }
 
-// NewLaneListener starts accepting on lis.
-func NewLaneListener(lis net.Listener, lane *LaneServer) *LaneListener {
-	l := &LaneListener{Listener: lis, lane: lane, conns: make(chan net.Conn), done: make(chan struct{})}
+// NewFramedListener starts accepting on lis.
+func NewFramedListener(lis net.Listener, srv *FramedServer) *FramedListener {
+	l := &FramedListener{Listener: lis, srv: srv, conns: make(chan net.Conn), done: make(chan struct{})}
 	go l.acceptLoop()
 	return l
 }
 
-func (l *LaneListener) acceptLoop() {
+func (l *FramedListener) acceptLoop() {
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
@@ -200,20 +199,20 @@ func (l *LaneListener) acceptLoop() {
 	}
 }
 
-func (l *LaneListener) sniff(c net.Conn) {
-	var head [len(laneMagic)]byte
-	c.SetReadDeadline(time.Now().Add(laneSniffTimeout))
+func (l *FramedListener) sniff(c net.Conn) {
+	var head [len(framedMagic)]byte
+	c.SetReadDeadline(time.Now().Add(framedSniffTimeout))
 	n, err := io.ReadFull(c, head[:])
 	c.SetReadDeadline(time.Time{})
-	if err == nil && string(head[:]) == laneMagic {
-		l.lane.serveConn(c)
+	if err == nil && string(head[:]) == framedMagic {
+		l.srv.serveConn(c)
 		return
 	}
 	if n == 0 {
 		c.Close()
 		return
 	}
-	// Not the lane: hand it to gRPC with the bytes read so far put back in front.
+	// Not the framed RPC: hand it to gRPC with the bytes read so far put back in front.
 	pc := &prefixConn{Conn: c, r: io.MultiReader(bytes.NewReader(head[:n]), c)}
 	select {
 	case l.conns <- pc:
@@ -222,8 +221,8 @@ func (l *LaneListener) sniff(c net.Conn) {
 	}
 }
 
-// Accept returns the next connection that is not a lane connection.
-func (l *LaneListener) Accept() (net.Conn, error) {
+// Accept returns the next connection that is not a framed-RPC connection.
+func (l *FramedListener) Accept() (net.Conn, error) {
 	select {
 	case c := <-l.conns:
 		return c, nil
@@ -237,8 +236,8 @@ func (l *LaneListener) Accept() (net.Conn, error) {
 	}
 }
 
-// Close stops accepting (lane connections already open are closed by LaneServer.Close).
-func (l *LaneListener) Close() error {
+// Close stops accepting (framed-RPC connections already open are closed by FramedServer.Close).
+func (l *FramedListener) Close() error {
 	l.once.Do(func() { close(l.done) })
 	return l.Listener.Close()
 }
@@ -252,34 +251,34 @@ func (p *prefixConn) Read(b []byte) (int, error) { return p.r.Read(b) }
 
 // ---- client ----
 
-// Lane is a client connection to a master over the lane: a grpc.ClientConnInterface whose
+// FramedConn is a client connection to a master over the framed RPC: a grpc.ClientConnInterface whose
 // Invoke sends one framed request on an idle socket (dialled on demand) and waits for its reply.
 // Failures read like gRPC's: codes.Unavailable when the master cannot be reached or the
 // connection broke, codes.DeadlineExceeded when ctx ended first.
-type Lane struct {
+type FramedConn struct {
 	addr string
-	idle chan *laneSock
+	idle chan *framedSock
 
 	mu     sync.Mutex
 	closed bool
 }
 
-type laneSock struct {
+type framedSock struct {
 	c net.Conn
 	r *bufio.Reader
 	w *bufio.Writer
 }
 
-// DialLane returns a lazy lane connection to addr ("host:port").
-func DialLane(addr string) (*Lane, error) {
+// DialFramed returns a lazy framed-RPC connection to addr ("host:port").
+func DialFramed(addr string) (*FramedConn, error) {
 	if addr == "" {
 		return nil, Errorf(INVALID_PARAMS, "master address is empty")
 	}
-	return &Lane{addr: addr, idle: make(chan *laneSock, 16)}, nil
+	return &FramedConn{addr: addr, idle: make(chan *framedSock, 16)}, nil
 }
 
 // Invoke implements grpc.ClientConnInterface.
-func (l *Lane) Invoke(ctx context.Context, method string, args, reply any, _ ...grpc.CallOption) error {
+func (l *FramedConn) Invoke(ctx context.Context, method string, args, reply any, _ ...grpc.CallOption) error {
 	if len(method) > 255 {
 		return status.Errorf(codes.Internal, "method name %q too long", method)
 	}
@@ -328,7 +327,7 @@ func (l *Lane) Invoke(ctx context.Context, method string, args, reply any, _ ...
 	return status.Errorf(codes.Internal, "master %s sent a reply of unknown kind %d", l.addr, frame[0])
 }
 
-func (s *laneSock) call(ctx context.Context, method string, body []byte) ([]byte, error) {
+func (s *framedSock) call(ctx context.Context, method string, body []byte) ([]byte, error) {
 	if err := writeFrame(s.w, []byte{byte(len(method))}, []byte(method), body); err != nil {
 		return nil, err
 	}
@@ -341,7 +340,7 @@ func (s *laneSock) call(ctx context.Context, method string, body []byte) ([]byte
 // a scheduler hand-off per call (the caller is often a foreign thread, e.g. Python's, that Go
 // must switch back to). Polls are bounded so that a cancelled ctx is noticed; the read that
 // follows goes through the normal, deadline-aware path either way.
-func (s *laneSock) awaitReply(ctx context.Context) {
+func (s *framedSock) awaitReply(ctx context.Context) {
 	if s.r.Buffered() > 0 {
 		return
 	}
@@ -369,7 +368,7 @@ func (s *laneSock) awaitReply(ctx context.Context) {
 	}
 }
 
-func (l *Lane) get(ctx context.Context) (*laneSock, error) {
+func (l *FramedConn) get(ctx context.Context) (*framedSock, error) {
 	l.mu.Lock()
 	closed := l.closed
 	l.mu.Unlock()
@@ -392,14 +391,14 @@ func (l *Lane) get(ctx context.Context) (*laneSock, error) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
-	if _, err := c.Write([]byte(laneMagic)); err != nil {
+	if _, err := c.Write([]byte(framedMagic)); err != nil {
 		c.Close()
 		return nil, status.Errorf(codes.Unavailable, "connect to master %s: %v", l.addr, err)
 	}
-	return &laneSock{c: c, r: bufio.NewReaderSize(c, 64<<10), w: bufio.NewWriterSize(c, 64<<10)}, nil
+	return &framedSock{c: c, r: bufio.NewReaderSize(c, 64<<10), w: bufio.NewWriterSize(c, 64<<10)}, nil
 }
 
-func (l *Lane) put(s *laneSock) {
+func (l *FramedConn) put(s *framedSock) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.closed {
@@ -413,12 +412,12 @@ func (l *Lane) put(s *laneSock) {
 }
 
 // NewStream implements grpc.ClientConnInterface: the master service has no streams.
-func (l *Lane) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+func (l *FramedConn) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.CallOption) (grpc.ClientStream, error) {
 	return nil, errors.New("the master service has no streaming methods")
 }
 
 // Close closes the idle sockets; calls in flight finish on theirs, which are then closed.
-func (l *Lane) Close() error {
+func (l *FramedConn) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.closed = true
