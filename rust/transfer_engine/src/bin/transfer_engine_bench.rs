@@ -14,6 +14,7 @@
 use mooncake_transfer_engine::{
     Opcode, SegmentId, TransferEngine, TransferRequest, TransferStatus,
 };
+use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::exit;
@@ -157,15 +158,47 @@ fn rate(f: &mut Flags, bytes: u64, d: Duration) -> String {
     )
 }
 
-/// A zeroed buffer with one byte per page written, like the Go bench's anon().
-fn anon(n: u64) -> Vec<u8> {
-    let mut b = vec![0u8; n as usize];
-    let mut i = 0usize;
-    while i < b.len() {
-        b[i] = (i >> 12) as u8;
-        i += 4096;
+/// Page-aligned, zeroed memory with one byte per page written, like the Go bench's anon() (an
+/// mmap). Alignment matters: a Vec of this size is calloc's mmap plus a 16-byte header, so every
+/// block would start 16 bytes into a cache line and copies into it run measurably slower.
+struct Anon {
+    ptr: *mut u8,
+    layout: Layout,
+}
+
+impl Anon {
+    fn new(n: u64) -> Anon {
+        let layout = Layout::from_size_align(n.max(1) as usize, 4096)
+            .unwrap_or_else(|e| die(format!("buffer of {} bytes: {}", n, e)));
+        // SAFETY: layout has a non-zero size.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        if ptr.is_null() {
+            die(format!("cannot allocate {} bytes", n));
+        }
+        let mut a = Anon { ptr, layout };
+        let b = a.as_mut_slice();
+        let mut i = 0usize;
+        while i < b.len() {
+            b[i] = (i >> 12) as u8;
+            i += 4096;
+        }
+        a
     }
-    b
+
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: ptr is a live allocation of layout.size() bytes owned by self.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.layout.size()) }
+    }
+}
+
+// SAFETY: Anon owns its allocation exclusively (like a Box<[u8]>).
+unsafe impl Send for Anon {}
+
+impl Drop for Anon {
+    fn drop(&mut self) {
+        // SAFETY: allocated with this layout in Anon::new.
+        unsafe { dealloc(self.ptr, self.layout) };
+    }
 }
 
 fn new_engine(f: &Flags) -> TransferEngine {
@@ -235,9 +268,9 @@ fn initiator(f: &mut Flags) {
             size, f.threads, f.block_size
         ));
     }
-    let mut local = anon(size);
+    let mut local = Anon::new(size);
     let mem = e
-        .register_memory(&mut local, "cpu:0")
+        .register_memory(local.as_mut_slice(), "cpu:0")
         .unwrap_or_else(|e| die(e.to_string()));
     let base_addr = mem.addr();
     let req = |off: u64| TransferRequest {
@@ -308,7 +341,8 @@ fn initiator(f: &mut Flags) {
 fn baseline(f: &mut Flags) {
     let size = f.buffer_size.max(f.block_size);
     let block = f.block_size as usize;
-    let (src, mut dst) = (anon(size), anon(size));
+    let (mut src_mem, mut dst_mem) = (Anon::new(size), Anon::new(size));
+    let src = src_mem.as_mut_slice();
     let slots = (size / f.block_size) as usize;
     let dur = Duration::from_secs_f64(f.duration.max(0.0));
     let mut n = 0u64;
@@ -316,7 +350,7 @@ fn baseline(f: &mut Flags) {
     let mut i = 0usize;
     while i % 64 != 0 || start.elapsed() < dur {
         let off = (i % slots) * block;
-        dst[off..off + block].copy_from_slice(&src[off..off + block]);
+        dst_mem.as_mut_slice()[off..off + block].copy_from_slice(&src[off..off + block]);
         n += block as u64;
         i += 1;
     }
@@ -330,7 +364,9 @@ fn baseline(f: &mut Flags) {
         let mut i = 0usize;
         loop {
             let off = (i % slots) * block;
-            if c.read_exact(&mut dst[off..off + block]).is_err() {
+            if c.read_exact(&mut dst_mem.as_mut_slice()[off..off + block])
+                .is_err()
+            {
                 return got;
             }
             got += block as u64;
