@@ -319,7 +319,7 @@ fn batches_and_registered_buffers() {
     let put = store.batch_put(&keys, &refs, None).unwrap();
     assert_eq!(put, vec![Ok(()); 4]);
 
-    let mut with_missing = keys.clone();
+    let mut with_missing = keys;
     with_missing.push("b/missing".into());
     let got = store.batch_get(&with_missing).unwrap();
     assert_eq!(got.len(), 5);
