@@ -19,7 +19,7 @@ run: setup
 	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) examples/alltoall.py
 	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) examples/p2p.py
 
-test: setup vet test-go test-py
+test: setup vet test-go test-py test-rust
 
 vet:
 	go vet ./...
@@ -37,3 +37,14 @@ lib:
 
 bench:
 	./bench/engine_bench.sh
+
+# Rust bindings (rust/: the mooncake_store and mooncake_transfer_engine crates, transfer_engine_bench):
+# unit and integration tests against this tree's libmooncake.so and Go commands (built by setup),
+# then clippy and rustfmt. See docs/rust.md.
+# cargo: the one on PATH (Debian's after setup), else rustup's in ~/.cargo/bin.
+.PHONY: test-rust
+CARGO_PATH = PATH="$$PATH:$$HOME/.cargo/bin"
+test-rust:
+	cd rust && $(CARGO_PATH) cargo test --locked
+	cd rust && $(CARGO_PATH) cargo clippy --locked --all-targets -- -D warnings
+	cd rust && $(CARGO_PATH) cargo fmt --check

@@ -49,3 +49,27 @@ fi
 echo "setup: building and installing mooncake-transfer-engine (Go library, commands, torch shim)"
 "$VENV/bin/python" -m pip install -q --no-build-isolation --no-deps .
 "$VENV/bin/python" -c "import mooncake.engine; print('setup: mooncake', mooncake.__version__, 'installed')"
+
+# Rust bindings (rust/, `make test-rust`): a Rust toolchain with clippy and rustfmt, and libclang
+# for bindgen. rustup's toolchain is used where there is one; otherwise Debian's (bookworm:
+# rustc 1.63, the crates' rust-version; rust/Cargo.lock pins dependencies that build on it).
+[ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+rust_pkgs=()
+if ! command -v cargo >/dev/null; then
+  rust_pkgs+=(cargo rustc rust-clippy rustfmt)
+elif command -v rustup >/dev/null; then
+  rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
+  rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
+else
+  cargo clippy --version >/dev/null 2>&1 || rust_pkgs+=(rust-clippy)
+  cargo fmt --version >/dev/null 2>&1 || rust_pkgs+=(rustfmt)
+fi
+dpkg -s libclang-dev >/dev/null 2>&1 || rust_pkgs+=(libclang-dev)
+if [ ${#rust_pkgs[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages for the Rust bindings: ${rust_pkgs[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${rust_pkgs[@]}" >/dev/null
+fi
+(cd rust && cargo fetch --locked -q)
+echo "setup: $(cargo --version) with libclang for the Rust bindings (rust/)"
