@@ -75,18 +75,23 @@ func (e *Endpoint) Connect(info Info) error {
 	if err != nil {
 		return fmt.Errorf("p2p: rank %d cannot open the segment %q of rank %d: %w", e.rank, info.Segment, info.Rank, err)
 	}
-	p.seg, p.remote = seg, info.Addr
-	p.link.Store(&link{seg, info.Addr, e.openStream(seg)})
-	name := info.Segment
-	p.segName.Store(&name)
-	p.engineID.Store(&info.Engine)
-	p.instance.Store(info.Instance)
-	p.lastAlive.Store(time.Now().UnixNano())
+	e.linkTo(p, seg, info)
 	p.connected.Store(true)
 	e.linksChanged()
 	e.wg.Add(1)
 	go e.creditor(p)
 	return nil
+}
+
+// linkTo points p at the endpoint info describes, open as segment seg (p's sendSem held).
+func (e *Endpoint) linkTo(p *peer, seg uint64, info Info) {
+	p.seg, p.remote = seg, info.Addr
+	name := info.Segment
+	p.segName.Store(&name)
+	p.engineID.Store(&info.Engine)
+	p.instance.Store(info.Instance)
+	p.lastAlive.Store(time.Now().UnixNano())
+	p.link.Store(&link{seg, info.Addr, e.openStream(seg)})
 }
 
 // networked reports whether p's current link reaches it over the network.
@@ -174,17 +179,11 @@ func (e *Endpoint) Reconnect(info Info) error {
 	}
 	p.sent, p.msgID, p.broken = 0, 0, nil
 	atomic.StoreUint32(p.tailWord, 0)
-	p.seg, p.remote = seg, info.Addr
 	if old := p.link.Load(); old != nil && old.stream != nil {
 		old.stream.Close()
 	}
-	name := info.Segment
-	p.segName.Store(&name)
-	p.engineID.Store(&info.Engine)
-	p.instance.Store(info.Instance)
-	p.lastAlive.Store(time.Now().UnixNano())
 	p.dead.Store(nil)
-	p.link.Store(&link{seg, info.Addr, e.openStream(seg)})
+	e.linkTo(p, seg, info)
 	e.linksChanged()
 	select {
 	case p.creditCh <- struct{}{}:

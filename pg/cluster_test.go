@@ -7,8 +7,6 @@ package pg
 
 import (
 	"context"
-	"fmt"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -18,65 +16,10 @@ import (
 	"github.com/mooncake-go/mooncake/worker"
 )
 
-// memKV is an in-memory Store.
-type memKV struct {
-	mu sync.Mutex
-	m  map[string][]byte
-	c  *sync.Cond
-}
-
-func newKV() *memKV {
-	kv := &memKV{m: map[string][]byte{}}
-	kv.c = sync.NewCond(&kv.mu)
-	return kv
-}
-
-func (kv *memKV) Set(k string, v []byte) error {
-	kv.mu.Lock()
-	kv.m[k] = append([]byte(nil), v...)
-	kv.c.Broadcast()
-	kv.mu.Unlock()
-	return nil
-}
-
-func (kv *memKV) Get(k string, timeout time.Duration) ([]byte, error) {
-	deadline := time.Now().Add(timeout)
-	t := time.AfterFunc(timeout, func() { kv.mu.Lock(); kv.c.Broadcast(); kv.mu.Unlock() })
-	defer t.Stop()
-	kv.mu.Lock()
-	defer kv.mu.Unlock()
-	for {
-		if v, ok := kv.m[k]; ok {
-			return v, nil
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("key %q did not appear within %s", k, timeout)
-		}
-		kv.c.Wait()
-	}
-}
-
-func (kv *memKV) Check(k string) (bool, error) {
-	kv.mu.Lock()
-	defer kv.mu.Unlock()
-	_, ok := kv.m[k]
-	return ok, nil
-}
-
-func (kv *memKV) Add(k string, d int64) (int64, error) {
-	kv.mu.Lock()
-	defer kv.mu.Unlock()
-	n, _ := strconv.ParseInt(string(kv.m[k]), 10, 64)
-	n += d
-	kv.m[k] = []byte(strconv.FormatInt(n, 10))
-	kv.c.Broadcast()
-	return n, nil
-}
-
 // cluster is a group's ranks in this process.
 type cluster struct {
 	t    *testing.T
-	kv   *memKV
+	kv   *MemStore
 	base Config
 	mu   sync.Mutex
 	pgs  []*Group // by rank; nil: not started or killed
@@ -93,7 +36,7 @@ func newCluster(t *testing.T, base Config) *cluster {
 	if base.MaxSize == 0 {
 		base.MaxSize = base.Size
 	}
-	c := &cluster{t: t, kv: newKV(), base: base, pgs: make([]*Group, base.MaxSize), engs: make([]*engine.Engine, base.MaxSize)}
+	c := &cluster{t: t, kv: NewMemStore(), base: base, pgs: make([]*Group, base.MaxSize), engs: make([]*engine.Engine, base.MaxSize)}
 	t.Cleanup(c.closeAll)
 	ranks := make([]int, base.Size)
 	for r := range ranks {

@@ -134,64 +134,13 @@ func TestServeOnceAndClose(t *testing.T) {
 	}
 }
 
-// kv is an in-memory pg.Store.
-type kv struct {
-	mu sync.Mutex
-	c  *sync.Cond
-	m  map[string][]byte
-}
-
-func newKV() *kv { s := &kv{m: map[string][]byte{}}; s.c = sync.NewCond(&s.mu); return s }
-
-func (s *kv) Set(k string, v []byte) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.m[k] = append([]byte(nil), v...)
-	s.c.Broadcast()
-	return nil
-}
-
-func (s *kv) Get(k string, timeout time.Duration) ([]byte, error) {
-	deadline := time.Now().Add(timeout)
-	t := time.AfterFunc(timeout, func() { s.mu.Lock(); s.c.Broadcast(); s.mu.Unlock() })
-	defer t.Stop()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for {
-		if v, ok := s.m[k]; ok {
-			return v, nil
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("key %q did not appear within %s", k, timeout)
-		}
-		s.c.Wait()
-	}
-}
-
-func (s *kv) Check(k string) (bool, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.m[k]
-	return ok, nil
-}
-
-func (s *kv) Add(k string, d int64) (int64, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n, _ := strconv.ParseInt(string(s.m[k]), 10, 64)
-	n += d
-	s.m[k] = []byte(strconv.FormatInt(n, 10))
-	s.c.Broadcast()
-	return n, nil
-}
-
 // TestRealGroup runs three ranks of a real group (an engine each, one exporter for the
 // "process") through ops, a point-to-point exchange and a deactivation, and checks the series.
 func TestRealGroup(t *testing.T) {
 	const n = 3
 	e := New()
 	defer e.Close()
-	store := newKV()
+	store := pg.NewMemStore()
 	gs := make([]*pg.Group, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
