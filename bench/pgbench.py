@@ -303,7 +303,7 @@ def plot(rows: list[dict], path: str, title: str = "") -> None:
         return
     sizes = [r["size"] for r in rows]
     backends = [k for k, v in rows[0].items() if isinstance(v, dict) and "busbw" in v]
-    fig, ax = plt.subplots(figsize=(8, 4.8), dpi=110)
+    fig, ax = plt.subplots(figsize=(8, 5.4), dpi=110)
     colors = {}
     for b in backends:
         (line,) = ax.plot(sizes, [r[b]["busbw"] for r in rows], marker="o", label=f"{b} busbw")
@@ -327,7 +327,8 @@ def plot(rows: list[dict], path: str, title: str = "") -> None:
         ax2.set_ylim(bottom=0)
         h2, l2 = ax2.get_legend_handles_labels()
         handles, labels = handles + h2, labels + l2
-    ax.legend(handles, labels, loc="upper left", fontsize=8)
+    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=8,
+              frameon=False)
     r0 = rows[0]
     ax.set_title(title or f"{r0['collective']}, {r0['ranks']} ranks, {r0['dtype']}, one host")
     fig.tight_layout()
