@@ -298,6 +298,7 @@ def plot(rows: list[dict], path: str, title: str = "") -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
 
     if not rows:
         return
@@ -323,7 +324,8 @@ def plot(rows: list[dict], path: str, title: str = "") -> None:
             ax2.plot(sizes, [r[b + "/gloo"] for r in rows], linestyle="--", marker="x",
                      color=colors[b], label=f"{b} / gloo (right axis)")
         ax2.axhline(1.0, color="gray", linewidth=0.8, linestyle=":")
-        ax2.set_ylabel("busbw ratio to gloo (x)")
+        ax2.set_ylabel("busbw ratio to gloo (dashed)")
+        ax2.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
         ax2.set_ylim(bottom=0)
         h2, l2 = ax2.get_legend_handles_labels()
         handles, labels = handles + h2, labels + l2
