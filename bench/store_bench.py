@@ -259,6 +259,9 @@ def write_doc(sections):
             "`replica_num=1`, values landing on a `mooncake_client` process on the same host; redis-server "
             "with persistence off, driven over one RESP connection from the same Python process). "
             f"Machine: {os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}.", ""]
+    if os.path.exists(os.path.join(ROOT, "docs", "store_bench.png")):  # --plot docs/store_bench.png
+        body[2:2] = ["![Mooncake Store put/get against redis-server SET/GET, throughput vs value size]"
+                     "(store_bench.png)", ""]
     for title, rows in sections:
         body += [f"### {title}", "", table(rows), ""]
     body += ["Reading the numbers: a put is two gRPC round trips to the master (PutStart, PutEnd) and a get "
