@@ -1,6 +1,6 @@
 """The main job (`make run`): the same data-parallel training on mooncake-cpu and on gloo, side by side.
 
-    torchrun --standalone --nproc_per_node=2 examples/ddp_train.py [--steps 60] [--out build/run]
+    torchrun --standalone --nproc_per_node=2 examples/ddp_train.py [--steps 100] [--out build/run]
 
 Every rank trains the same small MLP with DistributedDataParallel on synthetic data (noisy
 points around ten fixed random class centres; each rank draws its own batches), first with the
@@ -127,7 +127,7 @@ def train(backend: str, group, ctl, data, args) -> dict:
 def sweep(args) -> list[dict]:
     """bench/pgbench.py's all_reduce sweep over both backends; its own wide table is not printed."""
     ns = argparse.Namespace(collective="all_reduce", backend=",".join(BACKENDS), minbytes="4K",
-                            maxbytes="16M", stepfactor=4, iters=args.sweep_iters, warmup=3, rounds=3,
+                            maxbytes="16M", stepfactor=4, iters=args.sweep_iters, warmup=3, rounds=5,
                             dtype="float32", op="sum", check=1, cpu=False, progress=True)
     quiet = io.StringIO()
     with contextlib.redirect_stdout(quiet):
@@ -136,12 +136,12 @@ def sweep(args) -> list[dict]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=60, help="training steps per backend")
+    p.add_argument("--steps", type=int, default=100, help="training steps per backend")
     p.add_argument("--warmup", type=int, default=5, help="first steps left out of the timings")
     p.add_argument("--batch", type=int, default=8, help="samples per rank per step")
     p.add_argument("--hidden", type=int, default=1536, help="width of the two hidden layers")
     p.add_argument("--lr", type=float, default=0.01)
-    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--log-every", type=int, default=20)
     p.add_argument("--sweep-iters", type=int, default=10, help="timed all_reduces per size in the sweep")
     p.add_argument("--out", default=os.path.join(ROOT, "build", "run"), help="where the plot goes")
     args = p.parse_args()
@@ -174,7 +174,7 @@ def main() -> None:
               f"{g['allreduce_ms'] / m['allreduce_ms']:>9.2f}x")
         print(f"{'final loss':24}{m['loss']:>14.4f}{g['loss']:>14.4f}")
         print(flush=True)
-        print(f"== all_reduce sweep (float32 sum, {world} ranks, 3 rounds of {args.sweep_iters} ops per size, median; "
+        print(f"== all_reduce sweep (float32 sum, {world} ranks, 5 alternated rounds of {args.sweep_iters} ops per size, median; "
               f"progress on stderr)", flush=True)
     rows = sweep(args)
     if rank == 0:
