@@ -1,5 +1,6 @@
 # Mooncake in Go. The two commands a fresh machine needs:
-#   make run    set up, then run the main job: torchrun jobs on the mooncake-cpu backend
+#   make run    set up, then run the main job: DDP training and an all_reduce sweep on
+#               mooncake-cpu and on gloo, side by side (examples/ddp_train.py), and the plot
 #   make test   set up, then run every test (Go with -race, then pytest)
 SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
@@ -7,14 +8,20 @@ export PATH := /usr/local/go/bin:$(PATH)
 export PATH := $(shell go env GOPATH 2>/dev/null || echo $(HOME)/go)/bin:$(PATH)
 VENV ?= .venv
 PY := $(VENV)/bin/python
-NPROC ?= 4
+# Ranks of the main job: one per core of a 2-core machine (more ranks than cores make every
+# backend wait on the scheduler; try NPROC=4 on a bigger host).
+NPROC ?= 2
 
-.PHONY: setup run test test-go test-py lib vet bench
+.PHONY: setup run examples test test-go test-py lib vet bench
 
 setup:
 	./scripts/setup.sh
 
 run: setup
+	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) examples/ddp_train.py
+
+# The small examples of the README (each prints one OK line per rank).
+examples: setup
 	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) examples/allreduce.py
 	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) examples/alltoall.py
 	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) examples/p2p.py

@@ -1,9 +1,15 @@
 """Builds and installs Mooncake in Go.
 
 `pip install --no-build-isolation .` runs `go build -buildmode=c-shared ./capi` into
-python/mooncake/libmooncake.so, builds the Go commands into python/mooncake/bin/ (exposed as
-console scripts), and, when torch is importable, the c10d shim `mooncake._pg_ext` against that
-torch (no second torch download, hence --no-build-isolation).
+python/mooncake/libmooncake.so, builds the four Go commands as one multi-call binary
+python/mooncake/bin/mooncake (cmd/mooncake; the console scripts mooncake_master, mooncake_client,
+transfer_engine_bench and mooncake_http_metadata_server exec it under their own names), and,
+when torch is importable, the c10d shim `mooncake._pg_ext` against that torch (no second torch
+download, hence --no-build-isolation).
+
+Go builds are stripped (-ldflags="-s -w": no symbol table, no DWARF) and the shim is compiled
+without debug info, so a wheel (`pip wheel --no-build-isolation --no-deps .`) stays small. Set
+MOONCAKE_DEBUG_BUILD=1 to keep the symbols and debug info (for gdb/delve/perf).
 """
 
 import os
@@ -16,25 +22,30 @@ from setuptools.command.build_py import build_py
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 PKG = os.path.join(ROOT, "python", "mooncake")
-GO_COMMANDS = ["mooncake_master", "mooncake_client", "transfer_engine_bench",
-               "mooncake_http_metadata_server"]
+# The multi-call binary (cmd/mooncake) the console scripts of python/mooncake/_cli.py exec.
+MULTICALL = "mooncake"
+DEBUG = os.environ.get("MOONCAKE_DEBUG_BUILD", "") not in ("", "0")
+
+
+def go_flags():
+    return ["-trimpath"] + ([] if DEBUG else ["-ldflags=-s -w"])
 
 
 def go_build():
-    """Builds libmooncake.so and the Go commands in the source tree (python/mooncake)."""
+    """Builds libmooncake.so and the multi-call binary in the source tree (python/mooncake)."""
     go = shutil.which("go") or "/usr/local/go/bin/go"
     env = dict(os.environ, CGO_ENABLED="1")
-    subprocess.check_call([go, "build", "-trimpath", "-buildmode=c-shared",
+    subprocess.check_call([go, "build", *go_flags(), "-buildmode=c-shared",
                            "-o", os.path.join(PKG, "libmooncake.so"), "./capi"], cwd=ROOT, env=env)
     header = os.path.join(PKG, "libmooncake.h")
     if os.path.exists(header):
         os.remove(header)
     bindir = os.path.join(PKG, "bin")
-    os.makedirs(bindir, exist_ok=True)
-    for cmd in GO_COMMANDS:
-        if os.path.isdir(os.path.join(ROOT, "cmd", cmd)):
-            subprocess.check_call([go, "build", "-trimpath", "-o", os.path.join(bindir, cmd),
-                                   "./cmd/" + cmd], cwd=ROOT, env=env)
+    # Earlier builds put one binary per command here; only the multi-call one ships now.
+    shutil.rmtree(bindir, ignore_errors=True)
+    os.makedirs(bindir)
+    subprocess.check_call([go, "build", *go_flags(), "-o", os.path.join(bindir, MULTICALL),
+                           "./cmd/" + MULTICALL], cwd=ROOT, env=env)
 
 
 class BuildPy(build_py):
@@ -42,10 +53,10 @@ class BuildPy(build_py):
         go_build()
         super().run()
         dst = os.path.join(self.build_lib, "mooncake")
-        os.makedirs(os.path.join(dst, "bin"), exist_ok=True)
+        shutil.rmtree(os.path.join(dst, "bin"), ignore_errors=True)  # a stale build/ tree
+        os.makedirs(os.path.join(dst, "bin"))
         shutil.copy2(os.path.join(PKG, "libmooncake.so"), dst)
-        for cmd in os.listdir(os.path.join(PKG, "bin")):
-            shutil.copy2(os.path.join(PKG, "bin", cmd), os.path.join(dst, "bin", cmd))
+        shutil.copy2(os.path.join(PKG, "bin", MULTICALL), os.path.join(dst, "bin", MULTICALL))
 
 
 def torch_extension():

@@ -14,7 +14,9 @@ the backends, and each backend reports its median round (a shared machine's slow
 hit every backend alike; the ratios are steadier). --cpu adds each backend's CPU time and
 context switches per op (process totals, all threads, mean of the ranks): on a machine whose
 speed drifts they show the work an op costs. --json writes the rows, every round, CPU and
-context switches included, for tooling.
+context switches included, for tooling. --plot FILE.png draws busbw against size (log axes), one
+line per backend, and each backend's ratio to gloo on a second axis (matplotlib). Rank 0 prints
+one progress line per size on stderr (size, each backend's time on it, elapsed).
 
 Before the sweep rank 0 measures single-thread memcpy bandwidth of the largest size (at least
 1 MiB) while the other ranks wait, and each row reports busbw as a percentage of it
@@ -211,18 +213,22 @@ def bench_rank(args) -> list[dict]:
               f"warmup={args.warmup} rounds={args.rounds}")
         print(f"# memcpy (1 thread, {max(sizes[-1], 1 << 20)} B, rank 0): {memcpy:.2f} GB/s")
         print(f"{'size(B)':>12} {'count':>12} {names}{ratio}")
+    start = time.perf_counter()
     for size in sizes:
+        spent = {b: 0.0 for b in backends}  # wall time on this size, for the progress line
         row = {"collective": args.collective, "size": size, "ranks": n, "dtype": args.dtype,
                "memcpy_gbps": memcpy}
         runs, wrong, times = {}, {}, {b: [] for b in backends}
         cpus, csws = {b: [] for b in backends}, {b: [] for b in backends}
         for b in backends:
+            t0 = time.perf_counter()
             run, check, count = make_op(args.collective, size, dtype, op, groups[b], rank, n)
             runs[b] = run
             row["count"] = count
             wrong[b] = check() if args.check else 0
             for _ in range(args.warmup):
                 run()
+            spent[b] += time.perf_counter() - t0
         # Rounds alternate the backends, so a slow spell of a shared machine hits all of them;
         # each backend's time is its median round.
         for _ in range(args.rounds):
@@ -237,6 +243,7 @@ def bench_rank(args) -> list[dict]:
                                      (context_switches() - s0) / args.iters], dtype=torch.float64)
                 dist.all_reduce(el, op=dist.ReduceOp.MAX, group=timer)
                 dist.all_reduce(used, group=timer)
+                spent[b] += el.item() * args.iters
                 times[b].append(el.item())
                 cpus[b].append(used[0].item() / n)
                 csws[b].append(used[1].item() / n)
@@ -257,6 +264,10 @@ def bench_rank(args) -> list[dict]:
                 if b != "gloo":
                     row[b + "/gloo"] = row[b]["busbw"] / max(row["gloo"]["busbw"], 1e-12)
         rows.append(row)
+        if rank == 0 and args.progress:
+            each = ", ".join(f"{b} {spent[b]:.2f} s" for b in backends)
+            print(f"pgbench: {args.collective} {human(size)} done ({each}); elapsed {time.perf_counter() - start:.1f} s",
+                  file=sys.stderr, flush=True)
         if rank == 0:
             line = f"{row['size']:>12} {row['count']:>12} "
             for b in backends:
@@ -272,15 +283,80 @@ def bench_rank(args) -> list[dict]:
     return rows
 
 
+def human(size: int) -> str:
+    """8 -> "8 B", 1048576 -> "1 MiB"."""
+    for unit, m in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= m and size % m == 0:
+            return f"{size // m} {unit}"
+    return f"{size} B"
+
+
+def plot(rows: list[dict], path: str, title: str = "") -> None:
+    """Writes busbw against size (log-log), one line per backend, and each backend's busbw
+    ratio to gloo (dashed, right axis) to path (PNG), from bench_rank's rows."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    if not rows:
+        return
+    sizes = [r["size"] for r in rows]
+    backends = [k for k, v in rows[0].items() if isinstance(v, dict) and "busbw" in v]
+    fig, ax = plt.subplots(figsize=(8, 5.4), dpi=110)
+    colors = {}
+    for b in backends:
+        (line,) = ax.plot(sizes, [r[b]["busbw"] for r in rows], marker="o", label=f"{b} busbw")
+        colors[b] = line.get_color()
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(sizes)
+    ax.set_xticklabels([human(s) for s in sizes], rotation=45, ha="right")
+    ax.set_xlabel("message size")
+    ax.set_ylabel("busbw (GB/s, log)")
+    ax.grid(True, which="major", alpha=0.3)
+    handles, labels = ax.get_legend_handles_labels()
+    ratios = [b for b in backends if b + "/gloo" in rows[0]]
+    if ratios:
+        ax2 = ax.twinx()
+        for b in ratios:
+            ax2.plot(sizes, [r[b + "/gloo"] for r in rows], linestyle="--", marker="x",
+                     color=colors[b], label=f"{b} / gloo (right axis)")
+        ax2.axhline(1.0, color="gray", linewidth=0.8, linestyle=":")
+        ax2.set_ylabel("busbw ratio to gloo (dashed)")
+        ax2.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+        ax2.set_ylim(bottom=0)
+        h2, l2 = ax2.get_legend_handles_labels()
+        handles, labels = handles + h2, labels + l2
+    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=8,
+              frameon=False)
+    r0 = rows[0]
+    ax.set_title(title or f"{r0['collective']}, {r0['ranks']} ranks, {r0['dtype']}, one host")
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def finish(rows: list[dict], args) -> None:
+    """Rank 0's outputs after the sweep: --json and --plot."""
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    if args.plot:
+        plot(rows, args.plot)
+        print(f"pgbench: plot written to {args.plot}", file=sys.stderr, flush=True)
+
+
 def worker(local_rank: int, args, world: int, init: str) -> None:
     import mooncake_pg  # noqa: F401  registers the backends in every spawned process
 
     dist.init_process_group("gloo", init_method=init, rank=local_rank, world_size=world,
                             timeout=datetime.timedelta(seconds=args.timeout))
     rows = bench_rank(args)
-    if local_rank == 0 and args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    if local_rank == 0:
+        finish(rows, args)
     dist.barrier()
     dist.destroy_process_group()
 
@@ -304,6 +380,10 @@ def main() -> None:
     p.add_argument("-g", "--ranks", type=int, default=2, help="ranks to spawn on this node")
     p.add_argument("--timeout", type=int, default=300)
     p.add_argument("--json", default="")
+    p.add_argument("--plot", default="", metavar="FILE.png",
+                   help="draw busbw vs size per backend and the ratio to gloo (matplotlib)")
+    p.add_argument("-q", "--quiet", dest="progress", action="store_false",
+                   help="no progress lines on stderr")
     p.add_argument("--netns", action="store_true",
                    help="two ranks in two network namespaces joined by a veth pair (root, ip): "
                         "two hosts as far as the engine can tell, so mooncake moves bytes over tcp")
@@ -315,9 +395,8 @@ def main() -> None:
 
         dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
         rows = bench_rank(args)
-        if dist.get_rank() == 0 and args.json:
-            with open(args.json, "w") as f:
-                json.dump(rows, f, indent=1)
+        if dist.get_rank() == 0:
+            finish(rows, args)
         dist.destroy_process_group()
         return
     with tempfile.TemporaryDirectory() as d:

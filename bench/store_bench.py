@@ -7,9 +7,11 @@ land on (another process, as in a real deployment), and redis-server; then, for 
 (a pure client, no segment of its own) and SET/GET through a plain RESP socket. With --tcp the
 store's data path is forced onto the engine's tcp transport (MC_FORCE_TCP=1) instead of shared
 memory. Results go to stdout and, with --write-doc, to the "## Store" section of
-docs/performance.md.
+docs/performance.md; with --plot FILE.png, to a plot of throughput against value size (log axes),
+Mooncake put/get and redis SET/GET as lines, and Mooncake's ratio to redis on a second axis
+(matplotlib). One progress line per value size goes to stderr.
 
-    python bench/store_bench.py --write-doc
+    python bench/store_bench.py --write-doc --plot docs/store_bench.png
 """
 
 from __future__ import annotations
@@ -150,7 +152,9 @@ def bench(args):
         rc = store.setup(cip, "P2PHANDSHAKE", 0, 128 << 20, "tcp", "", addr)
         assert rc == 0, f"setup failed: {rc}"
         cfg = ReplicateConfig(replica_num=1)
+        start = time.perf_counter()
         for size, label, n in SIZES:
+            t_size = time.perf_counter()
             n = max(2, int(n * args.scale))
             val = os.urandom(size)
             keys = [f"b/{label}/{i}".encode() for i in range(n)]
@@ -168,7 +172,10 @@ def bench(args):
             row = dict(size=label, n=n,
                        mc_put=(n / put_t, n * size / put_t / 2**30), mc_get=(n / get_t, n * size / get_t / 2**30),
                        r_set=(n / rset_t, n * size / rset_t / 2**30), r_get=(n / rget_t, n * size / rget_t / 2**30))
+            row["bytes"] = size
             rows.append(row)
+            print(f"store_bench: {label} x {n} done (mooncake and redis {time.perf_counter() - t_size:.1f} s); "
+                  f"elapsed {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
             print(f"{label:>7}  n={n:<5} mooncake put {row['mc_put'][0]:9.0f} op/s {row['mc_put'][1]:6.2f} GiB/s"
                   f" | get {row['mc_get'][0]:9.0f} op/s {row['mc_get'][1]:6.2f} GiB/s"
                   f" || redis SET {row['r_set'][0]:9.0f} op/s {row['r_set'][1]:6.2f} GiB/s"
@@ -194,6 +201,55 @@ def table(rows) -> str:
     return "\n".join(out)
 
 
+def plot(sections, path: str) -> None:
+    """Throughput (GiB/s) against value size for each section (one panel each): Mooncake put and
+    get, redis SET and GET, and Mooncake's ratio to redis (put/SET, get/GET) on a second axis."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    sections = [(t, rows) for t, rows in sections if rows]
+    if not sections:
+        return
+    fig, axes = plt.subplots(1, len(sections), figsize=(6.2 * len(sections), 5.2), dpi=110, squeeze=False)
+    for ax, (title, rows) in zip(axes[0], sections):
+        sizes = [r.get("bytes") or next(s for s, lab, _ in SIZES if lab == r["size"]) for r in rows]
+        series = [("mc_put", "Mooncake put", "tab:blue", "-"), ("mc_get", "Mooncake get", "tab:blue", "--"),
+                  ("r_set", "redis SET", "tab:red", "-"), ("r_get", "redis GET", "tab:red", "--")]
+        for key, label, color, ls in series:
+            ax.plot(sizes, [r[key][1] for r in rows], marker="o", color=color, linestyle=ls, label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(sizes)
+        ax.set_xticklabels([r["size"] for r in rows])
+        ax.set_xlabel("value size")
+        ax.set_ylabel("throughput (GiB/s, log)")
+        ax.grid(True, alpha=0.3)
+        ax2 = ax.twinx()
+        ax2.plot(sizes, [r["mc_put"][1] / r["r_set"][1] for r in rows], marker="x", color="tab:green",
+                 linestyle="-", linewidth=2.5, alpha=0.6, label="put / SET (right axis)")
+        ax2.plot(sizes, [r["mc_get"][1] / r["r_get"][1] for r in rows], marker="x", color="tab:green",
+                 linestyle=":", linewidth=2.5, alpha=0.6, label="get / GET (right axis)")
+        ax2.axhline(1.0, color="tab:green", linewidth=0.8, linestyle=":")
+        ax2.set_yscale("log")
+        ax2.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+        ax2.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+        ax2.set_ylabel("Mooncake / redis (log; green)")
+        h1, l1 = ax.get_legend_handles_labels()
+        h2, l2 = ax2.get_legend_handles_labels()
+        ax.legend(h1 + h2, l1 + l2, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3, fontsize=8,
+                  frameon=False)
+        ax.set_title(title, fontsize=10)
+    fig.suptitle("Mooncake Store vs redis-server: sequential put/get from one Python client")
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    print(f"store_bench: plot written to {path}", file=sys.stderr, flush=True)
+
+
 def write_doc(sections):
     path = os.path.join(ROOT, "docs", "performance.md")
     text = open(path).read() if os.path.exists(path) else "# Performance\n"
@@ -203,6 +259,9 @@ def write_doc(sections):
             "`replica_num=1`, values landing on a `mooncake_client` process on the same host; redis-server "
             "with persistence off, driven over one RESP connection from the same Python process). "
             f"Machine: {os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}.", ""]
+    if os.path.exists(os.path.join(ROOT, "docs", "store_bench.png")):  # --plot docs/store_bench.png
+        body[2:2] = ["![Mooncake Store put/get against redis-server SET/GET, throughput vs value size]"
+                     "(store_bench.png)", ""]
     for title, rows in sections:
         body += [f"### {title}", "", table(rows), ""]
     body += ["Reading the numbers: a put is two gRPC round trips to the master (PutStart, PutEnd) and a get "
@@ -258,7 +317,7 @@ def run_netns(args) -> list:
             binary(name)  # build before entering the namespaces
         out = subprocess.run(["ip", "netns", "exec", ns_c, sys.executable, os.path.abspath(__file__),
                               "--netns-child", f"--server-ns={ns_s}", f"--server-ip={sip}", f"--client-ip={cip}",
-                              f"--scale={args.scale}"], capture_output=True, text=True)
+                              f"--scale={args.scale}"], stdout=subprocess.PIPE, text=True)
         for line in out.stdout.splitlines():
             if line.startswith("ROWS "):
                 import json
@@ -266,7 +325,7 @@ def run_netns(args) -> list:
             else:
                 print(line)
         if out.returncode != 0:
-            print(out.stderr, file=sys.stderr)
+            print(f"the two-namespace run failed (exit {out.returncode})", file=sys.stderr)
     finally:
         for ns in (ns_c, ns_s):  # deleting a namespace removes its end of the veth pair, and so the pair
             subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
@@ -277,6 +336,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scale", type=float, default=1.0, help="multiply the op counts")
     ap.add_argument("--write-doc", action="store_true", help="update docs/performance.md")
+    ap.add_argument("--plot", default="", metavar="FILE.png",
+                    help="draw throughput vs value size against redis-server (matplotlib)")
     ap.add_argument("--netns", action="store_true",
                     help="also run with the servers and this client in two network namespaces joined by a "
                          "veth pair (cross-host path over tcp; root and iproute2 required)")
@@ -295,7 +356,7 @@ def main():
     print("== MC_FORCE_TCP=1 (the engine's tcp transport) ==")
     env = dict(os.environ, MC_FORCE_TCP="1")
     out = subprocess.run([sys.executable, __file__, "--tcp-only", f"--scale={args.scale}"], env=env,
-                         capture_output=True, text=True)
+                         stdout=subprocess.PIPE, text=True)  # stderr (progress, errors) passes through
     tcp = []
     for line in out.stdout.splitlines():
         if line.startswith("ROWS "):
@@ -304,7 +365,7 @@ def main():
         else:
             print(line)
     if out.returncode != 0:
-        print(out.stderr, file=sys.stderr)
+        print(f"the MC_FORCE_TCP=1 run failed (exit {out.returncode})", file=sys.stderr)
     sections = [("Same host (shared memory)", shm)] + ([("MC_FORCE_TCP=1 (tcp transport)", tcp)] if tcp else [])
     if args.netns:
         print("== two network namespaces (veth; servers in one, this client in the other) ==")
@@ -313,6 +374,8 @@ def main():
             sections.append(("Two network namespaces (veth pair, tcp: the cross-host path)", ns))
     if args.write_doc:
         write_doc(sections)
+    if args.plot:
+        plot(sections, args.plot)
 
 
 if __name__ == "__main__":

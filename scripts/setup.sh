@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up a fresh machine for Mooncake in Go: Debian packages the tests use, the Go toolchain
-# check, the project's virtualenv (.venv) with torch, and the package itself built from source.
+# check, the project's virtualenv (.venv) with torch and matplotlib (the plots), and the package
+# itself built from source.
 # Idempotent: steps already done are skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,8 +44,8 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 "$VENV/bin/python" -m pip install -q --upgrade pip
-"$VENV/bin/python" -c "import torch, numpy, pytest, setuptools, wheel" 2>/dev/null ||
-  "$VENV/bin/python" -m pip install -q torch numpy pytest setuptools wheel
+"$VENV/bin/python" -c "import torch, numpy, pytest, setuptools, wheel, matplotlib" 2>/dev/null ||
+  "$VENV/bin/python" -m pip install -q torch numpy pytest setuptools wheel matplotlib
 
 echo "setup: building and installing mooncake-transfer-engine (Go library, commands, torch shim)"
 "$VENV/bin/python" -m pip install -q --no-build-isolation --no-deps .

@@ -34,18 +34,25 @@ func SignalContext() (ctx context.Context, stop context.CancelFunc) {
 }
 
 // Exit ends command name after err: it returns when err is nil; otherwise the process exits
-// with status 0 for flag.ErrHelp (the usage was printed), 2 for an error marked by Usage and 1
-// for any other, printing "name: err" on stderr first.
+// with the status Code gives, after Code printed the error.
 func Exit(name string, err error) {
 	if err == nil {
 		return
 	}
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(0)
+	os.Exit(Code(name, err))
+}
+
+// Code is the exit status of command name after err: 0 for nil and for flag.ErrHelp (the usage
+// was printed), 2 for an error marked by Usage and 1 for any other, printing "name: err" on
+// stderr for those two. Commands that return their status (a Main(args) int run by the
+// multi-call binary cmd/mooncake) end with it.
+func Code(name string, err error) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
 	}
 	fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 	if errors.As(err, new(usageError)) {
-		os.Exit(2)
+		return 2
 	}
-	os.Exit(1)
+	return 1
 }

@@ -60,3 +60,20 @@ func TestExit(t *testing.T) {
 		}
 	}
 }
+
+func TestCode(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want int
+	}{
+		{nil, 0},
+		{Usage(fmt.Errorf("bad command line: %w", flag.ErrHelp)), 0},
+		{Usagef("bad flag"), 2},
+		{fmt.Errorf("wrapped: %w", Usagef("bad flag")), 2},
+		{errors.New("failed"), 1},
+	} {
+		if got := Code("cmd", tc.err); got != tc.want {
+			t.Errorf("Code(%v) = %d, want %d", tc.err, got, tc.want)
+		}
+	}
+}

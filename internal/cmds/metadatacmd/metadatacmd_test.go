@@ -1,4 +1,4 @@
-package main
+package metadatacmd
 
 import (
 	"bufio"
@@ -20,8 +20,7 @@ import (
 // with MC_TEST_RUN_MAIN=1, so the real main, flags and signal handling are exercised.
 func TestMain(m *testing.M) {
 	if os.Getenv("MC_TEST_RUN_MAIN") == "1" {
-		main()
-		os.Exit(0)
+		os.Exit(Main(os.Args[1:]))
 	}
 	os.Exit(m.Run())
 }

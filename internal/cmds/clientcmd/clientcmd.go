@@ -1,0 +1,80 @@
+package clientcmd
+
+import (
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"strconv"
+
+	"github.com/mooncake-go/mooncake/config"
+	"github.com/mooncake-go/mooncake/engine"
+	"github.com/mooncake-go/mooncake/internal/cli"
+	"github.com/mooncake-go/mooncake/store/client"
+)
+
+// Name is the command's name, the one the multi-call binary answers to.
+const Name = "mooncake_client"
+
+// Main runs mooncake_client with args (the command line after the program name) until SIGINT
+// or SIGTERM, and returns the exit status: 0, 1 when it failed, 2 for a bad command line.
+func Main(args []string) int {
+	return cli.Code(Name, run(args))
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet(Name, flag.ContinueOnError)
+	master := fs.String("master_server_address", "127.0.0.1:50051", "host:port of mooncake_master")
+	host := fs.String("host", "127.0.0.1", "address peers reach this client at")
+	port := fs.Int("port", 50052, "transfer-engine port (0 picks a free one)")
+	protocol := fs.String("protocol", "tcp", "transfer protocol")
+	devices := fs.String("device_names", "", "NICs for rdma-like protocols (comma-separated)")
+	meta := fs.String("metadata_server", engine.P2PHandshake, "metadata server: P2PHANDSHAKE, http://h:p/metadata, etcd://h:p, redis://h:p")
+	segSize := fs.String("global_segment_size", "4 GB", "memory contributed to the store")
+	bufSize := fs.String("local_buffer_size", "16 MB", "staging buffer")
+	if err := fs.Parse(args); err != nil {
+		return cli.Usagef("bad command line: %w", err)
+	}
+	if fs.NArg() > 0 {
+		return cli.Usagef("unexpected argument %q", fs.Arg(0))
+	}
+	seg, err := client.ParseSize(*segSize)
+	if err != nil {
+		return cli.Usagef("--global_segment_size: %w", err)
+	}
+	if seg == 0 {
+		return cli.Usagef("--global_segment_size must be > 0: a mooncake_client only contributes memory")
+	}
+	buf, err := client.ParseSize(*bufSize)
+	if err != nil {
+		return cli.Usagef("--local_buffer_size: %w", err)
+	}
+	if *port < 0 || *port > 65535 {
+		return cli.Usagef("--port=%d is not a valid port", *port)
+	}
+	ctx, stop := cli.SignalContext()
+	defer stop()
+	name := net.JoinHostPort(*host, strconv.Itoa(*port))
+	if *port == 0 {
+		name = *host // the engine (or client.EngineConfig) picks the port
+	}
+	cfg := config.StoreClient(client.Config{
+		LocalHostname: name, MetadataServer: *meta,
+		GlobalSegmentSize: seg, LocalBufferSize: buf, Protocol: *protocol, DeviceName: *devices,
+		MasterServerAddress: *master,
+	})
+	c, err := client.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	log.Printf("mooncake_client: segment %s (%d bytes) mounted on master %s", c.Hostname(), seg, *master)
+	fmt.Printf("MOONCAKE_CLIENT_READY segment=%s\n", c.Hostname())
+	os.Stdout.Sync()
+	<-ctx.Done()
+	if err := c.Close(); err != nil {
+		log.Printf("mooncake_client: close: %v", err)
+	}
+	log.Printf("mooncake_client: stopped")
+	return nil
+}

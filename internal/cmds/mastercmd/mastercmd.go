@@ -1,0 +1,164 @@
+package mastercmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mooncake-go/mooncake/config"
+	"github.com/mooncake-go/mooncake/engine/metadata"
+	"github.com/mooncake-go/mooncake/internal/cli"
+	"github.com/mooncake-go/mooncake/store/ha"
+	"github.com/mooncake-go/mooncake/store/master"
+	"github.com/mooncake-go/mooncake/store/snapshot"
+)
+
+// Name is the command's name, the one the multi-call binary answers to.
+const Name = "mooncake_master"
+
+// Main runs mooncake_master with args (the command line after the program name) until SIGINT
+// or SIGTERM, and returns the exit status: 0, 1 when it failed, 2 for a bad command line.
+func Main(args []string) int {
+	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
+	cfg, err := master.ParseFlags(Name, args)
+	if err != nil {
+		return cli.Code(Name, cli.Usage(err))
+	}
+	ctx, stop := cli.SignalContext()
+	defer stop()
+	return cli.Code(Name, run(ctx, cfg))
+}
+
+func run(ctx context.Context, cfg master.Config) error {
+	rpcLis, err := net.Listen("tcp", net.JoinHostPort(cfg.RPCAddress, strconv.Itoa(cfg.RPCPort)))
+	if err != nil {
+		return fmt.Errorf("listen for rpc on %s:%d: %w", cfg.RPCAddress, cfg.RPCPort, err)
+	}
+	cfg.RPCPort = rpcLis.Addr().(*net.TCPAddr).Port
+	srv := master.NewServer(cfg)
+
+	// Snapshots and HA.
+	var snaps *snapshot.Manager
+	snapOpts := config.SnapshotBackend(cfg.SnapshotBackupDir)
+	if cfg.EnableSnapshot || cfg.EnableSnapshotRestore || (cfg.EnableHA && cfg.HotStandby.EnableSnapshotBootstrap && snapOpts.LocalRoot != "") {
+		be, err := snapshot.OpenBackend(ctx, cfg.SnapshotBackendType, snapOpts)
+		if err != nil {
+			rpcLis.Close()
+			return err
+		}
+		sm := snapshot.NewMetrics()
+		sm.Register(srv.Metrics().Registry())
+		snaps, err = snapshot.NewManager(snapshot.Config{Backend: be, ClusterID: cfg.ClusterID, Retention: cfg.SnapshotRetentionCount, Metrics: sm})
+		if err != nil {
+			rpcLis.Close()
+			return err
+		}
+		if !cfg.EnableHA && cfg.EnableSnapshotRestore {
+			if _, err := srv.RestoreSnapshot(ctx, snaps); err != nil {
+				rpcLis.Close()
+				return err
+			}
+		}
+	}
+	var haParts master.HA
+	var closeHA func()
+	if cfg.EnableHA {
+		conn, err := ha.DialWith(ctx, cfg.EtcdEndpoints, config.HA(ha.Options{}))
+		if err != nil {
+			rpcLis.Close()
+			return fmt.Errorf("ha store %s: %w", cfg.EtcdEndpoints, err)
+		}
+		if want := strings.ToLower(cfg.HotStandby.OplogStoreType); want != "" && want != string(conn.Kind()) {
+			conn.Close()
+			rpcLis.Close()
+			return fmt.Errorf("--oplog_store_type=%s but --etcd_endpoints is a %s store", want, conn.Kind())
+		}
+		el, err := conn.NewElector(ha.ElectorConfig{ClusterID: cfg.ClusterID, Address: srv.AdvertiseAddress(), TTL: cfg.HALeaseTTL})
+		if err != nil {
+			conn.Close()
+			rpcLis.Close()
+			return err
+		}
+		oplog, err := conn.NewOpLog(ha.OpLogConfig{ClusterID: cfg.ClusterID})
+		if err != nil {
+			conn.Close()
+			rpcLis.Close()
+			return err
+		}
+		haParts = master.HA{Elector: el, Log: oplog, Snapshots: snaps}
+		closeHA = func() {
+			el.Close()
+			conn.Close()
+		}
+		log.Printf("mooncake_master: HA on %s store %s: standing as %s", conn.Kind(), cfg.EtcdEndpoints, srv.AdvertiseAddress())
+	}
+
+	var httpServers []*http.Server
+	serveHTTP := func(what, addr string, h http.Handler) (int, error) {
+		lis, err := net.Listen("tcp", addr)
+		if err != nil {
+			return 0, fmt.Errorf("listen for %s on %s: %w", what, addr, err)
+		}
+		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		httpServers = append(httpServers, hs)
+		go func() {
+			if err := hs.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Printf("mooncake_master: %s server: %v", what, err)
+			}
+		}()
+		return lis.Addr().(*net.TCPAddr).Port, nil
+	}
+	metricsPort, err := serveHTTP("admin/metrics", net.JoinHostPort(cfg.RPCAddress, strconv.Itoa(cfg.MetricsPort)), srv.AdminHandler())
+	if err != nil {
+		rpcLis.Close()
+		return err
+	}
+	if cfg.EnableHTTPMetadataServer {
+		md := metadata.NewHTTPServer(metadata.HTTPServerConfig{})
+		port, err := serveHTTP("http metadata", net.JoinHostPort(cfg.HTTPMetadataServerHost, strconv.Itoa(cfg.HTTPMetadataServerPort)), md)
+		if err != nil {
+			rpcLis.Close()
+			return err
+		}
+		log.Printf("mooncake_master: http metadata server on %s:%d%s", cfg.HTTPMetadataServerHost, port, md.Path())
+	}
+	log.Printf("mooncake_master: cluster %s serving rpc on %s, admin http on port %d", cfg.ClusterID, rpcLis.Addr(), metricsPort)
+	// A machine-readable line for scripts and tests that start the master on free ports.
+	fmt.Printf("MOONCAKE_MASTER_READY rpc_port=%d metrics_port=%d\n", cfg.RPCPort, metricsPort)
+	os.Stdout.Sync()
+
+	go srv.Run(ctx)
+	haDone := make(chan struct{})
+	if cfg.EnableHA {
+		go func() {
+			defer close(haDone)
+			if err := srv.RunHA(ctx, haParts); err != nil && ctx.Err() == nil {
+				log.Printf("mooncake_master: ha: %v", err)
+			}
+		}()
+	} else {
+		close(haDone)
+		if snaps != nil && cfg.EnableSnapshot {
+			go srv.SnapshotLoop(ctx, snaps)
+		}
+	}
+	err = srv.Serve(ctx, rpcLis)
+	<-haDone
+	if closeHA != nil {
+		closeHA()
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for _, hs := range httpServers {
+		hs.Shutdown(sctx)
+	}
+	log.Printf("mooncake_master: stopped")
+	return err
+}
