@@ -24,6 +24,7 @@ import (
 
 	"github.com/mooncake-go/mooncake/collective"
 	"github.com/mooncake-go/mooncake/collective/reduce"
+	"github.com/mooncake-go/mooncake/config"
 	"github.com/mooncake-go/mooncake/engine"
 	"github.com/mooncake-go/mooncake/p2p"
 )
@@ -77,14 +78,17 @@ func child() error {
 	n, _ := strconv.Atoi(os.Getenv("P2P_E2E_SIZE"))
 	mode := os.Getenv("P2P_E2E_MODE")
 	st := fileStore{os.Getenv("P2P_E2E_DIR")}
-	eng, err := engine.New(context.Background(), engine.Config{LocalServerName: "127.0.0.1", MetadataServer: "P2PHANDSHAKE"})
+	// The engine-creation and p2p knobs (MC_FORCE_TCP, MC_P2P_STREAMS, ...) as a library process
+	// reads them.
+	eng, err := engine.New(context.Background(), config.Engine(engine.Config{LocalServerName: "127.0.0.1", MetadataServer: "P2PHANDSHAKE"}))
 	if err != nil {
 		return err
 	}
 	defer eng.Close()
-	opts := p2p.Options{Slots: 4, SlotBytes: 64 << 10}
+	opts := config.P2P()
+	opts.Slots, opts.SlotBytes = 4, 64<<10
 	if mode == "bench" || mode == "pingpong" {
-		opts = p2p.Options{Slots: envInt("P2P_E2E_SLOTS", 0), SlotBytes: envInt("P2P_E2E_SLOT_BYTES", 0)} // 0: defaults
+		opts.Slots, opts.SlotBytes = envInt("P2P_E2E_SLOTS", 0), envInt("P2P_E2E_SLOT_BYTES", 0) // 0: defaults
 	}
 	ep, err := p2p.New(p2p.EngineFabric(eng), rank, n, opts)
 	if err != nil {
