@@ -1,0 +1,214 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mooncake-go/mooncake/internal/memview"
+	"github.com/mooncake-go/mooncake/store/api"
+	"github.com/mooncake-go/mooncake/store/dfs"
+)
+
+// The client's part of the storage tiers (the master decides, see store/master/tier.go):
+//
+//   - offloadLoop long-polls the master for moves to G3 assigned to this client (objects whose
+//     memory copy lies in this client's segment), writes each object's bytes straight from the
+//     segment to its file under the G3 directory (dfs.Write: temporary name, checksum, rename)
+//     and reports the checksum with OffloadDone;
+//   - a get whose only copy is a G3 file reads it with dfs.Read, which verifies the header and
+//     the checksum, so a damaged or missing file is an error for that key, never wrong bytes;
+//   - when the master hands the reader a promotion replica, the reader writes the bytes it just
+//     read into it and reports PromoteDone;
+//   - a put that finds memory full while moves to G3 are in progress retries until its RPC
+//     timeout.
+
+// offloadWorkers is how many objects one client writes to G3 at once.
+const offloadWorkers = 4
+
+type tierCounters struct {
+	diskReads, offloaded, offloadFailed, promoted atomic.Uint64
+}
+
+// TierStats are the client's tier counters.
+type TierStats struct {
+	DiskReads     uint64 // gets served from a G3 file
+	Offloaded     uint64 // objects this client wrote to G3
+	OffloadFailed uint64
+	Promoted      uint64 // objects this client copied back into memory
+}
+
+// TierStats returns the client's tier counters.
+func (c *Client) TierStats() TierStats {
+	return TierStats{DiskReads: c.tiers.diskReads.Load(), Offloaded: c.tiers.offloaded.Load(),
+		OffloadFailed: c.tiers.offloadFailed.Load(), Promoted: c.tiers.promoted.Load()}
+}
+
+// RootFSDir is the master's G3 directory ("" without the tier).
+func (c *Client) RootFSDir() string { return c.rootFS }
+
+// putStart asks for room, retrying while the master says objects are moving to G3.
+func (c *Client) putStart(ctx context.Context, key string, size uint64, cfg api.ReplicateConfig) (*api.PutStartResponse, error) {
+	deadline := time.Now().Add(c.cfg.RPCTimeout)
+	backoff := 5 * time.Millisecond
+	for {
+		rctx, cancel := c.rpcCtx(ctx)
+		ps, err := c.master.PutStart(rctx, &api.PutStartRequest{ClientID: c.id, Key: key, Size: size, Config: cfg})
+		cancel()
+		if err != nil {
+			return nil, c.rpcErr("put "+quote(key), err)
+		}
+		if !ps.Retry || time.Now().Add(backoff).After(deadline) {
+			return ps, nil
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ps, nil
+		case <-t.C:
+		}
+		backoff = min(backoff*2, 200*time.Millisecond)
+	}
+}
+
+func (c *Client) readDisk(ctx context.Context, key string, g *api.GetReplicaListResponse, r api.Replica, dst buf) error {
+	if c.rootFS == "" {
+		return api.Errorf(api.FILE_NOT_FOUND, "the object lives in the G3 tier but the master named no root_fs_dir")
+	}
+	if err := dfs.Read(c.rootFS, r.Path, key, r.Checksum, dst.b, dfs.Options{}); err != nil {
+		return err
+	}
+	c.tiers.diskReads.Add(1)
+	if p := g.Promote; p != nil {
+		msg := ""
+		if err := c.transfer(ctx, true, dst, *p); err != nil {
+			msg = err.Error()
+		}
+		rctx, cancel := c.rpcCtx(ctx)
+		st, err := c.master.PromoteDone(rctx, &api.OffloadDoneRequest{ClientID: c.id, Key: key, Error: msg})
+		cancel()
+		if err == nil && st.Code == api.OK && msg == "" {
+			c.tiers.promoted.Add(1)
+		}
+	}
+	return nil
+}
+
+func (c *Client) offloadLoop(ctx context.Context) {
+	var (
+		mu       sync.Mutex
+		inflight = map[string]bool{}
+		wg       sync.WaitGroup
+	)
+	finished := make(chan struct{}, offloadWorkers)
+	sem := make(chan struct{}, offloadWorkers)
+	defer wg.Wait()
+	for ctx.Err() == nil {
+		rctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout+2*time.Second)
+		resp, err := c.master.FetchOffloadTasks(rctx, &api.OffloadTasksRequest{ClientID: c.id, WaitMs: 2000})
+		cancel()
+		if err == nil {
+			err = resp.Err()
+		}
+		if err != nil {
+			if !sleepCtx(ctx, 200*time.Millisecond) {
+				return
+			}
+			continue
+		}
+		started := 0
+		for _, t := range resp.Tasks {
+			id := t.Key + "\x00" + t.Path
+			mu.Lock()
+			busy := inflight[id]
+			inflight[id] = true
+			mu.Unlock()
+			if busy {
+				continue
+			}
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			started++
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c.offloadOne(ctx, t)
+				mu.Lock()
+				delete(inflight, id)
+				mu.Unlock()
+				<-sem
+				select {
+				case finished <- struct{}{}:
+				default:
+				}
+			}()
+		}
+		if started == 0 && len(resp.Tasks) > 0 {
+			// Everything listed is already being written: wait for one to end rather than
+			// asking again at once.
+			select {
+			case <-finished:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// offloadOne writes one object from this client's segment to its G3 file and reports it.
+func (c *Client) offloadOne(ctx context.Context, t api.OffloadTask) {
+	seg := c.segment
+	var sum uint32
+	var werr error
+	switch {
+	case seg == nil || t.SegmentID != seg.ID || t.Addr < seg.Base || t.Addr+t.Size > seg.Base+seg.Size:
+		werr = api.Errorf(api.INVALID_PARAMS, "offload of %s names memory outside this client's segment", quote(t.Key))
+	default:
+		data := memview.Bytes(uintptr(t.Addr), int(t.Size))
+		sum, werr = dfs.Write(c.rootFS, t.Path, t.Key, data, dfs.Options{Direct: true})
+	}
+	req := &api.OffloadDoneRequest{ClientID: c.id, Key: t.Key, Path: t.Path, Checksum: sum}
+	if werr != nil {
+		req.Error = werr.Error()
+		c.tiers.offloadFailed.Add(1)
+		log.Printf("mooncake store client: move of %s to G3 failed: %v", quote(t.Key), werr)
+	}
+	// Report it; a failover in between is ridden out by retrying (the new leader knows the move).
+	for attempt := 0; attempt < 5; attempt++ {
+		rctx, cancel := c.rpcCtx(context.WithoutCancel(ctx))
+		st, err := c.master.OffloadDone(rctx, req)
+		cancel()
+		if err == nil {
+			if st.Code != api.OK && werr == nil {
+				// The move was cancelled (object removed, client expired): the file is no one's.
+				dfs.Remove(c.rootFS, t.Path)
+			}
+			if st.Code == api.OK && werr == nil {
+				c.tiers.offloaded.Add(1)
+			}
+			return
+		}
+		if !sleepCtx(ctx, time.Duration(100<<attempt)*time.Millisecond) {
+			break
+		}
+	}
+	log.Printf("mooncake store client: could not report the move of %s to G3: %v", quote(t.Key), fmt.Errorf("master unreachable"))
+}

@@ -1,0 +1,79 @@
+package master
+
+import (
+	"context"
+	"log"
+	"time"
+
+	"github.com/mooncake-go/mooncake/store/api"
+	"github.com/mooncake-go/mooncake/store/dfs"
+)
+
+// maxTaskWait bounds how long FetchOffloadTasks holds a request open.
+const maxTaskWait = 5 * time.Second
+
+// FetchOffloadTasks returns the moves to G3 assigned to the client, waiting up to WaitMs for
+// one when there are none (a long poll: a client learns of a move within one round trip).
+func (s *Server) FetchOffloadTasks(ctx context.Context, r *api.OffloadTasksRequest) (*api.OffloadTasksResponse, error) {
+	if r.ClientID == "" {
+		return &api.OffloadTasksResponse{Status: api.Status{Code: api.INVALID_PARAMS, Message: "fetch offload tasks without a client id"}}, nil
+	}
+	wait := min(time.Duration(r.WaitMs)*time.Millisecond, maxTaskWait)
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		if st := s.notServing(); st != nil {
+			return &api.OffloadTasksResponse{Status: *st}, nil
+		}
+		s.touch(r.ClientID)
+		s.mu.Lock()
+		tasks := s.state.OffloadTasks(r.ClientID)
+		wake := s.wake
+		s.mu.Unlock()
+		if len(tasks) > 0 || wait <= 0 {
+			return &api.OffloadTasksResponse{RootFSDir: s.cfg.RootFSDir, Tasks: tasks}, nil
+		}
+		select {
+		case <-wake:
+		case <-timer.C:
+			wait = 0
+		case <-ctx.Done():
+			return &api.OffloadTasksResponse{RootFSDir: s.cfg.RootFSDir}, nil
+		}
+	}
+}
+
+// OffloadDone records the end of a move to G3.
+func (s *Server) OffloadDone(ctx context.Context, r *api.OffloadDoneRequest) (*api.Status, error) {
+	return statusOf(s.do(ctx, Entry{Op: OpOffloadDone, ClientID: r.ClientID, Key: r.Key, Path: r.Path, Checksum: r.Checksum, Error: r.Error})), nil
+}
+
+// PromoteDone records the end of a copy back into memory.
+func (s *Server) PromoteDone(ctx context.Context, r *api.OffloadDoneRequest) (*api.Status, error) {
+	return statusOf(s.do(ctx, Entry{Op: OpPromoteDone, ClientID: r.ClientID, Key: r.Key, Error: r.Error})), nil
+}
+
+// removeFiles deletes G3 files no object references any more (the serving master, once the
+// entry that dropped them is durable).
+func (s *Server) removeFiles(paths []string) {
+	if s.cfg.RootFSDir == "" {
+		return
+	}
+	for _, p := range paths {
+		if err := dfs.Remove(s.cfg.RootFSDir, p); err != nil {
+			log.Printf("mooncake_master: remove G3 file %s: %v", p, err)
+		}
+	}
+}
+
+// dfsCapacity is --global_file_segment_size, or the size of the filesystem under
+// --root_fs_dir when unlimited (0 without the tier).
+func (s *Server) dfsCapacity() uint64 {
+	switch {
+	case s.cfg.RootFSDir == "":
+		return 0
+	case s.cfg.GlobalFileSegmentSize > 0:
+		return s.cfg.GlobalFileSegmentSize
+	}
+	return dfs.FSCapacity(s.cfg.RootFSDir)
+}
