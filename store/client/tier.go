@@ -102,12 +102,20 @@ func (c *Client) offloadLoop(ctx context.Context) {
 	var (
 		mu       sync.Mutex
 		inflight = map[string]bool{}
+		// recent: moves finished since the previous poll was sent, which that poll's answer
+		// may still list (the master applied their reports after building it).
+		recent, older = map[string]bool{}, map[string]bool{}
 		wg       sync.WaitGroup
 	)
 	finished := make(chan struct{}, offloadWorkers)
 	sem := make(chan struct{}, offloadWorkers)
 	defer wg.Wait()
 	for ctx.Err() == nil {
+		mu.Lock()
+		// Anything finished before this poll is sent is absent from its answer; keep one
+		// generation for answers already in flight.
+		older, recent = recent, map[string]bool{}
+		mu.Unlock()
 		rctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout+2*time.Second)
 		resp, err := c.master.FetchOffloadTasks(rctx, &api.OffloadTasksRequest{ClientID: c.id, WaitMs: 2000})
 		cancel()
@@ -124,7 +132,7 @@ func (c *Client) offloadLoop(ctx context.Context) {
 		for _, t := range resp.Tasks {
 			id := t.Key + "\x00" + t.Path
 			mu.Lock()
-			busy := inflight[id]
+			busy := inflight[id] || recent[id] || older[id]
 			inflight[id] = true
 			mu.Unlock()
 			if busy {
@@ -142,6 +150,7 @@ func (c *Client) offloadLoop(ctx context.Context) {
 				c.offloadOne(ctx, t)
 				mu.Lock()
 				delete(inflight, id)
+				recent[id] = true
 				mu.Unlock()
 				<-sem
 				select {
@@ -184,6 +193,9 @@ func (c *Client) offloadOne(ctx context.Context, t api.OffloadTask) {
 	default:
 		data := memview.Bytes(uintptr(t.Addr), int(t.Size))
 		sum, werr = dfs.Write(c.rootFS, t.Path, t.Key, data, dfs.Options{Direct: true})
+		if werr == dfs.ErrExists {
+			return // a repeat of a move already written and reported
+		}
 	}
 	req := &api.OffloadDoneRequest{ClientID: c.id, Key: t.Key, Path: t.Path, Checksum: sum}
 	if werr != nil {

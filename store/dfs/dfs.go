@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/mooncake-go/mooncake/store/api"
 )
 
@@ -192,13 +194,40 @@ func Write(root, rel, key string, data []byte, opt Options) (uint32, error) {
 	if err := f.Close(); err != nil {
 		return 0, api.Errorf(api.FILE_WRITE_FAIL, "close %s: %v", tmp, err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	ok = true
+	if err := renameNoReplace(tmp, path); err != nil {
 		os.Remove(tmp)
-		ok = true
+		if errors.Is(err, fs.ErrExist) {
+			return 0, ErrExists
+		}
 		return 0, api.Errorf(api.FILE_WRITE_FAIL, "rename %s: %v", tmp, err)
 	}
-	ok = true
 	return sum, nil
+}
+
+// ErrExists is Write's answer when the file is already in place: a file, once renamed into
+// place, is never replaced (a second writer of the same move must not tear the first's file).
+var ErrExists = api.Errorf(api.FILE_WRITE_FAIL, "the G3 file is already in place")
+
+// renameNoReplace renames tmp to path unless path exists (fs.ErrExist then).
+func renameNoReplace(tmp, path string) error {
+	err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, path, unix.RENAME_NOREPLACE)
+	if err == nil || errors.Is(err, unix.EEXIST) {
+		if err != nil {
+			return fs.ErrExist
+		}
+		return nil
+	}
+	// No RENAME_NOREPLACE on this filesystem: a hard link fails the same way if path exists.
+	if lerr := os.Link(tmp, path); lerr == nil {
+		return os.Remove(tmp)
+	} else if errors.Is(lerr, fs.ErrExist) {
+		return fs.ErrExist
+	}
+	if _, serr := os.Stat(path); serr == nil {
+		return fs.ErrExist
+	}
+	return os.Rename(tmp, path)
 }
 
 func openWrite(path string, direct bool) (*os.File, bool, error) {
@@ -272,4 +301,17 @@ func FSCapacity(root string) uint64 {
 		return 0
 	}
 	return st.Blocks * uint64(st.Bsize)
+}
+
+// CheckRoot creates root if needed and checks that files can be created in it.
+func CheckRoot(root string) error {
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(root, ".probe-*")
+	if err != nil {
+		return fmt.Errorf("%s is not writable: %w", root, err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
 }

@@ -52,6 +52,25 @@ func TestWriteReadRoundTrip(t *testing.T) {
 	}
 }
 
+func TestWriteNeverReplaces(t *testing.T) {
+	root := t.TempDir()
+	rel := PathFor("k", 1)
+	sum, err := Write(root, rel, "k", []byte("first"), Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Write(root, rel, "k", []byte("other"), Options{NoSync: true}); err != ErrExists {
+		t.Fatalf("second write: %v, want ErrExists", err)
+	}
+	got := make([]byte, 5)
+	if err := Read(root, rel, "k", sum, got, Options{}); err != nil || string(got) != "first" {
+		t.Fatalf("read %q %v", got, err)
+	}
+	if m, _ := filepath.Glob(filepath.Join(root, "*", "*", "*.tmp")); len(m) != 0 {
+		t.Fatalf("temporary files left: %v", m)
+	}
+}
+
 func TestReadDetectsDamage(t *testing.T) {
 	root := t.TempDir()
 	data := bytes.Repeat([]byte("abcdefgh"), 3000)

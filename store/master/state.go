@@ -343,15 +343,16 @@ func (s *State) putStart(e Entry) Result {
 	reps, ok := s.allocate(e, cfg)
 	for !ok {
 		if freed, _ := s.evictPass(e.Now); freed == 0 {
-			if s.cfg.RootFSDir != "" && s.offloading() > 0 {
+			if s.cfg.RootFSDir != "" && (s.offloading() > 0 || s.leasedInMemory(e.Now) > 0) {
 				r := fail(api.NO_AVAILABLE_HANDLE, fmt.Sprintf(
-					"no space for %d replica(s) of %d bytes yet: %d object(s) are moving to the G3 tier; retry", cfg.ReplicaNum, e.Size, s.offloading()))
+					"no space for %d replica(s) of %d bytes yet: %d object(s) are moving to the G3 tier, %d are leased to readers; retry",
+					cfg.ReplicaNum, e.Size, s.offloading(), s.leasedInMemory(e.Now)))
 				r.Retry = true
 				return r
 			}
 			msg := fmt.Sprintf("no space for %d replica(s) of %d bytes on distinct segments, and nothing left to evict", cfg.ReplicaNum, e.Size)
 			if s.cfg.RootFSDir != "" {
-				msg += s.dfsFullNote()
+				msg += s.evictBlockers(e.Now) + s.dfsFullNote()
 			}
 			return fail(api.NO_AVAILABLE_HANDLE, msg)
 		}
@@ -609,7 +610,12 @@ func (s *State) softPinned(o *object, now int64) bool { return o.softPin && o.so
 func (s *State) evictPass(now int64) (freed, scheduled int) {
 	var plain, soft []*object
 	for _, o := range s.objects {
-		if !o.complete || o.hardPin || o.leaseUntil > now || o.offload != nil || o.promote != nil || len(o.replicas) == 0 {
+		if !o.complete || o.hardPin || o.offload != nil || o.promote != nil || len(o.replicas) == 0 {
+			continue
+		}
+		// A leased object keeps its memory copy; with G3 it may still start its move (the
+		// copy goes when the file is in place and the lease is over).
+		if o.leaseUntil > now && (s.cfg.RootFSDir == "" || o.disk != nil) {
 			continue
 		}
 		if s.softPinned(o, now) {

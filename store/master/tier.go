@@ -232,6 +232,9 @@ func (s *State) offloadDone(e Entry) Result {
 	if o == nil {
 		return r
 	}
+	if o.disk != nil && o.disk.path == e.Path && e.Error == "" {
+		return Result{} // a repeated report (a retry, or a task listed twice): already recorded
+	}
 	if o.offload == nil || o.offload.path != e.Path || (e.ClientID != "" && o.offload.client != e.ClientID) {
 		return fail(api.INVALID_WRITE, fmt.Sprintf("key %q has no move to G3 file %s in progress (cancelled or superseded)", e.Key, e.Path))
 	}
@@ -313,4 +316,35 @@ func (s *State) OffloadTasks(clientID string) []api.OffloadTask {
 		}
 	}
 	return out
+}
+
+// evictBlockers describes why nothing in memory could be evicted (for the put's error).
+func (s *State) evictBlockers(now int64) string {
+	var inMem, leased, pinned, writing int
+	for _, o := range s.objects {
+		if len(o.replicas) == 0 {
+			continue
+		}
+		inMem++
+		switch {
+		case !o.complete:
+			writing++
+		case o.hardPin || (s.softPinned(o, now) && !s.cfg.AllowEvictSoftPinnedObjects):
+			pinned++
+		case o.leaseUntil > now:
+			leased++
+		}
+	}
+	return fmt.Sprintf(" (%d objects in memory: %d leased to readers, %d pinned, %d being written)", inMem, leased, pinned, writing)
+}
+
+// leasedInMemory counts complete objects in memory whose lease keeps them there.
+func (s *State) leasedInMemory(now int64) int {
+	n := 0
+	for _, o := range s.objects {
+		if o.complete && len(o.replicas) > 0 && o.leaseUntil > now {
+			n++
+		}
+	}
+	return n
 }
