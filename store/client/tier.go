@@ -105,7 +105,7 @@ func (c *Client) offloadLoop(ctx context.Context) {
 		// recent: moves finished since the previous poll was sent, which that poll's answer
 		// may still list (the master applied their reports after building it).
 		recent, older = map[string]bool{}, map[string]bool{}
-		wg       sync.WaitGroup
+		wg            sync.WaitGroup
 	)
 	finished := make(chan struct{}, offloadWorkers)
 	sem := make(chan struct{}, offloadWorkers)
