@@ -124,6 +124,8 @@ func TestG3(t *testing.T) {
 	t.Run("CapacityExhausted", func(t *testing.T) { g3CapacityExhausted(t, bins) })
 	t.Run("ClientKilledDuringOffload", func(t *testing.T) { g3ClientKilledDuringOffload(t, bins) })
 	t.Run("MasterFailover", func(t *testing.T) { g3Failover(t, bins) })
+	t.Run("PromotionOnHit", func(t *testing.T) { g3Promotion(t, bins) })
+	t.Run("BelowWatermarkStaysInMemory", func(t *testing.T) { g3BelowWatermark(t, bins) })
 }
 
 // g3WorkingSetLargerThanMemory: a working set 8x the memory segments, written by four
