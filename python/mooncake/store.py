@@ -106,6 +106,8 @@ def _lib():
                     "mc_store_close": (ctypes.c_int, [_u64]),
                     "mc_store_health_check": (ctypes.c_int, [_u64]),
                     "mc_store_get_hostname": (ctypes.c_int, [_u64, _cs, _i32]),
+                    "mc_store_replica_desc": (ctypes.c_int, [_u64, _cs, _cs, _i32]),
+                    "mc_store_tier_stats": (ctypes.c_int, [_u64, _cs, _i32]),
                     "mc_store_register_buffer": (ctypes.c_int, [_u64, _u64, _u64]),
                     "mc_store_unregister_buffer": (ctypes.c_int, [_u64, _u64]),
                     "mc_store_put": (ctypes.c_int, [_u64, _cs, _vp, _u64, cfg]),
@@ -400,6 +402,20 @@ class MooncakeDistributedStore:
         if not self._h:
             return ""
         return _native.read_string(_lib().mc_store_get_hostname, self._h, initial=256)
+
+    # ---- storage tiers ----
+    def get_replica_desc(self, key: str) -> List[Dict[str, Any]]:
+        """Where ``key``'s copies live, without taking a lease: a list of dicts with ``tier``
+        ("memory", "disk" for the G3 file tier, "local_disk"), ``segment_name`` (memory),
+        ``path`` (disk, relative to the master's ``--root_fs_dir``), ``size`` and ``status``.
+        Raises MooncakeError (e.g. OBJECT_NOT_FOUND)."""
+        return json.loads(_native.read_string(_lib().mc_store_replica_desc, self._h, _key(key)))
+
+    def get_tier_stats(self) -> Dict[str, Any]:
+        """This client's tier counters: ``disk_reads`` (gets served from a G3 file),
+        ``offloaded`` / ``offload_failed`` (objects this client wrote to G3), ``promoted``
+        (objects copied back into memory) and ``root_fs_dir`` (the master's G3 directory)."""
+        return json.loads(_native.read_string(_lib().mc_store_tier_stats, self._h))
 
     # ---- buffers ----
     def register_buffer(self, buffer_ptr: int, size: int) -> int:

@@ -36,6 +36,7 @@ type MasterServer interface {
 	FetchOffloadTasks(context.Context, *OffloadTasksRequest) (*OffloadTasksResponse, error)
 	OffloadDone(context.Context, *OffloadDoneRequest) (*Status, error)
 	PromoteDone(context.Context, *OffloadDoneRequest) (*Status, error)
+	GetReplicaDesc(context.Context, *KeyRequest) (*GetReplicaListResponse, error)
 }
 
 func method[Req any, Resp any](name string, call func(MasterServer, context.Context, *Req) (*Resp, error)) grpc.MethodDesc {
@@ -85,6 +86,7 @@ var ServiceDesc = grpc.ServiceDesc{
 		method("FetchOffloadTasks", MasterServer.FetchOffloadTasks),
 		method("OffloadDone", MasterServer.OffloadDone),
 		method("PromoteDone", MasterServer.PromoteDone),
+		method("GetReplicaDesc", MasterServer.GetReplicaDesc),
 	},
 	Metadata: "store/api (hand-written, JSON codec)",
 }
@@ -169,6 +171,10 @@ func (c *MasterClient) OffloadDone(ctx context.Context, r *OffloadDoneRequest) (
 }
 func (c *MasterClient) PromoteDone(ctx context.Context, r *OffloadDoneRequest) (*Status, error) {
 	return invoke[Status](ctx, c, "PromoteDone", r)
+}
+// GetReplicaDesc describes where key's copies live without taking a lease or counting a read.
+func (c *MasterClient) GetReplicaDesc(ctx context.Context, r *KeyRequest) (*GetReplicaListResponse, error) {
+	return invoke[GetReplicaListResponse](ctx, c, "GetReplicaDesc", r)
 }
 
 // DialOptions are the options a master connection needs: the JSON codec, plaintext (the master

@@ -47,6 +47,20 @@ func (c *Client) TierStats() TierStats {
 		OffloadFailed: c.tiers.offloadFailed.Load(), Promoted: c.tiers.promoted.Load()}
 }
 
+// ReplicaDesc describes where key's copies live (memory, G3 disk), without taking a lease.
+func (c *Client) ReplicaDesc(ctx context.Context, key string) ([]api.Replica, error) {
+	rctx, cancel := c.rpcCtx(ctx)
+	g, err := c.master.GetReplicaDesc(rctx, &api.KeyRequest{ClientID: c.id, Key: key})
+	cancel()
+	if err != nil {
+		return nil, c.rpcErr("replica description of "+quote(key), err)
+	}
+	if err := g.Err(); err != nil {
+		return nil, fmt.Errorf("replica description of %s: %w", quote(key), err)
+	}
+	return g.Replicas, nil
+}
+
 // RootFSDir is the master's G3 directory ("" without the tier).
 func (c *Client) RootFSDir() string { return c.rootFS }
 

@@ -3,6 +3,7 @@ package master
 import (
 	"context"
 	"log"
+	"strconv"
 	"time"
 
 	"github.com/mooncake-go/mooncake/store/api"
@@ -51,6 +52,27 @@ func (s *Server) OffloadDone(ctx context.Context, r *api.OffloadDoneRequest) (*a
 // PromoteDone records the end of a copy back into memory.
 func (s *Server) PromoteDone(ctx context.Context, r *api.OffloadDoneRequest) (*api.Status, error) {
 	return statusOf(s.do(ctx, Entry{Op: OpPromoteDone, ClientID: r.ClientID, Key: r.Key, Error: r.Error})), nil
+}
+
+// GetReplicaDesc describes key's replicas (memory and G3) without a lease or a hit: a read of
+// the state, not an entry.
+func (s *Server) GetReplicaDesc(ctx context.Context, r *api.KeyRequest) (*api.GetReplicaListResponse, error) {
+	if st := s.notServing(); st != nil {
+		return &api.GetReplicaListResponse{Status: *st}, nil
+	}
+	if err := ValidateKey(r.Key); err != nil {
+		return &api.GetReplicaListResponse{Status: api.StatusOf(err)}, nil
+	}
+	var resp api.GetReplicaListResponse
+	s.View(func(st *State) {
+		info, ok := st.Query(r.Key)
+		if !ok || !info.Complete {
+			resp.Status = api.Status{Code: api.OBJECT_NOT_FOUND, Message: "key " + strconv.Quote(r.Key) + " not found"}
+			return
+		}
+		resp.Size, resp.Replicas = info.Size, info.Replicas
+	})
+	return &resp, nil
 }
 
 // removeFiles deletes G3 files no object references any more (the serving master, once the
