@@ -172,6 +172,7 @@ func (c *MasterClient) OffloadDone(ctx context.Context, r *OffloadDoneRequest) (
 func (c *MasterClient) PromoteDone(ctx context.Context, r *OffloadDoneRequest) (*Status, error) {
 	return invoke[Status](ctx, c, "PromoteDone", r)
 }
+
 // GetReplicaDesc describes where key's copies live without taking a lease or counting a read.
 func (c *MasterClient) GetReplicaDesc(ctx context.Context, r *KeyRequest) (*GetReplicaListResponse, error) {
 	return invoke[GetReplicaListResponse](ctx, c, "GetReplicaDesc", r)
