@@ -630,7 +630,7 @@ func batchPutArgs(h C.uint64_t, keys **C.char, n C.int32_t, cfgp *C.mc_replicate
 // ---- storage tiers ----
 
 // mc_store_replica_desc writes a JSON array describing where key's copies live
-// ([{"tier":"memory"|"disk"|"local_disk","segment_name":...,"path":...,"size":...,"status":...}]);
+// ([{"tier":"memory"|"disk"|"local_disk","segment_name":...,"path":...,"offset":...,"size":...,"status":...}]);
 // it returns the JSON's full length (copyOut) or a negative code.
 //
 //export mc_store_replica_desc
@@ -647,12 +647,13 @@ func mc_store_replica_desc(h C.uint64_t, key *C.char, buf *C.char, buflen C.int3
 		Tier        string `json:"tier"`
 		SegmentName string `json:"segment_name,omitempty"`
 		Path        string `json:"path,omitempty"`
+		Offset      int64  `json:"offset,omitempty"`
 		Size        uint64 `json:"size"`
 		Status      string `json:"status"`
 	}
 	out := make([]desc, 0, len(reps))
 	for _, r := range reps {
-		d := desc{Tier: r.TierName(), Size: r.Size, Status: r.Status.String(), Path: r.Path}
+		d := desc{Tier: r.TierName(), Size: r.Size, Status: r.Status.String(), Path: r.Path, Offset: r.Offset}
 		if !r.IsDisk() {
 			d.SegmentName = r.SegmentName
 		}

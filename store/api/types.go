@@ -56,6 +56,7 @@ type Replica struct {
 	Status      ReplicaStatus `json:"status"`
 	Kind        string        `json:"kind,omitempty"`
 	Path        string        `json:"path,omitempty"`
+	Offset      int64         `json:"offset,omitempty"` // of the object in Path (bucket files)
 	Checksum    uint32        `json:"checksum,omitempty"`
 }
 
@@ -251,6 +252,8 @@ type OffloadDoneRequest struct {
 	ClientID string `json:"client_id"`
 	Key      string `json:"key"`
 	Path     string `json:"path"`
+	File     string `json:"file,omitempty"`   // the file written when not Path: a bucket of small objects
+	Offset   int64  `json:"offset,omitempty"` // the object's offset in File
 	Checksum uint32 `json:"checksum"`
 	Error    string `json:"error,omitempty"`
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,7 +68,7 @@ func (c *Client) RootFSDir() string { return c.rootFS }
 // putStart asks for room, retrying while the master says objects are moving to G3.
 func (c *Client) putStart(ctx context.Context, key string, size uint64, cfg api.ReplicateConfig) (*api.PutStartResponse, error) {
 	deadline := time.Now().Add(c.cfg.RPCTimeout)
-	backoff := 5 * time.Millisecond
+	backoff := time.Millisecond
 	for {
 		rctx, cancel := c.rpcCtx(ctx)
 		ps, err := c.master.PutStart(rctx, &api.PutStartRequest{ClientID: c.id, Key: key, Size: size, Config: cfg})
@@ -85,7 +86,7 @@ func (c *Client) putStart(ctx context.Context, key string, size uint64, cfg api.
 			return ps, nil
 		case <-t.C:
 		}
-		backoff = min(backoff*2, 200*time.Millisecond)
+		backoff = min(backoff*2, 20*time.Millisecond)
 	}
 }
 
@@ -93,7 +94,7 @@ func (c *Client) readDisk(ctx context.Context, key string, g *api.GetReplicaList
 	if c.rootFS == "" {
 		return api.Errorf(api.FILE_NOT_FOUND, "the object lives in the G3 tier but the master named no root_fs_dir")
 	}
-	if err := dfs.Read(c.rootFS, r.Path, key, r.Checksum, dst.b, dfs.Options{}); err != nil {
+	if err := dfs.ReadAt(c.rootFS, r.Path, r.Offset, key, r.Checksum, dst.b, dfs.Options{}); err != nil {
 		return err
 	}
 	c.tiers.diskReads.Add(1)
@@ -142,7 +143,10 @@ func (c *Client) offloadLoop(ctx context.Context) {
 			}
 			continue
 		}
-		started := 0
+		// New tasks, as jobs: a large object alone, small ones packed into bucket files.
+		var jobs [][]api.OffloadTask
+		var bucket []api.OffloadTask
+		var bucketBytes uint64
 		for _, t := range resp.Tasks {
 			id := t.Key + "\x00" + t.Path
 			mu.Lock()
@@ -152,6 +156,22 @@ func (c *Client) offloadLoop(ctx context.Context) {
 			if busy {
 				continue
 			}
+			if t.Size > dfs.BucketMax {
+				jobs = append(jobs, []api.OffloadTask{t})
+				continue
+			}
+			if len(bucket) > 0 && bucketBytes+t.Size > dfs.BucketBytes {
+				jobs = append(jobs, bucket)
+				bucket, bucketBytes = nil, 0
+			}
+			bucket = append(bucket, t)
+			bucketBytes += t.Size
+		}
+		if len(bucket) > 0 {
+			jobs = append(jobs, bucket)
+		}
+		started := 0
+		for _, job := range jobs {
 			select {
 			case sem <- struct{}{}:
 			case <-ctx.Done():
@@ -161,10 +181,17 @@ func (c *Client) offloadLoop(ctx context.Context) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				c.offloadOne(ctx, t)
+				if len(job) == 1 && job[0].Size > dfs.BucketMax {
+					c.offloadOne(ctx, job[0])
+				} else {
+					c.offloadBucket(ctx, job)
+				}
 				mu.Lock()
-				delete(inflight, id)
-				recent[id] = true
+				for _, t := range job {
+					id := t.Key + "\x00" + t.Path
+					delete(inflight, id)
+					recent[id] = true
+				}
 				mu.Unlock()
 				<-sem
 				select {
@@ -206,35 +233,86 @@ func (c *Client) offloadOne(ctx context.Context, t api.OffloadTask) {
 		werr = api.Errorf(api.INVALID_PARAMS, "offload of %s names memory outside this client's segment", quote(t.Key))
 	default:
 		data := memview.Bytes(uintptr(t.Addr), int(t.Size))
-		sum, werr = dfs.Write(c.rootFS, t.Path, t.Key, data, dfs.Options{Direct: true})
+		// No fdatasync per file: G3 is a cache, and a file a crash tears is caught by its
+		// checksum on read (a clean error for that key), never returned as data.
+		sum, werr = dfs.Write(c.rootFS, t.Path, t.Key, data, dfs.Options{Direct: true, NoSync: true})
 		if werr == dfs.ErrExists {
 			return // a repeat of a move already written and reported
 		}
 	}
-	req := &api.OffloadDoneRequest{ClientID: c.id, Key: t.Key, Path: t.Path, Checksum: sum}
 	if werr != nil {
-		req.Error = werr.Error()
 		c.tiers.offloadFailed.Add(1)
 		log.Printf("mooncake store client: move of %s to G3 failed: %v", quote(t.Key), werr)
 	}
-	// Report it; a failover in between is ridden out by retrying (the new leader knows the move).
+	if !c.reportOffload(ctx, &api.OffloadDoneRequest{ClientID: c.id, Key: t.Key, Path: t.Path, Checksum: sum}, werr) && werr == nil {
+		// The move was cancelled (object removed, client expired): the file is no one's.
+		dfs.Remove(c.rootFS, t.Path)
+	}
+}
+
+// offloadBucket writes small objects into one bucket file and reports each.
+func (c *Client) offloadBucket(ctx context.Context, tasks []api.OffloadTask) {
+	seg := c.segment
+	entries := make([]dfs.Entry, 0, len(tasks))
+	var ok []api.OffloadTask
+	for _, t := range tasks {
+		if seg == nil || t.SegmentID != seg.ID || t.Addr < seg.Base || t.Addr+t.Size > seg.Base+seg.Size {
+			c.reportOffload(ctx, &api.OffloadDoneRequest{ClientID: c.id, Key: t.Key, Path: t.Path}, api.Errorf(api.INVALID_PARAMS,
+				"offload of %s names memory outside this client's segment", quote(t.Key)))
+			continue
+		}
+		entries = append(entries, dfs.Entry{Key: t.Key, Data: memview.Bytes(uintptr(t.Addr), int(t.Size))})
+		ok = append(ok, t)
+	}
+	if len(ok) == 0 {
+		return
+	}
+	file := strings.TrimSuffix(ok[0].Path, ".mcobj") + ".mcbkt"
+	placed, werr := dfs.WriteBucket(c.rootFS, file, entries, dfs.Options{Direct: true, NoSync: true})
+	if werr == dfs.ErrExists {
+		return // a repeat of moves already written and reported
+	}
+	if werr != nil {
+		c.tiers.offloadFailed.Add(uint64(len(ok)))
+		log.Printf("mooncake store client: move of %d objects to G3 bucket %s failed: %v", len(ok), file, werr)
+	}
+	accepted := 0
+	for i, t := range ok {
+		req := &api.OffloadDoneRequest{ClientID: c.id, Key: t.Key, Path: t.Path, File: file}
+		if werr == nil {
+			req.Offset, req.Checksum = placed[i].Offset, placed[i].Sum
+		}
+		if c.reportOffload(ctx, req, werr) {
+			accepted++
+		}
+	}
+	if werr == nil && accepted == 0 {
+		dfs.Remove(c.rootFS, file)
+	}
+}
+
+// reportOffload sends OffloadDone (with werr's text when the write failed), riding out a
+// failover by retrying; it reports false when the master refused the file (then no one
+// references it) and true when it recorded it or could not be asked.
+func (c *Client) reportOffload(ctx context.Context, req *api.OffloadDoneRequest, werr error) bool {
+	if werr != nil {
+		req.Error = werr.Error()
+	}
 	for attempt := 0; attempt < 5; attempt++ {
 		rctx, cancel := c.rpcCtx(context.WithoutCancel(ctx))
 		st, err := c.master.OffloadDone(rctx, req)
 		cancel()
 		if err == nil {
-			if st.Code != api.OK && werr == nil {
-				// The move was cancelled (object removed, client expired): the file is no one's.
-				dfs.Remove(c.rootFS, t.Path)
-			}
 			if st.Code == api.OK && werr == nil {
 				c.tiers.offloaded.Add(1)
+				return true
 			}
-			return
+			return false
 		}
 		if !sleepCtx(ctx, time.Duration(100<<attempt)*time.Millisecond) {
 			break
 		}
 	}
-	log.Printf("mooncake store client: could not report the move of %s to G3: %v", quote(t.Key), fmt.Errorf("master unreachable"))
+	log.Printf("mooncake store client: could not report the move of %s to G3: master unreachable", quote(req.Key))
+	return true // unknown: the master may have recorded it, so the file stays
 }

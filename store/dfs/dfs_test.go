@@ -107,3 +107,28 @@ func TestReadDetectsDamage(t *testing.T) {
 		t.Fatalf("second remove: %v", err)
 	}
 }
+
+func TestBucketRoundTrip(t *testing.T) {
+	root := t.TempDir()
+	var entries []Entry
+	for i := range 5 {
+		entries = append(entries, Entry{Key: string(rune('a' + i)), Data: bytes.Repeat([]byte{byte(i)}, 1000*i+1)})
+	}
+	placed, err := WriteBucket(root, "b/x.mcbkt", entries, Options{NoSync: true, Direct: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range entries {
+		got := make([]byte, len(e.Data))
+		if err := ReadAt(root, "b/x.mcbkt", placed[i].Offset, e.Key, placed[i].Sum, got, Options{}); err != nil || !bytes.Equal(got, e.Data) {
+			t.Fatalf("entry %d: %v", i, err)
+		}
+	}
+	got := make([]byte, len(entries[1].Data))
+	if err := ReadAt(root, "b/x.mcbkt", placed[2].Offset, "b", placed[1].Sum, got, Options{}); api.CodeOf(err) != api.CHECKSUM_MISMATCH {
+		t.Fatalf("wrong offset: %v", err)
+	}
+	if _, err := WriteBucket(root, "b/x.mcbkt", entries, Options{NoSync: true}); err != ErrExists {
+		t.Fatalf("rewrite: %v", err)
+	}
+}

@@ -37,9 +37,10 @@ type objectJSON struct {
 }
 
 type diskJSON struct {
-	Path string `json:"path"`
-	Sum  uint32 `json:"sum"`
-	At   int64  `json:"at"`
+	Path   string `json:"path"`
+	Offset int64  `json:"offset,omitempty"`
+	Sum    uint32 `json:"sum"`
+	At     int64  `json:"at"`
 }
 
 type moveJSON struct {
@@ -93,7 +94,7 @@ func (s *State) Encode() ([]byte, error) {
 		}
 		oj.DiskHits = o.diskHits
 		if d := o.disk; d != nil {
-			oj.Disk = &diskJSON{Path: d.path, Sum: d.sum, At: d.at}
+			oj.Disk = &diskJSON{Path: d.path, Offset: d.offset, Sum: d.sum, At: d.at}
 		}
 		if m := o.offload; m != nil {
 			oj.Offload = &moveJSON{Client: m.client, Seg: m.segID, Addr: m.addr, Path: m.path, Started: m.started}
@@ -141,7 +142,8 @@ func DecodeState(cfg Config, b []byte) (*State, error) {
 		}
 		o.diskHits = oj.DiskHits
 		if d := oj.Disk; d != nil {
-			o.disk = &diskRec{path: d.Path, sum: d.Sum, at: d.At}
+			o.disk = &diskRec{path: d.Path, offset: d.Offset, sum: d.Sum, at: d.At}
+			s.fileRefs[d.Path]++
 		}
 		if m := oj.Offload; m != nil {
 			o.offload = &offloadRec{client: m.Client, segID: m.Seg, addr: m.Addr, path: m.Path, started: m.Started}

@@ -45,7 +45,9 @@ type Entry struct {
 	Pattern   string               `json:"pattern,omitempty"`
 	Batch     []Entry              `json:"batch,omitempty"`
 	Digest    string               `json:"digest,omitempty"` // OpVerify
-	Path      string               `json:"path,omitempty"`   // OpOffloadDone: the G3 file written
+	Path      string               `json:"path,omitempty"`   // OpOffloadDone: the move (its assigned file name)
+	File      string               `json:"file,omitempty"`   // OpOffloadDone: the file written, when not Path (a bucket)
+	Offset    int64                `json:"offset,omitempty"` // OpOffloadDone: the object's offset in File
 	Checksum  uint32               `json:"checksum,omitempty"`
 	Error     string               `json:"error,omitempty"` // OpOffloadDone/OpPromoteDone: why the move failed
 }

@@ -85,6 +85,7 @@ type State struct {
 	dfsReserved uint64             // bytes of moves to G3 in progress
 	dfsGen      uint64             // generation of the last G3 file name handed out
 	moving      map[string]*object // objects with an offload or a promotion in progress
+	fileRefs    map[string]int     // G3 file -> objects stored in it (derived from objects)
 	garbage     []string           // G3 files of dropped objects, handed to the caller of Apply
 }
 
@@ -97,6 +98,7 @@ func NewState(cfg Config) *State {
 		objects:  map[string]*object{},
 		pending:  map[string]*object{},
 		moving:   map[string]*object{},
+		fileRefs: map[string]int{},
 	}
 }
 

@@ -24,9 +24,10 @@ import (
 //     put_start_discard_timeout is cancelled: the object stays where it was.
 
 type diskRec struct {
-	path string
-	sum  uint32
-	at   int64 // when the file was recorded: the G3 tier's eviction order
+	path   string // file (relative to root_fs_dir); a bucket file may hold several objects
+	offset int64  // of the object's header in the file
+	sum    uint32
+	at     int64 // when the file was recorded: the G3 tier's eviction order
 }
 
 type offloadRec struct {
@@ -66,7 +67,7 @@ func (s *State) dfsFullNote() string {
 
 func (s *State) diskReplica(o *object) api.Replica {
 	return api.Replica{SegmentID: "dfs", SegmentName: "dfs", Size: o.size, Status: api.ReplicaComplete,
-		Kind: api.KindDisk, Path: o.disk.path, Checksum: o.disk.sum}
+		Kind: api.KindDisk, Path: o.disk.path, Offset: o.disk.offset, Checksum: o.disk.sum}
 }
 
 func (s *State) releaseReplica(o *object, idx int) {
@@ -89,7 +90,10 @@ func (s *State) dropMemory(o *object) {
 
 // dropDisk forgets o's G3 file (handed out as garbage).
 func (s *State) dropDisk(o *object) {
-	s.garbage = append(s.garbage, o.disk.path)
+	if s.fileRefs[o.disk.path]--; s.fileRefs[o.disk.path] <= 0 {
+		delete(s.fileRefs, o.disk.path)
+		s.garbage = append(s.garbage, o.disk.path)
+	}
 	s.dfsUsed -= o.size
 	o.disk = nil
 	o.diskHits = 0
@@ -232,7 +236,11 @@ func (s *State) offloadDone(e Entry) Result {
 	if o == nil {
 		return r
 	}
-	if o.disk != nil && o.disk.path == e.Path && e.Error == "" {
+	file := e.File
+	if file == "" {
+		file = e.Path
+	}
+	if o.disk != nil && o.disk.path == file && o.disk.offset == e.Offset && e.Error == "" {
 		return Result{} // a repeated report (a retry, or a task listed twice): already recorded
 	}
 	if o.offload == nil || o.offload.path != e.Path || (e.ClientID != "" && o.offload.client != e.ClientID) {
@@ -245,7 +253,8 @@ func (s *State) offloadDone(e Entry) Result {
 	}
 	s.dfsReserved -= o.size
 	s.dfsUsed += o.size
-	o.disk = &diskRec{path: e.Path, sum: e.Checksum, at: e.Now}
+	o.disk = &diskRec{path: file, offset: e.Offset, sum: e.Checksum, at: e.Now}
+	s.fileRefs[file]++
 	o.offload = nil
 	s.endMove(o)
 	s.counters.OffloadedObjects++

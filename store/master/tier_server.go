@@ -46,7 +46,8 @@ func (s *Server) FetchOffloadTasks(ctx context.Context, r *api.OffloadTasksReque
 
 // OffloadDone records the end of a move to G3.
 func (s *Server) OffloadDone(ctx context.Context, r *api.OffloadDoneRequest) (*api.Status, error) {
-	return statusOf(s.do(ctx, Entry{Op: OpOffloadDone, ClientID: r.ClientID, Key: r.Key, Path: r.Path, Checksum: r.Checksum, Error: r.Error})), nil
+	return statusOf(s.do(ctx, Entry{Op: OpOffloadDone, ClientID: r.ClientID, Key: r.Key, Path: r.Path, File: r.File,
+		Offset: r.Offset, Checksum: r.Checksum, Error: r.Error})), nil
 }
 
 // PromoteDone records the end of a copy back into memory.

@@ -200,3 +200,31 @@ func TestPromotionOnHit(t *testing.T) {
 		t.Fatalf("counters %+v", st.Counters)
 	}
 }
+
+func TestBucketFileDeletedWithItsLastObject(t *testing.T) {
+	h := tierHarness(t, func(c *Config) { c.EvictionRatio = 1 })
+	h.mount("c1", "s1", "host1", 1<<20, 4096)
+	h.put("c1", "a", 1024, api.ReplicateConfig{})
+	h.put("c1", "b", 1024, api.ReplicateConfig{})
+	h.put("c1", "c", 1024, api.ReplicateConfig{})
+	h.put("c1", "d", 1024, api.ReplicateConfig{})
+	h.apply(Entry{Op: OpTick})
+	for i, task := range h.s.OffloadTasks("c1") {
+		r := h.apply(Entry{Op: OpOffloadDone, ClientID: "c1", Key: task.Key, Path: task.Path, File: "bucket", Offset: int64(i) * 8192, Checksum: 7})
+		expectCode(t, "done "+task.Key, r, api.OK)
+		// a repeated report of the same placement is a no-op
+		expectCode(t, "repeat "+task.Key, h.apply(Entry{Op: OpOffloadDone, ClientID: "c1", Key: task.Key, Path: task.Path, File: "bucket", Offset: int64(i) * 8192}), api.OK)
+	}
+	g := h.apply(Entry{Op: OpGrantLease, ClientID: "c2", Key: "b"})
+	if len(g.Replicas) != 1 || g.Replicas[0].Path != "bucket" || g.Replicas[0].Offset != 8192 {
+		t.Fatalf("replicas of b: %+v", g.Replicas)
+	}
+	for _, key := range []string{"a", "b", "c"} {
+		if r := h.apply(Entry{Op: OpRemove, Key: key, Force: true}); len(r.Garbage) != 0 {
+			t.Fatalf("remove %s freed %v while d is still in the bucket", key, r.Garbage)
+		}
+	}
+	if r := h.apply(Entry{Op: OpRemove, Key: "d", Force: true}); len(r.Garbage) != 1 || r.Garbage[0] != "bucket" {
+		t.Fatalf("remove of the last object: garbage %v, want [bucket]", r.Garbage)
+	}
+}
