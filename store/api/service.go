@@ -37,6 +37,7 @@ type MasterServer interface {
 	OffloadDone(context.Context, *OffloadDoneRequest) (*Status, error)
 	PromoteDone(context.Context, *OffloadDoneRequest) (*Status, error)
 	GetReplicaDesc(context.Context, *KeyRequest) (*GetReplicaListResponse, error)
+	BatchOffloadDone(context.Context, *BatchOffloadDoneRequest) (*BatchStatusResponse, error)
 }
 
 func method[Req any, Resp any](name string, call func(MasterServer, context.Context, *Req) (*Resp, error)) grpc.MethodDesc {
@@ -87,6 +88,7 @@ var ServiceDesc = grpc.ServiceDesc{
 		method("OffloadDone", MasterServer.OffloadDone),
 		method("PromoteDone", MasterServer.PromoteDone),
 		method("GetReplicaDesc", MasterServer.GetReplicaDesc),
+		method("BatchOffloadDone", MasterServer.BatchOffloadDone),
 	},
 	Metadata: "store/api (hand-written, JSON codec)",
 }
@@ -176,6 +178,11 @@ func (c *MasterClient) PromoteDone(ctx context.Context, r *OffloadDoneRequest) (
 // GetReplicaDesc describes where key's copies live without taking a lease or counting a read.
 func (c *MasterClient) GetReplicaDesc(ctx context.Context, r *KeyRequest) (*GetReplicaListResponse, error) {
 	return invoke[GetReplicaListResponse](ctx, c, "GetReplicaDesc", r)
+}
+
+// BatchOffloadDone is OffloadDone for several moves, applied as one batch entry.
+func (c *MasterClient) BatchOffloadDone(ctx context.Context, r *BatchOffloadDoneRequest) (*BatchStatusResponse, error) {
+	return invoke[BatchStatusResponse](ctx, c, "BatchOffloadDone", r)
 }
 
 // DialOptions are the options a master connection needs: the JSON codec, plaintext (the master

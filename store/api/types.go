@@ -258,6 +258,12 @@ type OffloadDoneRequest struct {
 	Error    string `json:"error,omitempty"`
 }
 
+// BatchOffloadDoneRequest reports several moves at once (the objects of one bucket file).
+type BatchOffloadDoneRequest struct {
+	ClientID string               `json:"client_id"`
+	Items    []OffloadDoneRequest `json:"items"`
+}
+
 // StatusCode lets middleware read the code of any response (every response embeds Status).
 func (s *Status) StatusCode() ErrorCode { return s.Code }
 

@@ -878,6 +878,10 @@ func (c *Client) batchGet(ctx context.Context, keys []string, dst func(i int, si
 	if err != nil {
 		return fill(len(keys), c.rpcErr("batch get", err))
 	}
+	// Buffers first, in order (dst may call back into the caller), then the reads, several
+	// at once: G3 files are read with one pread chain each, and a disk keeps several busy.
+	bufs := make([]buf, len(resp.Results))
+	var todo []int
 	for i := range resp.Results {
 		g := &resp.Results[i]
 		if err := g.Err(); err != nil {
@@ -885,13 +889,30 @@ func (c *Client) batchGet(ctx context.Context, keys []string, dst func(i int, si
 			continue
 		}
 		b, err := dst(i, g.Size)
-		if err == nil {
-			err = c.readInto(ctx, keys[i], g, start, b)
+		if err != nil {
+			errs[i] = err
+			continue
 		}
-		errs[i] = err
+		bufs[i] = b
+		todo = append(todo, i)
 	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, batchReadParallel)
+	for _, i := range todo {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			errs[i] = c.readInto(ctx, keys[i], &resp.Results[i], start, bufs[i])
+		}()
+	}
+	wg.Wait()
 	return errs
 }
+
+// batchReadParallel is how many values of one batch get are read at once.
+const batchReadParallel = 8
 
 // ---- queries and removal ----
 

@@ -276,19 +276,42 @@ func (c *Client) offloadBucket(ctx context.Context, tasks []api.OffloadTask) {
 		c.tiers.offloadFailed.Add(uint64(len(ok)))
 		log.Printf("mooncake store client: move of %d objects to G3 bucket %s failed: %v", len(ok), file, werr)
 	}
-	accepted := 0
+	req := &api.BatchOffloadDoneRequest{ClientID: c.id}
 	for i, t := range ok {
-		req := &api.OffloadDoneRequest{ClientID: c.id, Key: t.Key, Path: t.Path, File: file}
+		it := api.OffloadDoneRequest{ClientID: c.id, Key: t.Key, Path: t.Path, File: file}
 		if werr == nil {
-			req.Offset, req.Checksum = placed[i].Offset, placed[i].Sum
+			it.Offset, it.Checksum = placed[i].Offset, placed[i].Sum
+		} else {
+			it.Error = werr.Error()
 		}
-		if c.reportOffload(ctx, req, werr) {
-			accepted++
+		req.Items = append(req.Items, it)
+	}
+	// One report for the bucket, retried through a failover like reportOffload.
+	for attempt := 0; attempt < 5; attempt++ {
+		rctx, cancel := c.rpcCtx(context.WithoutCancel(ctx))
+		resp, err := c.master.BatchOffloadDone(rctx, req)
+		cancel()
+		if err == nil {
+			err = resp.Err()
+		}
+		if err == nil {
+			accepted := 0
+			for _, st := range resp.Results {
+				if st.Code == api.OK && werr == nil {
+					accepted++
+				}
+			}
+			c.tiers.offloaded.Add(uint64(accepted))
+			if werr == nil && accepted == 0 {
+				dfs.Remove(c.rootFS, file) // every move was cancelled: the bucket is no one's
+			}
+			return
+		}
+		if !sleepCtx(ctx, time.Duration(100<<attempt)*time.Millisecond) {
+			break
 		}
 	}
-	if werr == nil && accepted == 0 {
-		dfs.Remove(c.rootFS, file)
-	}
+	log.Printf("mooncake store client: could not report bucket %s to the master", file)
 }
 
 // reportOffload sends OffloadDone (with werr's text when the write failed), riding out a

@@ -50,6 +50,19 @@ func (s *Server) OffloadDone(ctx context.Context, r *api.OffloadDoneRequest) (*a
 		Offset: r.Offset, Checksum: r.Checksum, Error: r.Error})), nil
 }
 
+// BatchOffloadDone records the ends of several moves in one batch entry.
+func (s *Server) BatchOffloadDone(ctx context.Context, r *api.BatchOffloadDoneRequest) (*api.BatchStatusResponse, error) {
+	results, st := s.batch(ctx, r.ClientID, len(r.Items), func(i int) Entry {
+		it := r.Items[i]
+		return Entry{Op: OpOffloadDone, Key: it.Key, Path: it.Path, File: it.File, Offset: it.Offset, Checksum: it.Checksum, Error: it.Error}
+	})
+	out := &api.BatchStatusResponse{Status: st}
+	for _, res := range results {
+		out.Results = append(out.Results, res.Status())
+	}
+	return out, nil
+}
+
 // PromoteDone records the end of a copy back into memory.
 func (s *Server) PromoteDone(ctx context.Context, r *api.OffloadDoneRequest) (*api.Status, error) {
 	return statusOf(s.do(ctx, Entry{Op: OpPromoteDone, ClientID: r.ClientID, Key: r.Key, Error: r.Error})), nil
