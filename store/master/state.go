@@ -655,7 +655,7 @@ func (s *State) evictPass(now int64) (freed, scheduled int) {
 		case o.disk != nil:
 			s.dropMemory(o)
 			freed++
-		case s.offloading() < quota && s.startOffload(o, now):
+		case s.offloading() < 2*quota && s.startOffload(o, now): // two passes in flight: one is written while the other is reported
 			scheduled++
 		}
 	}
