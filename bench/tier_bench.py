@@ -6,8 +6,9 @@ MEM-byte memory segment, and uses this process as a pure client (MooncakeDistrib
 For 1 MiB and 64 KiB objects it:
 
   * puts 4x the memory segment, so that most objects move to G3 while the puts run; G3 write
-    GB/s = bytes in G3 at the end of the put phase / its duration (the clients write each object
-    to its own file: temporary name, CRC-32C, fdatasync, rename);
+    GB/s = bytes in G3 at the end of the put phase / its duration (the clients write objects
+    above 256 KiB to a file each and smaller ones into 8 MiB bucket files: temporary name,
+    CRC-32C, rename);
   * gets every G3-only object once (get_batch of 32 keys; the client reads 8 at once), with the
     files dropped from the page cache first (posix_fadvise DONTNEED); G3 read GB/s = bytes /
     time (pread, header and checksum verified);
@@ -233,12 +234,13 @@ def main():
         section = ("## Storage tiers\n\n"
                    f"`python bench/tier_bench.py --mem {args.mem} --dir {args.dir}` on {platform.node()} "
                    f"({os.cpu_count()} cores; {args.dir} on {fs[1]} {fs[0]}), {time.strftime('%Y-%m-%d')}. "
-                   "G3 write is the put phase of 4x the memory segment (bytes that reached G3 / its duration; each object "
-                   "its own file, fdatasync and rename); plain write is one file written sequentially in 1 MiB writes "
+                   "G3 write is the put phase of 4x the memory segment (bytes that reached G3 / its duration; an object "
+                   "above 256 KiB gets its own file, smaller ones share 8 MiB bucket files; temporary name, rename, no "
+                   "fdatasync); plain write is one file written sequentially in 1 MiB writes "
                    "with one fdatasync; G3 reads are get_batch calls of 32 keys; reads start with the files dropped from the page cache. \"put GB/s, memory only\" is the "
                    "same put loop before memory reaches the watermark: the ceiling of one Python client's puts, which bounds the "
-                   "G3 write figure at small sizes. Objects up to 256 KiB are packed into 8 MiB bucket files; G3 files are "
-                   "not fdatasync'ed (docs/multi-tier.md).\n\n" + table + "\n")
+                   "G3 write figure at small sizes. The machine is shared (load average about 6 on 2 cores while this ran): "
+                   "figures move by tens of percent from run to run.\n\n" + table + "\n")
         if "## Storage tiers" in text:
             text = re.sub(r"## Storage tiers\n.*?(?=\n## |\Z)", section, text, flags=re.S)
         else:
