@@ -325,20 +325,31 @@ class MooncakeDistributedStore:
               global_segment_size: Union[int, str] = 3200 * 1024 * 1024,
               local_buffer_size: Union[int, str] = 512 * 1024 * 1024,
               protocol: str = "tcp", device_name: str = "",
-              master_server_address: str = "127.0.0.1:50051") -> int:
+              master_server_address: str = "127.0.0.1:50051", enable_ssd_offload: bool = False) -> int:
         """Connects to the master and contributes ``global_segment_size`` bytes. Accepts the seven
-        upstream positional arguments, or one dict with those names. Returns 0 or a negative code."""
+        upstream positional arguments, or one dict with those names. Returns 0 or a negative code.
+
+        ``enable_ssd_offload=True`` (upstream's client-local SSD offload) is not implemented in
+        this build and returns INVALID_PARAMS; the shared file tier (G3, the master's
+        ``--root_fs_dir``) needs nothing here (docs/multi-tier.md)."""
         if isinstance(local_hostname, dict):
             d = dict(local_hostname)
             known = {"local_hostname", "metadata_server", "global_segment_size", "local_buffer_size",
-                     "protocol", "device_name", "master_server_address"}
+                     "protocol", "device_name", "master_server_address", "enable_ssd_offload"}
             unknown = set(d) - known
             if unknown:
                 raise ValueError(f"setup: unknown option(s) {sorted(unknown)}; known: {sorted(known)}")
             return self.setup(d.get("local_hostname", "localhost"), d.get("metadata_server", "P2PHANDSHAKE"),
                               d.get("global_segment_size", 3200 * 1024 * 1024),
                               d.get("local_buffer_size", 512 * 1024 * 1024), d.get("protocol", "tcp"),
-                              d.get("device_name", ""), d.get("master_server_address", "127.0.0.1:50051"))
+                              d.get("device_name", ""), d.get("master_server_address", "127.0.0.1:50051"),
+                              d.get("enable_ssd_offload", False))
+        if enable_ssd_offload:
+            msg = ("setup(enable_ssd_offload=True): client-local SSD offload is not implemented in this build; "
+                   "start mooncake_master with --root_fs_dir for the shared file tier (G3) instead (docs/multi-tier.md)")
+            log.error("MooncakeDistributedStore.setup failed: %s", msg)
+            self._setup_error = msg
+            return ErrorCode.INVALID_PARAMS
         seg = parse_size(global_segment_size)
         buf = parse_size(local_buffer_size)
         l = _lib()
