@@ -19,6 +19,7 @@ import "C"
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"sync"
 	"unsafe"
@@ -624,4 +625,55 @@ func batchPutArgs(h C.uint64_t, keys **C.char, n C.int32_t, cfgp *C.mc_replicate
 		return nil, nil, api.ReplicateConfig{}, err
 	}
 	return c, ks, cfg, nil
+}
+
+// ---- storage tiers ----
+
+// mc_store_replica_desc writes a JSON array describing where key's copies live
+// ([{"tier":"memory"|"disk"|"local_disk","segment_name":...,"path":...,"offset":...,"size":...,"status":...}]);
+// it returns the JSON's full length (copyOut) or a negative code.
+//
+//export mc_store_replica_desc
+func mc_store_replica_desc(h C.uint64_t, key *C.char, buf *C.char, buflen C.int32_t) C.int {
+	c, err := storeClient(h)
+	if err != nil {
+		return serr(err)
+	}
+	reps, err := c.ReplicaDesc(context.Background(), goString(key))
+	if err != nil {
+		return serr(err)
+	}
+	type desc struct {
+		Tier        string `json:"tier"`
+		SegmentName string `json:"segment_name,omitempty"`
+		Path        string `json:"path,omitempty"`
+		Offset      int64  `json:"offset,omitempty"`
+		Size        uint64 `json:"size"`
+		Status      string `json:"status"`
+	}
+	out := make([]desc, 0, len(reps))
+	for _, r := range reps {
+		d := desc{Tier: r.TierName(), Size: r.Size, Status: r.Status.String(), Path: r.Path, Offset: r.Offset}
+		if !r.IsDisk() {
+			d.SegmentName = r.SegmentName
+		}
+		out = append(out, d)
+	}
+	b, _ := json.Marshal(out)
+	return copyOut(string(b), buf, C.int(buflen))
+}
+
+// mc_store_tier_stats writes this client's tier counters as JSON (disk_reads, offloaded,
+// offload_failed, promoted, root_fs_dir); it returns the JSON's full length.
+//
+//export mc_store_tier_stats
+func mc_store_tier_stats(h C.uint64_t, buf *C.char, buflen C.int32_t) C.int {
+	c, err := storeClient(h)
+	if err != nil {
+		return serr(err)
+	}
+	st := c.TierStats()
+	b, _ := json.Marshal(map[string]any{"disk_reads": st.DiskReads, "offloaded": st.Offloaded,
+		"offload_failed": st.OffloadFailed, "promoted": st.Promoted, "root_fs_dir": c.RootFSDir()})
+	return copyOut(string(b), buf, C.int(buflen))
 }

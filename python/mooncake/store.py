@@ -106,6 +106,8 @@ def _lib():
                     "mc_store_close": (ctypes.c_int, [_u64]),
                     "mc_store_health_check": (ctypes.c_int, [_u64]),
                     "mc_store_get_hostname": (ctypes.c_int, [_u64, _cs, _i32]),
+                    "mc_store_replica_desc": (ctypes.c_int, [_u64, _cs, _cs, _i32]),
+                    "mc_store_tier_stats": (ctypes.c_int, [_u64, _cs, _i32]),
                     "mc_store_register_buffer": (ctypes.c_int, [_u64, _u64, _u64]),
                     "mc_store_unregister_buffer": (ctypes.c_int, [_u64, _u64]),
                     "mc_store_put": (ctypes.c_int, [_u64, _cs, _vp, _u64, cfg]),
@@ -323,20 +325,31 @@ class MooncakeDistributedStore:
               global_segment_size: Union[int, str] = 3200 * 1024 * 1024,
               local_buffer_size: Union[int, str] = 512 * 1024 * 1024,
               protocol: str = "tcp", device_name: str = "",
-              master_server_address: str = "127.0.0.1:50051") -> int:
+              master_server_address: str = "127.0.0.1:50051", enable_ssd_offload: bool = False) -> int:
         """Connects to the master and contributes ``global_segment_size`` bytes. Accepts the seven
-        upstream positional arguments, or one dict with those names. Returns 0 or a negative code."""
+        upstream positional arguments, or one dict with those names. Returns 0 or a negative code.
+
+        ``enable_ssd_offload=True`` (upstream's client-local SSD offload) is not implemented in
+        this build and returns INVALID_PARAMS; the shared file tier (G3, the master's
+        ``--root_fs_dir``) needs nothing here (docs/multi-tier.md)."""
         if isinstance(local_hostname, dict):
             d = dict(local_hostname)
             known = {"local_hostname", "metadata_server", "global_segment_size", "local_buffer_size",
-                     "protocol", "device_name", "master_server_address"}
+                     "protocol", "device_name", "master_server_address", "enable_ssd_offload"}
             unknown = set(d) - known
             if unknown:
                 raise ValueError(f"setup: unknown option(s) {sorted(unknown)}; known: {sorted(known)}")
             return self.setup(d.get("local_hostname", "localhost"), d.get("metadata_server", "P2PHANDSHAKE"),
                               d.get("global_segment_size", 3200 * 1024 * 1024),
                               d.get("local_buffer_size", 512 * 1024 * 1024), d.get("protocol", "tcp"),
-                              d.get("device_name", ""), d.get("master_server_address", "127.0.0.1:50051"))
+                              d.get("device_name", ""), d.get("master_server_address", "127.0.0.1:50051"),
+                              d.get("enable_ssd_offload", False))
+        if enable_ssd_offload:
+            msg = ("setup(enable_ssd_offload=True): client-local SSD offload is not implemented in this build; "
+                   "start mooncake_master with --root_fs_dir for the shared file tier (G3) instead (docs/multi-tier.md)")
+            log.error("MooncakeDistributedStore.setup failed: %s", msg)
+            self._setup_error = msg
+            return ErrorCode.INVALID_PARAMS
         seg = parse_size(global_segment_size)
         buf = parse_size(local_buffer_size)
         l = _lib()
@@ -400,6 +413,20 @@ class MooncakeDistributedStore:
         if not self._h:
             return ""
         return _native.read_string(_lib().mc_store_get_hostname, self._h, initial=256)
+
+    # ---- storage tiers ----
+    def get_replica_desc(self, key: str) -> List[Dict[str, Any]]:
+        """Where ``key``'s copies live, without taking a lease: a list of dicts with ``tier``
+        ("memory", "disk" for the G3 file tier, "local_disk"), ``segment_name`` (memory),
+        ``path`` (disk, relative to the master's ``--root_fs_dir``), ``size`` and ``status``.
+        Raises MooncakeError (e.g. OBJECT_NOT_FOUND)."""
+        return json.loads(_native.read_string(_lib().mc_store_replica_desc, self._h, _key(key)))
+
+    def get_tier_stats(self) -> Dict[str, Any]:
+        """This client's tier counters: ``disk_reads`` (gets served from a G3 file),
+        ``offloaded`` / ``offload_failed`` (objects this client wrote to G3), ``promoted``
+        (objects copied back into memory) and ``root_fs_dir`` (the master's G3 directory)."""
+        return json.loads(_native.read_string(_lib().mc_store_tier_stats, self._h))
 
     # ---- buffers ----
     def register_buffer(self, buffer_ptr: int, size: int) -> int:

@@ -33,6 +33,11 @@ type MasterServer interface {
 	BatchExistKey(context.Context, *BatchKeysRequest) (*BatchExistKeyResponse, error)
 	BatchRemove(context.Context, *BatchKeysRequest) (*BatchStatusResponse, error)
 	ServiceStatus(context.Context, *ServiceStatusRequest) (*ServiceStatusResponse, error)
+	FetchOffloadTasks(context.Context, *OffloadTasksRequest) (*OffloadTasksResponse, error)
+	OffloadDone(context.Context, *OffloadDoneRequest) (*Status, error)
+	PromoteDone(context.Context, *OffloadDoneRequest) (*Status, error)
+	GetReplicaDesc(context.Context, *KeyRequest) (*GetReplicaListResponse, error)
+	BatchOffloadDone(context.Context, *BatchOffloadDoneRequest) (*BatchStatusResponse, error)
 }
 
 func method[Req any, Resp any](name string, call func(MasterServer, context.Context, *Req) (*Resp, error)) grpc.MethodDesc {
@@ -79,6 +84,11 @@ var ServiceDesc = grpc.ServiceDesc{
 		method("BatchExistKey", MasterServer.BatchExistKey),
 		method("BatchRemove", MasterServer.BatchRemove),
 		method("ServiceStatus", MasterServer.ServiceStatus),
+		method("FetchOffloadTasks", MasterServer.FetchOffloadTasks),
+		method("OffloadDone", MasterServer.OffloadDone),
+		method("PromoteDone", MasterServer.PromoteDone),
+		method("GetReplicaDesc", MasterServer.GetReplicaDesc),
+		method("BatchOffloadDone", MasterServer.BatchOffloadDone),
 	},
 	Metadata: "store/api (hand-written, JSON codec)",
 }
@@ -153,6 +163,26 @@ func (c *MasterClient) BatchRemove(ctx context.Context, r *BatchKeysRequest) (*B
 }
 func (c *MasterClient) ServiceStatus(ctx context.Context, r *ServiceStatusRequest) (*ServiceStatusResponse, error) {
 	return invoke[ServiceStatusResponse](ctx, c, "ServiceStatus", r)
+}
+
+func (c *MasterClient) FetchOffloadTasks(ctx context.Context, r *OffloadTasksRequest) (*OffloadTasksResponse, error) {
+	return invoke[OffloadTasksResponse](ctx, c, "FetchOffloadTasks", r)
+}
+func (c *MasterClient) OffloadDone(ctx context.Context, r *OffloadDoneRequest) (*Status, error) {
+	return invoke[Status](ctx, c, "OffloadDone", r)
+}
+func (c *MasterClient) PromoteDone(ctx context.Context, r *OffloadDoneRequest) (*Status, error) {
+	return invoke[Status](ctx, c, "PromoteDone", r)
+}
+
+// GetReplicaDesc describes where key's copies live without taking a lease or counting a read.
+func (c *MasterClient) GetReplicaDesc(ctx context.Context, r *KeyRequest) (*GetReplicaListResponse, error) {
+	return invoke[GetReplicaListResponse](ctx, c, "GetReplicaDesc", r)
+}
+
+// BatchOffloadDone is OffloadDone for several moves, applied as one batch entry.
+func (c *MasterClient) BatchOffloadDone(ctx context.Context, r *BatchOffloadDoneRequest) (*BatchStatusResponse, error) {
+	return invoke[BatchStatusResponse](ctx, c, "BatchOffloadDone", r)
 }
 
 // DialOptions are the options a master connection needs: the JSON codec, plaintext (the master

@@ -44,12 +44,38 @@ type Segment struct {
 
 // Replica is where one copy of an object lives: Size bytes at the absolute address Addr inside
 // the engine segment SegmentName (mounted as SegmentID).
+//
+// Kind says which tier holds the copy: memory (the default, also when empty), disk (a file of
+// the G3 tier under the master's root_fs_dir, at Path relative to it, payload CRC-32C
+// Checksum) or local_disk (a client's SSD offload).
 type Replica struct {
 	SegmentID   string        `json:"segment_id"`
 	SegmentName string        `json:"segment_name"`
 	Addr        uint64        `json:"addr"`
 	Size        uint64        `json:"size"`
 	Status      ReplicaStatus `json:"status"`
+	Kind        string        `json:"kind,omitempty"`
+	Path        string        `json:"path,omitempty"`
+	Offset      int64         `json:"offset,omitempty"` // of the object in Path (bucket files)
+	Checksum    uint32        `json:"checksum,omitempty"`
+}
+
+// Replica kinds.
+const (
+	KindMemory    = "memory"
+	KindDisk      = "disk"
+	KindLocalDisk = "local_disk"
+)
+
+// IsDisk reports whether the replica is a G3 file.
+func (r Replica) IsDisk() bool { return r.Kind == KindDisk }
+
+// TierName is the replica's kind, "memory" when unset.
+func (r Replica) TierName() string {
+	if r.Kind == "" {
+		return KindMemory
+	}
+	return r.Kind
 }
 
 // ReplicateConfig says how a put is placed. ReplicaNum 0 means 1. PreferredSegments are engine
@@ -113,6 +139,9 @@ type PutStartRequest struct {
 type PutStartResponse struct {
 	Status
 	Replicas []Replica `json:"replicas,omitempty"`
+	// Retry is set on NO_AVAILABLE_HANDLE when memory is full but objects are on their way to
+	// the G3 tier: the same put will find room shortly.
+	Retry bool `json:"retry,omitempty"`
 }
 
 type KeyRequest struct {
@@ -125,6 +154,9 @@ type GetReplicaListResponse struct {
 	Size       uint64    `json:"size"`
 	Replicas   []Replica `json:"replicas,omitempty"`
 	LeaseTTLMs int64     `json:"lease_ttl_ms"`
+	// Promote, with --promotion_on_hit, is a memory replica the reader should fill with the
+	// bytes it reads from disk and then report with PromoteDone.
+	Promote *Replica `json:"promote,omitempty"`
 }
 
 type ExistKeyResponse struct {
@@ -189,6 +221,47 @@ type ServiceStatusResponse struct {
 	Role        string `json:"role"`
 	ClusterID   string `json:"cluster_id"`
 	ViewVersion uint64 `json:"view_version"`
+	RootFSDir   string `json:"root_fs_dir,omitempty"` // the G3 tier's directory ("" = no tier)
+}
+
+// OffloadTasksRequest asks for the G3 moves assigned to a client, waiting up to WaitMs for one.
+type OffloadTasksRequest struct {
+	ClientID string `json:"client_id"`
+	WaitMs   int64  `json:"wait_ms,omitempty"`
+}
+
+// OffloadTask asks a client to write Size bytes at Addr of its segment SegmentID (the memory
+// replica of Key) to the G3 file Path (relative to RootFSDir).
+type OffloadTask struct {
+	Key       string `json:"key"`
+	Path      string `json:"path"`
+	Size      uint64 `json:"size"`
+	SegmentID string `json:"segment_id"`
+	Addr      uint64 `json:"addr"`
+}
+
+type OffloadTasksResponse struct {
+	Status
+	RootFSDir string        `json:"root_fs_dir,omitempty"`
+	Tasks     []OffloadTask `json:"tasks,omitempty"`
+}
+
+// OffloadDoneRequest reports a task's end: the file is in place with payload checksum
+// Checksum, or Error says why not.
+type OffloadDoneRequest struct {
+	ClientID string `json:"client_id"`
+	Key      string `json:"key"`
+	Path     string `json:"path"`
+	File     string `json:"file,omitempty"`   // the file written when not Path: a bucket of small objects
+	Offset   int64  `json:"offset,omitempty"` // the object's offset in File
+	Checksum uint32 `json:"checksum"`
+	Error    string `json:"error,omitempty"`
+}
+
+// BatchOffloadDoneRequest reports several moves at once (the objects of one bucket file).
+type BatchOffloadDoneRequest struct {
+	ClientID string               `json:"client_id"`
+	Items    []OffloadDoneRequest `json:"items"`
 }
 
 // StatusCode lets middleware read the code of any response (every response embeds Status).

@@ -88,6 +88,10 @@ type Client struct {
 	closeOnce sync.Once
 	stop      context.CancelFunc
 	done      chan struct{}
+
+	rootFS string         // the master's G3 directory ("" = no G3 tier)
+	bg     sync.WaitGroup // background workers other than the heartbeat (the G3 offload loop)
+	tiers  tierCounters
 }
 
 // New creates a client with its own transfer engine (closed by Close).
@@ -159,11 +163,12 @@ func NewWithEngine(ctx context.Context, eng Engine, cfg Config) (*Client, error)
 	}
 	// Is the master there? Fail now, clearly, rather than on the first put.
 	sctx, cancel := context.WithTimeout(ctx, cfg.RPCTimeout)
-	_, err = c.master.ServiceStatus(sctx, &api.ServiceStatusRequest{})
+	ss, err := c.master.ServiceStatus(sctx, &api.ServiceStatusRequest{})
 	cancel()
 	if err != nil {
 		return fail(api.Errorf(api.CodeOf(err), "cannot reach mooncake_master at %s: %v", cfg.MasterServerAddress, err))
 	}
+	c.rootFS = ss.RootFSDir
 	c.stageSize = cfg.LocalBufferSize
 	if c.stageAddr, err = eng.AllocateShared(c.stageSize); err != nil {
 		return fail(api.Errorf(api.INTERNAL_ERROR, "allocate %d-byte local buffer: %v", c.stageSize, err))
@@ -189,6 +194,13 @@ func NewWithEngine(ctx context.Context, eng Engine, cfg Config) (*Client, error)
 	hctx, stop := context.WithCancel(context.Background())
 	c.stop = stop
 	go c.heartbeat(hctx)
+	if c.rootFS != "" && c.segment != nil {
+		c.bg.Add(1)
+		go func() {
+			defer c.bg.Done()
+			c.offloadLoop(hctx)
+		}()
+	}
 	return c, nil
 }
 
@@ -292,6 +304,7 @@ func (c *Client) Close() error {
 		if c.stop != nil {
 			c.stop()
 			<-c.done
+			c.bg.Wait()
 		}
 		if c.segment != nil {
 			ctx, cancel := c.rpcCtx(context.Background())
@@ -521,11 +534,9 @@ func (c *Client) put(ctx context.Context, key string, parts []buf, cfg api.Repli
 	for _, p := range parts {
 		size += uint64(len(p.b))
 	}
-	rctx, cancel := c.rpcCtx(ctx)
-	ps, err := c.master.PutStart(rctx, &api.PutStartRequest{ClientID: c.id, Key: key, Size: size, Config: cfg})
-	cancel()
+	ps, err := c.putStart(ctx, key, size, cfg)
 	if err != nil {
-		return c.rpcErr("put "+quote(key), err)
+		return err
 	}
 	if ps.Code == api.OBJECT_ALREADY_EXISTS {
 		return nil // write-once: the key is already stored
@@ -537,7 +548,7 @@ func (c *Client) put(ctx context.Context, key string, parts []buf, cfg api.Repli
 		c.revoke(key)
 		return fmt.Errorf("put %s: %w", quote(key), err)
 	}
-	rctx, cancel = c.rpcCtx(ctx)
+	rctx, cancel := c.rpcCtx(ctx)
 	st, err := c.master.PutEnd(rctx, &api.KeyRequest{ClientID: c.id, Key: key})
 	cancel()
 	if err != nil {
@@ -645,6 +656,9 @@ func (c *Client) batchPut(ctx context.Context, keys []string, bufs [][]buf, cfg 
 	for i, r := range resp.Results {
 		switch {
 		case r.Code == api.OBJECT_ALREADY_EXISTS:
+		case r.Retry:
+			// memory is full while objects move to G3: this key waits for room on its own
+			errs[i] = c.put(ctx, keys[i], bufs[i], cfg)
 		case r.Code != api.OK:
 			errs[i] = fmt.Errorf("put %s: %w", quote(keys[i]), r.Err())
 		default:
@@ -688,6 +702,9 @@ func (c *Client) orderReplicas(reps []api.Replica) []api.Replica {
 	out := append([]api.Replica(nil), reps...)
 	me := c.eng.SegmentName()
 	rank := func(r api.Replica) int {
+		if r.IsDisk() {
+			return 4 // memory copies first
+		}
 		if r.SegmentName == me {
 			return 0
 		}
@@ -722,6 +739,13 @@ func (c *Client) readInto(ctx context.Context, key string, g *api.GetReplicaList
 	}
 	var errs []error
 	for _, r := range c.orderReplicas(g.Replicas) {
+		if r.IsDisk() {
+			if err := c.readDisk(ctx, key, g, r, dst); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			return nil
+		}
 		if err := c.transfer(ctx, false, dst, r); err != nil {
 			errs = append(errs, err)
 			continue
@@ -730,6 +754,9 @@ func (c *Client) readInto(ctx context.Context, key string, g *api.GetReplicaList
 			return api.Errorf(api.LEASE_EXPIRED, "get %s: the read took longer than the %v lease; the data may have been replaced", quote(key), ttl)
 		}
 		return nil
+	}
+	if len(errs) == 1 {
+		return fmt.Errorf("get %s: %w", quote(key), errs[0])
 	}
 	return fmt.Errorf("get %s: every replica failed: %w", quote(key), errors.Join(errs...))
 }
@@ -851,6 +878,10 @@ func (c *Client) batchGet(ctx context.Context, keys []string, dst func(i int, si
 	if err != nil {
 		return fill(len(keys), c.rpcErr("batch get", err))
 	}
+	// Buffers first, in order (dst may call back into the caller), then the reads, several
+	// at once: G3 files are read with one pread chain each, and a disk keeps several busy.
+	bufs := make([]buf, len(resp.Results))
+	var todo []int
 	for i := range resp.Results {
 		g := &resp.Results[i]
 		if err := g.Err(); err != nil {
@@ -858,13 +889,30 @@ func (c *Client) batchGet(ctx context.Context, keys []string, dst func(i int, si
 			continue
 		}
 		b, err := dst(i, g.Size)
-		if err == nil {
-			err = c.readInto(ctx, keys[i], g, start, b)
+		if err != nil {
+			errs[i] = err
+			continue
 		}
-		errs[i] = err
+		bufs[i] = b
+		todo = append(todo, i)
 	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, batchReadParallel)
+	for _, i := range todo {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			errs[i] = c.readInto(ctx, keys[i], &resp.Results[i], start, bufs[i])
+		}()
+	}
+	wg.Wait()
 	return errs
 }
+
+// batchReadParallel is how many values of one batch get are read at once.
+const batchReadParallel = 8
 
 // ---- queries and removal ----
 

@@ -30,6 +30,25 @@ type objectJSON struct {
 	SoftPin      bool          `json:"soft_pin,omitempty"`
 	SoftPinUntil int64         `json:"soft_pin_until,omitempty"`
 	HardPin      bool          `json:"hard_pin,omitempty"`
+	Disk         *diskJSON     `json:"disk,omitempty"`
+	Offload      *moveJSON     `json:"offload,omitempty"`
+	Promote      *moveJSON     `json:"promote,omitempty"`
+	DiskHits     int           `json:"disk_hits,omitempty"`
+}
+
+type diskJSON struct {
+	Path   string `json:"path"`
+	Offset int64  `json:"offset,omitempty"`
+	Sum    uint32 `json:"sum"`
+	At     int64  `json:"at"`
+}
+
+type moveJSON struct {
+	Client  string `json:"client"`
+	Seg     string `json:"seg"`
+	Addr    uint64 `json:"addr"`
+	Path    string `json:"path,omitempty"`
+	Started int64  `json:"started"`
 }
 
 type segmentJSON struct {
@@ -40,20 +59,24 @@ type segmentJSON struct {
 }
 
 type stateJSON struct {
-	Format   int           `json:"format"`
-	Applied  uint64        `json:"applied"`
-	Capacity uint64        `json:"capacity"`
-	Used     uint64        `json:"used"`
-	Counters Counters      `json:"counters"`
-	Segments []segmentJSON `json:"segments"` // in segIDs order
-	Objects  []objectJSON  `json:"objects"`  // sorted by key
+	Format      int           `json:"format"`
+	Applied     uint64        `json:"applied"`
+	Capacity    uint64        `json:"capacity"`
+	Used        uint64        `json:"used"`
+	Counters    Counters      `json:"counters"`
+	DFSUsed     uint64        `json:"dfs_used,omitempty"`
+	DFSReserved uint64        `json:"dfs_reserved,omitempty"`
+	DFSGen      uint64        `json:"dfs_gen,omitempty"`
+	Segments    []segmentJSON `json:"segments"` // in segIDs order
+	Objects     []objectJSON  `json:"objects"`  // sorted by key
 }
 
 // Encode serialises the whole state (the snapshot payload). Applying the same entries to a
 // decoded copy gives the same results as applying them to the original: the allocators' free
 // lists are stored exactly.
 func (s *State) Encode() ([]byte, error) {
-	out := stateJSON{Format: stateFormat, Applied: s.applied, Capacity: s.capacity, Used: s.used, Counters: s.counters}
+	out := stateJSON{Format: stateFormat, Applied: s.applied, Capacity: s.capacity, Used: s.used, Counters: s.counters,
+		DFSUsed: s.dfsUsed, DFSReserved: s.dfsReserved, DFSGen: s.dfsGen}
 	for _, id := range s.segIDs {
 		seg := s.segments[id]
 		sj := segmentJSON{Segment: seg.Segment, AllocSize: seg.alloc.size, AllocUsed: seg.alloc.used}
@@ -68,6 +91,16 @@ func (s *State) Encode() ([]byte, error) {
 			LeaseUntil: o.leaseUntil, LastAccess: o.lastAccess, SoftPin: o.softPin, SoftPinUntil: o.softPinUntil, HardPin: o.hardPin}
 		for _, r := range o.replicas {
 			oj.Replicas = append(oj.Replicas, replicaJSON{Seg: r.segID, Addr: r.addr, Status: r.status})
+		}
+		oj.DiskHits = o.diskHits
+		if d := o.disk; d != nil {
+			oj.Disk = &diskJSON{Path: d.path, Offset: d.offset, Sum: d.sum, At: d.at}
+		}
+		if m := o.offload; m != nil {
+			oj.Offload = &moveJSON{Client: m.client, Seg: m.segID, Addr: m.addr, Path: m.path, Started: m.started}
+		}
+		if m := o.promote; m != nil {
+			oj.Promote = &moveJSON{Client: m.client, Seg: m.segID, Addr: m.addr, Started: m.started}
 		}
 		out.Objects = append(out.Objects, oj)
 	}
@@ -85,6 +118,7 @@ func DecodeState(cfg Config, b []byte) (*State, error) {
 	}
 	s := NewState(cfg)
 	s.applied, s.capacity, s.used, s.counters = in.Applied, in.Capacity, in.Used, in.Counters
+	s.dfsUsed, s.dfsReserved, s.dfsGen = in.DFSUsed, in.DFSReserved, in.DFSGen
 	for _, sj := range in.Segments {
 		if sj.Segment.ID == "" {
 			return nil, fmt.Errorf("decode master state: segment without an id")
@@ -106,9 +140,23 @@ func DecodeState(cfg Config, b []byte) (*State, error) {
 			}
 			o.replicas = append(o.replicas, replicaRec{segID: r.Seg, addr: r.Addr, status: r.Status})
 		}
+		o.diskHits = oj.DiskHits
+		if d := oj.Disk; d != nil {
+			o.disk = &diskRec{path: d.Path, offset: d.Offset, sum: d.Sum, at: d.At}
+			s.fileRefs[d.Path]++
+		}
+		if m := oj.Offload; m != nil {
+			o.offload = &offloadRec{client: m.Client, segID: m.Seg, addr: m.Addr, path: m.Path, started: m.Started}
+		}
+		if m := oj.Promote; m != nil {
+			o.promote = &promoteRec{client: m.Client, segID: m.Seg, addr: m.Addr, started: m.Started}
+		}
 		s.objects[o.key] = o
 		if !o.complete {
 			s.pending[o.key] = o
+		}
+		if o.offload != nil || o.promote != nil {
+			s.moving[o.key] = o
 		}
 	}
 	return s, nil

@@ -56,6 +56,13 @@ type Config struct {
 	SnapshotBackupDir      string        // --snapshot_backup_dir (local backend; else MOONCAKE_SNAPSHOT_LOCAL_PATH)
 
 	HotStandby HotStandbyConfig
+
+	// Storage tiers (see docs/multi-tier.md).
+	RootFSDir                   string // --root_fs_dir: the G3 file tier's directory, mounted at the same path on every client ("" = off)
+	GlobalFileSegmentSize       uint64 // --global_file_segment_size: bytes the G3 tier may hold (0 = unlimited)
+	DFSFullPolicy               string // --dfs_full_policy: refuse | evict_oldest, when a move would overflow the G3 tier
+	PromotionOnHit              bool   // --promotion_on_hit: copy an object read from disk back into memory
+	PromotionAdmissionThreshold int    // --promotion_admission_threshold: disk reads before a promotion
 }
 
 // HotStandbyConfig is upstream's HotStandbyConfig. A standby here follows the HA oplog
@@ -96,6 +103,8 @@ func DefaultConfig() Config {
 		SnapshotInterval:            300 * time.Second,
 		SnapshotRetentionCount:      2,
 		SnapshotBackendType:         "local",
+		DFSFullPolicy:               "refuse",
+		PromotionAdmissionThreshold: 2,
 		HotStandby: HotStandbyConfig{
 			VerificationInterval:     10 * time.Second,
 			MaxReplicationLagEntries: 1000,
@@ -172,9 +181,51 @@ func (c Config) Validate() error {
 	if c.HotStandby.OplogPollInterval <= 0 || c.HotStandby.VerificationInterval <= 0 {
 		errs = append(errs, "--oplog_poll_interval_ms and --verification_interval_sec must be > 0")
 	}
+	switch c.DFSFullPolicy {
+	case "refuse", "evict_oldest":
+	default:
+		errs = append(errs, fmt.Sprintf("--dfs_full_policy=%q: want refuse or evict_oldest", c.DFSFullPolicy))
+	}
+	if c.RootFSDir != "" && !filepath.IsAbs(c.RootFSDir) {
+		errs = append(errs, fmt.Sprintf("--root_fs_dir=%q must be an absolute path (every client mounts the same path)", c.RootFSDir))
+	}
+	if c.PromotionAdmissionThreshold < 1 {
+		errs = append(errs, "--promotion_admission_threshold must be >= 1")
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("invalid master configuration: %s", strings.Join(errs, "; "))
 	}
+	return nil
+}
+
+// sizeFlag is a byte count: a plain integer or one with a KB/MB/GB/TB (or KiB...) suffix
+// (powers of 1024, as upstream's size flags).
+type sizeFlag struct{ v *uint64 }
+
+func (f sizeFlag) String() string {
+	if f.v == nil {
+		return "0"
+	}
+	return fmt.Sprint(*f.v)
+}
+
+func (f sizeFlag) Set(s string) error {
+	t := strings.ToUpper(strings.TrimSpace(s))
+	mult := uint64(1)
+	for _, u := range []struct {
+		suf string
+		m   uint64
+	}{{"TIB", 1 << 40}, {"GIB", 1 << 30}, {"MIB", 1 << 20}, {"KIB", 1 << 10}, {"TB", 1 << 40}, {"GB", 1 << 30}, {"MB", 1 << 20}, {"KB", 1 << 10}, {"T", 1 << 40}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}, {"B", 1}} {
+		if strings.HasSuffix(t, u.suf) {
+			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suf)), u.m
+			break
+		}
+	}
+	var n uint64
+	if _, err := fmt.Sscan(t, &n); err != nil || fmt.Sprint(n) != t {
+		return fmt.Errorf("want a size in bytes (e.g. 1073741824 or 1GB), got %q", s)
+	}
+	*f.v = n * mult
 	return nil
 }
 
@@ -242,6 +293,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&hs.OplogStoreType, "oplog_store_type", hs.OplogStoreType, "oplog store: etcd or redis (default: from --etcd_endpoints)")
 	fs.StringVar(&hs.OplogStoreRootDir, "oplog_store_root_dir", hs.OplogStoreRootDir, "accepted for compatibility (the oplog lives in etcd/Redis)")
 	fs.Var(durationFlag{&hs.OplogPollInterval, time.Millisecond}, "oplog_poll_interval_ms", "standby lag polling period in milliseconds")
+	fs.StringVar(&c.RootFSDir, "root_fs_dir", c.RootFSDir, "G3 file tier: directory (same path on every client) objects move to under memory pressure; empty = off")
+	fs.Var(sizeFlag{&c.GlobalFileSegmentSize}, "global_file_segment_size", "bytes the G3 tier may hold (e.g. 100GB); 0 = unlimited")
+	fs.StringVar(&c.DFSFullPolicy, "dfs_full_policy", c.DFSFullPolicy, "when the G3 tier is full: refuse (objects stay in memory) or evict_oldest (drop the oldest G3 objects)")
+	fs.BoolVar(&c.PromotionOnHit, "promotion_on_hit", c.PromotionOnHit, "copy an object read from disk back into memory after --promotion_admission_threshold reads")
+	fs.IntVar(&c.PromotionAdmissionThreshold, "promotion_admission_threshold", c.PromotionAdmissionThreshold, "disk reads of an object before it is promoted to memory")
 	fs.StringVar(&c.ConfigPath, "config_path", c.ConfigPath, "JSON or YAML file of flag_name: value; command-line flags override it")
 }
 

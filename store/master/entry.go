@@ -22,6 +22,9 @@ const (
 	// OpVerify carries the leader's state digest just before the entry; it changes nothing.
 	// A standby applying it compares its own digest at the same point (verification).
 	OpVerify Op = "verify"
+	// Storage tiers (tier.go).
+	OpOffloadDone Op = "offload_done" // a client wrote (or failed to write) an object's G3 file
+	OpPromoteDone Op = "promote_done" // a client copied (or failed to copy) a G3 object back into memory
 )
 
 // Entry is one change to the master's metadata. Everything Apply needs is inside it, including
@@ -42,6 +45,11 @@ type Entry struct {
 	Pattern   string               `json:"pattern,omitempty"`
 	Batch     []Entry              `json:"batch,omitempty"`
 	Digest    string               `json:"digest,omitempty"` // OpVerify
+	Path      string               `json:"path,omitempty"`   // OpOffloadDone: the move (its assigned file name)
+	File      string               `json:"file,omitempty"`   // OpOffloadDone: the file written, when not Path (a bucket)
+	Offset    int64                `json:"offset,omitempty"` // OpOffloadDone: the object's offset in File
+	Checksum  uint32               `json:"checksum,omitempty"`
+	Error     string               `json:"error,omitempty"` // OpOffloadDone/OpPromoteDone: why the move failed
 }
 
 // Result is what applying an entry produced; the RPC layer turns it into a response.
@@ -52,6 +60,9 @@ type Result struct {
 	Size     uint64
 	Count    int64
 	Batch    []Result
+	Retry    bool         // NO_AVAILABLE_HANDLE that a retry will likely get past (moves to G3 in progress)
+	Promote  *api.Replica // grant_lease: a memory replica the reader should fill from disk, then report
+	Garbage  []string     // G3 files no longer referenced (see State.Apply)
 }
 
 // Err is the result as a Go error (nil when OK).

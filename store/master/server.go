@@ -47,15 +47,17 @@ type Server struct {
 	seed     uint64
 	lastSeen map[string]time.Time // client liveness: outside the state machine (not replicated)
 	role     string
-	ha       *haState // nil without --enable_ha
-	haLog    ha.OpLog // set by RunHA
+	ha       *haState      // nil without --enable_ha
+	haLog    ha.OpLog      // set by RunHA
+	wake     chan struct{} // closed (and replaced) when moves to G3 are handed out (long polls wait on it)
 }
 
 var _ api.MasterServer = (*Server)(nil)
 
 // NewServer creates a master over an empty state.
 func NewServer(cfg Config, opts ...Option) *Server {
-	s := &Server{cfg: cfg, now: time.Now, state: NewState(cfg), lastSeen: map[string]time.Time{}, role: "leader"}
+	s := &Server{cfg: cfg, now: time.Now, state: NewState(cfg), lastSeen: map[string]time.Time{}, role: "leader",
+		wake: make(chan struct{})}
 	if cfg.EnableHA {
 		s.ha = &haState{}
 		s.role = "standby"
@@ -87,7 +89,22 @@ func (s *Server) Propose(ctx context.Context, e Entry) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	s.removeFiles(res.Garbage)
 	return res, nil
+}
+
+// afterCommit removes the G3 files an entry proposed without waiting (timers) left behind,
+// once the entry is durable.
+func (s *Server) afterCommit(ctx context.Context, res Result, wait func(context.Context) error) {
+	if len(res.Garbage) == 0 {
+		return
+	}
+	go func() {
+		if wait != nil && wait(ctx) != nil {
+			return
+		}
+		s.removeFiles(res.Garbage)
+	}()
 }
 
 // proposeLocked applies e (s.mu held). With HA the entry is queued for the oplog and wait
@@ -99,7 +116,12 @@ func (s *Server) proposeLocked(ctx context.Context, e Entry) (Result, func(conte
 	e.Now = s.now().UnixNano()
 	s.seed = s.seed*6364136223846793005 + 1442695040888963407
 	e.Seed = s.seed
+	gen := s.state.dfsGen
 	res := s.state.Apply(e)
+	if s.state.dfsGen != gen {
+		close(s.wake)
+		s.wake = make(chan struct{})
+	}
 	if s.log != nil {
 		if err := s.log.Append(ctx, e); err != nil {
 			return Result{}, nil, fmt.Errorf("append %s to the operation log: %w", e.Op, err)
@@ -158,10 +180,12 @@ func (s *Server) CheckClients(ctx context.Context) {
 	sort.Strings(dead)
 	for _, id := range dead {
 		delete(s.lastSeen, id)
-		if _, _, err := s.proposeLocked(ctx, Entry{Op: OpExpireClient, ClientID: id}); err != nil {
+		res, wait, err := s.proposeLocked(ctx, Entry{Op: OpExpireClient, ClientID: id})
+		if err != nil {
 			log.Printf("mooncake_master: expire client %s: %v", id, err)
 			continue
 		}
+		s.afterCommit(ctx, res, wait)
 		log.Printf("mooncake_master: client %s silent for more than %v: unmounted its segments", id, s.cfg.ClientTTL)
 	}
 }
@@ -171,9 +195,12 @@ func (s *Server) TickOnce(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.servingLocked() && s.state.NeedsTick(s.now().UnixNano()) {
-		if _, _, err := s.proposeLocked(ctx, Entry{Op: OpTick}); err != nil {
+		res, wait, err := s.proposeLocked(ctx, Entry{Op: OpTick})
+		if err != nil {
 			log.Printf("mooncake_master: tick: %v", err)
+			return
 		}
+		s.afterCommit(ctx, res, wait)
 	}
 }
 
@@ -234,6 +261,10 @@ func (s *Server) Snapshot() metrics.Snapshot {
 		EvictedObjects: st.Counters.EvictedObjects, EvictedBytes: st.Counters.EvictedBytes,
 		EvictionPasses: st.Counters.EvictionPasses, ReclaimedPuts: st.Counters.ReclaimedPuts,
 		ExpiredClients: st.Counters.ExpiredClients, AppliedEntries: s.state.Applied(), Role: s.role,
+		DFSUsed: st.DFSUsed, DFSCapacity: s.dfsCapacity(),
+		Tier: metrics.TierStats{DiskOnly: st.DiskOnly, Moving: st.Moving, Offloaded: st.Counters.OffloadedObjects,
+			OffloadFailures: st.Counters.OffloadFailures, DFSRefused: st.Counters.DFSRefused,
+			DFSEvictedObjects: st.Counters.DFSEvictedObjects, DiskReads: st.Counters.DiskReads, Promotions: st.Counters.Promotions},
 	}
 	if s.ha != nil {
 		snap.HA = true
@@ -369,7 +400,7 @@ func (s *Server) Ping(ctx context.Context, r *api.PingRequest) (*api.PingRespons
 func (s *Server) PutStart(ctx context.Context, r *api.PutStartRequest) (*api.PutStartResponse, error) {
 	cfg := r.Config
 	res := s.do(ctx, Entry{Op: OpPutStart, ClientID: r.ClientID, Key: r.Key, Size: r.Size, Config: &cfg})
-	return &api.PutStartResponse{Status: res.Status(), Replicas: res.Replicas}, nil
+	return &api.PutStartResponse{Status: res.Status(), Replicas: res.Replicas, Retry: res.Retry}, nil
 }
 
 func (s *Server) PutEnd(ctx context.Context, r *api.KeyRequest) (*api.Status, error) {
@@ -382,7 +413,7 @@ func (s *Server) PutRevoke(ctx context.Context, r *api.KeyRequest) (*api.Status,
 
 func (s *Server) leaseResp(res Result) api.GetReplicaListResponse {
 	return api.GetReplicaListResponse{Status: res.Status(), Size: res.Size, Replicas: res.Replicas,
-		LeaseTTLMs: s.cfg.DefaultKVLeaseTTL.Milliseconds()}
+		LeaseTTLMs: s.cfg.DefaultKVLeaseTTL.Milliseconds(), Promote: res.Promote}
 }
 
 func (s *Server) GetReplicaList(ctx context.Context, r *api.KeyRequest) (*api.GetReplicaListResponse, error) {
@@ -447,7 +478,7 @@ func (s *Server) BatchPutStart(ctx context.Context, r *api.BatchPutStartRequest)
 	})
 	out := &api.BatchPutStartResponse{Status: st}
 	for _, res := range results {
-		out.Results = append(out.Results, api.PutStartResponse{Status: res.Status(), Replicas: res.Replicas})
+		out.Results = append(out.Results, api.PutStartResponse{Status: res.Status(), Replicas: res.Replicas, Retry: res.Retry})
 	}
 	return out, nil
 }
@@ -499,5 +530,5 @@ func (s *Server) BatchExistKey(ctx context.Context, r *api.BatchKeysRequest) (*a
 func (s *Server) ServiceStatus(ctx context.Context, r *api.ServiceStatusRequest) (*api.ServiceStatusResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return &api.ServiceStatusResponse{Role: s.role, ClusterID: s.cfg.ClusterID}, nil
+	return &api.ServiceStatusResponse{Role: s.role, ClusterID: s.cfg.ClusterID, RootFSDir: s.cfg.RootFSDir}, nil
 }

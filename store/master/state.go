@@ -32,6 +32,11 @@ type object struct {
 	softPin      bool
 	softPinUntil int64
 	hardPin      bool
+	// Storage tiers (tier.go).
+	disk     *diskRec    // the object's G3 file, when it has one
+	offload  *offloadRec // a move to G3 in progress
+	promote  *promoteRec // a copy back into memory in progress
+	diskHits int         // reads served from disk since the last promotion
 }
 
 type segment struct {
@@ -48,6 +53,15 @@ type Counters struct {
 	ReclaimedPuts   uint64 `json:"reclaimed_puts"`
 	ExpiredClients  uint64 `json:"expired_clients"`
 	DroppedReplicas uint64 `json:"dropped_replicas"`
+	// Storage tiers.
+	OffloadedObjects  uint64 `json:"offloaded_objects,omitempty"`   // objects written to G3
+	OffloadedBytes    uint64 `json:"offloaded_bytes,omitempty"`     // their bytes
+	OffloadFailures   uint64 `json:"offload_failures,omitempty"`    // moves that failed or timed out
+	DFSRefused        uint64 `json:"dfs_refused,omitempty"`         // moves refused: G3 full (dfs_full_policy=refuse)
+	DFSEvictedObjects uint64 `json:"dfs_evicted_objects,omitempty"` // G3 files dropped to make room (evict_oldest)
+	DFSEvictedBytes   uint64 `json:"dfs_evicted_bytes,omitempty"`
+	DiskReads         uint64 `json:"disk_reads,omitempty"` // gets of objects with no memory copy
+	Promotions        uint64 `json:"promotions,omitempty"` // objects copied back into memory
 }
 
 // State is the master's metadata: segments, objects and clients. It changes only through Apply;
@@ -66,6 +80,13 @@ type State struct {
 	// verifiedAt is the applied count right after the last OpVerify entry: the leader
 	// proposes a new one only when something changed since (an idle cluster's log stays put).
 	verifiedAt uint64
+	// Storage tiers (tier.go).
+	dfsUsed     uint64             // bytes of objects in G3
+	dfsReserved uint64             // bytes of moves to G3 in progress
+	dfsGen      uint64             // generation of the last G3 file name handed out
+	moving      map[string]*object // objects with an offload or a promotion in progress
+	fileRefs    map[string]int     // G3 file -> objects stored in it (derived from objects)
+	garbage     []string           // G3 files of dropped objects, handed to the caller of Apply
 }
 
 // NewState returns an empty state using cfg's store policy (leases, pins, eviction, allocation).
@@ -76,6 +97,8 @@ func NewState(cfg Config) *State {
 		clients:  map[string][]string{},
 		objects:  map[string]*object{},
 		pending:  map[string]*object{},
+		moving:   map[string]*object{},
+		fileRefs: map[string]int{},
 	}
 }
 
@@ -87,9 +110,16 @@ func (s *State) VerifiedAt() uint64 { return s.verifiedAt }
 
 // Apply changes the state by one entry and returns its result. It is deterministic: it reads no
 // clock, no randomness and no I/O beyond the entry.
+//
+// Result.Garbage lists the G3 files (relative to root_fs_dir) the entry left unreferenced: the
+// serving master deletes them once the entry is durable; a standby ignores them.
 func (s *State) Apply(e Entry) Result {
 	s.applied++
-	return s.apply(e)
+	r := s.apply(e)
+	if len(s.garbage) > 0 {
+		r.Garbage, s.garbage = s.garbage, nil
+	}
+	return r
 }
 
 // entryOps are the ops that one method applies from the entry alone.
@@ -104,6 +134,8 @@ var entryOps = map[Op]func(*State, Entry) Result{
 	OpRemove:         (*State).remove,
 	OpRemoveByRegex:  (*State).removeByRegex,
 	OpRemoveAll:      (*State).removeAll,
+	OpOffloadDone:    (*State).offloadDone,
+	OpPromoteDone:    (*State).promoteDone,
 }
 
 func (s *State) apply(e Entry) Result {
@@ -233,8 +265,9 @@ func (s *State) dropSegment(seg *segment) {
 		o.replicas = slices.Delete(o.replicas, idx, idx+1)
 		s.used -= alignUp(o.size)
 		s.counters.DroppedReplicas++
-		if len(o.replicas) == 0 {
-			delete(s.objects, o.key)
+		s.segmentGone(o, seg.ID)
+		if len(o.replicas) == 0 && o.disk == nil {
+			s.deleteObject(o)
 		}
 	}
 	s.capacity -= seg.alloc.size
@@ -311,9 +344,19 @@ func (s *State) putStart(e Entry) Result {
 	}
 	reps, ok := s.allocate(e, cfg)
 	for !ok {
-		if s.evictPass(e.Now) == 0 {
-			return fail(api.NO_AVAILABLE_HANDLE, fmt.Sprintf(
-				"no space for %d replica(s) of %d bytes on distinct segments, and nothing left to evict", cfg.ReplicaNum, e.Size))
+		if freed, _ := s.evictPass(e.Now); freed == 0 {
+			if s.cfg.RootFSDir != "" && (s.offloading() > 0 || s.leasedInMemory(e.Now) > 0) {
+				r := fail(api.NO_AVAILABLE_HANDLE, fmt.Sprintf(
+					"no space for %d replica(s) of %d bytes yet: %d object(s) are moving to the G3 tier, %d are leased to readers; retry",
+					cfg.ReplicaNum, e.Size, s.offloading(), s.leasedInMemory(e.Now)))
+				r.Retry = true
+				return r
+			}
+			msg := fmt.Sprintf("no space for %d replica(s) of %d bytes on distinct segments, and nothing left to evict", cfg.ReplicaNum, e.Size)
+			if s.cfg.RootFSDir != "" {
+				msg += s.evictBlockers(e.Now) + s.dfsFullNote()
+			}
+			return fail(api.NO_AVAILABLE_HANDLE, msg)
 		}
 		reps, ok = s.allocate(e, cfg)
 	}
@@ -445,7 +488,13 @@ func (s *State) grantLease(e Entry) Result {
 	}
 	o.leaseUntil = max(o.leaseUntil, e.Now+int64(s.cfg.DefaultKVLeaseTTL))
 	o.lastAccess = e.Now
-	return Result{Replicas: s.describe(o), Size: o.size}
+	res := Result{Replicas: s.describe(o), Size: o.size}
+	if !s.inMemory(o) {
+		s.counters.DiskReads++
+		o.diskHits++
+		res.Promote = s.maybePromote(e, o)
+	}
+	return res
 }
 
 func (s *State) removable(o *object, now int64, force bool) Result {
@@ -510,6 +559,7 @@ func (s *State) deleteObject(o *object) {
 			s.used -= alignUp(o.size)
 		}
 	}
+	s.dropTiers(o)
 	delete(s.objects, o.key)
 	delete(s.pending, o.key)
 }
@@ -527,7 +577,7 @@ func (s *State) NeedsTick(now int64) bool {
 			return true
 		}
 	}
-	return false
+	return s.staleMoves(now)
 }
 
 func (s *State) aboveWatermark() bool {
@@ -543,8 +593,10 @@ func (s *State) tick(now int64) Result {
 			n++
 		}
 	}
+	n += int64(s.expireMoves(now))
 	if s.aboveWatermark() {
-		n += int64(s.evictPass(now))
+		freed, sched := s.evictPass(now)
+		n += int64(freed + sched)
 	}
 	return Result{Count: n}
 }
@@ -553,11 +605,19 @@ func (s *State) softPinned(o *object, now int64) bool { return o.softPin && o.so
 
 // evictPass evicts about EvictionRatio of the evictable objects (at least one), least recently
 // used first: plain objects before soft-pinned ones, soft-pinned only when allowed, hard-pinned,
-// leased and in-progress objects never. It returns how many objects it evicted.
-func (s *State) evictPass(now int64) int {
+// leased, in-progress and moving objects never. Without the G3 tier an evicted object is gone;
+// with it, an object that has a G3 file loses its memory copy, and one that has none is handed
+// to its client to write to G3 (tier.go) and loses its memory copy when the file is in place.
+// It returns how many objects lost their memory copy, and how many moves it started.
+func (s *State) evictPass(now int64) (freed, scheduled int) {
 	var plain, soft []*object
 	for _, o := range s.objects {
-		if !o.complete || o.hardPin || o.leaseUntil > now {
+		if !o.complete || o.hardPin || o.offload != nil || o.promote != nil || len(o.replicas) == 0 {
+			continue
+		}
+		// A leased object keeps its memory copy; with G3 it may still start its move (the
+		// copy goes when the file is in place and the lease is over).
+		if o.leaseUntil > now && (s.cfg.RootFSDir == "" || o.disk != nil) {
 			continue
 		}
 		if s.softPinned(o, now) {
@@ -570,7 +630,7 @@ func (s *State) evictPass(now int64) int {
 	}
 	total := len(plain) + len(soft)
 	if total == 0 {
-		return 0
+		return 0, 0
 	}
 	lru := func(a, b *object) int {
 		if a.lastAccess != b.lastAccess {
@@ -586,21 +646,38 @@ func (s *State) evictPass(now int64) int {
 	quota := max(1, int(math.Ceil(s.cfg.EvictionRatio*float64(total))))
 	victims := append(plain, soft...)[:min(quota, total)]
 	for _, o := range victims {
-		s.counters.EvictedObjects++
-		s.counters.EvictedBytes += o.size * uint64(len(o.replicas))
-		s.deleteObject(o)
+		switch {
+		case s.cfg.RootFSDir == "":
+			s.counters.EvictedObjects++
+			s.counters.EvictedBytes += o.size * uint64(len(o.replicas))
+			s.deleteObject(o)
+			freed++
+		case o.disk != nil:
+			s.dropMemory(o)
+			freed++
+		case s.offloading() < 2*quota && s.startOffload(o, now): // two passes in flight: one is written while the other is reported
+			scheduled++
+		}
 	}
-	s.counters.EvictionPasses++
-	return len(victims)
+	if freed+scheduled > 0 {
+		s.counters.EvictionPasses++
+	}
+	return freed, scheduled
 }
 
 // ---- reads ----
 
 func (s *State) describe(o *object) []api.Replica {
-	out := make([]api.Replica, 0, len(o.replicas))
+	out := make([]api.Replica, 0, len(o.replicas)+1)
 	for _, r := range o.replicas {
+		if o.complete && r.status != api.ReplicaComplete {
+			continue // a promotion being written: not readable yet
+		}
 		seg := s.segments[r.segID]
 		out = append(out, api.Replica{SegmentID: r.segID, SegmentName: seg.Name, Addr: r.addr, Size: o.size, Status: r.status})
+	}
+	if o.disk != nil {
+		out = append(out, s.diskReplica(o))
 	}
 	return out
 }
@@ -685,17 +762,23 @@ type Stats struct {
 	Segments, Clients                                    int
 	Capacity, Used                                       uint64
 	Counters                                             Counters
+	DFSUsed, DFSReserved                                 uint64
+	DiskOnly, Moving                                     int
 }
 
 // Stats summarises the state at time now.
 func (s *State) Stats(now int64) Stats {
 	st := Stats{PendingPuts: len(s.pending), Segments: len(s.segments), Clients: len(s.clients),
-		Capacity: s.capacity, Used: s.used, Counters: s.counters}
+		Capacity: s.capacity, Used: s.used, Counters: s.counters,
+		DFSUsed: s.dfsUsed, DFSReserved: s.dfsReserved, Moving: len(s.moving)}
 	for _, o := range s.objects {
 		if !o.complete {
 			continue
 		}
 		st.Objects++
+		if o.disk != nil && !s.inMemory(o) {
+			st.DiskOnly++
+		}
 		if s.softPinned(o, now) {
 			st.SoftPinned++
 		}

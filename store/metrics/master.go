@@ -44,6 +44,7 @@ type Snapshot struct {
 	// configured and fills them.
 	DFSCapacity uint64 // bytes the tier may hold
 	DFSUsed     uint64 // bytes of objects stored in the tier
+	Tier        TierStats
 }
 
 // Ops are the operations with their own mooncake_master_<op>_requests_total and
@@ -217,7 +218,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 		descAllocated, descUsage, descSegments, descClients, descMounting, descSegFree, descSegCap, descSegUsed,
 		descEvicted, descEvictBytes, descPasses, descReclaimed, descExpired, descApplied,
 		descRole, descServing, descOplogSeq, descDurableSeq, descLag, descLagAlert, descTransitions, descVerify,
-		descDFSCapacity, descDFSUsed} {
+		descDFSCapacity, descDFSUsed, descTierObjects, descTierMoves, descTierReads} {
 		ch <- d
 	}
 }
@@ -258,6 +259,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ct(descApplied, s.AppliedEntries)
 	g(descDFSCapacity, float64(s.DFSCapacity))
 	g(descDFSUsed, float64(s.DFSUsed))
+	collectTier(ch, s.Tier)
 	if s.HA {
 		b := func(v bool) float64 {
 			if v {

@@ -15,6 +15,7 @@ import (
 	"github.com/mooncake-go/mooncake/config"
 	"github.com/mooncake-go/mooncake/engine/metadata"
 	"github.com/mooncake-go/mooncake/internal/cli"
+	"github.com/mooncake-go/mooncake/store/dfs"
 	"github.com/mooncake-go/mooncake/store/ha"
 	"github.com/mooncake-go/mooncake/store/master"
 	"github.com/mooncake-go/mooncake/store/snapshot"
@@ -37,6 +38,13 @@ func Main(args []string) int {
 }
 
 func run(ctx context.Context, cfg master.Config) error {
+	if cfg.RootFSDir != "" {
+		if err := dfs.CheckRoot(cfg.RootFSDir); err != nil {
+			return fmt.Errorf("--root_fs_dir: %w", err)
+		}
+		log.Printf("mooncake_master: G3 file tier at %s (capacity %s, when full: %s)", cfg.RootFSDir,
+			capacityText(cfg.GlobalFileSegmentSize), cfg.DFSFullPolicy)
+	}
 	rpcLis, err := net.Listen("tcp", net.JoinHostPort(cfg.RPCAddress, strconv.Itoa(cfg.RPCPort)))
 	if err != nil {
 		return fmt.Errorf("listen for rpc on %s:%d: %w", cfg.RPCAddress, cfg.RPCPort, err)
@@ -161,4 +169,11 @@ func run(ctx context.Context, cfg master.Config) error {
 	}
 	log.Printf("mooncake_master: stopped")
 	return err
+}
+
+func capacityText(n uint64) string {
+	if n == 0 {
+		return "unlimited"
+	}
+	return fmt.Sprintf("%d bytes", n)
 }

@@ -1,0 +1,23 @@
+// Package dfs owns the on-disk format of the G3 file tier (--root_fs_dir): one file per object,
+// written to a temporary name, checksummed and renamed into place, and read back with its
+// header and checksum verified so that a torn, corrupt or missing file is an error for that
+// key and never wrong bytes.
+//
+// # Format
+//
+// A file is a 4 KiB header block followed by the payload. The header holds a magic, the
+// format version, the payload size, the payload's CRC-32C, the key and a CRC-32C of the
+// header itself. The payload starts at a 4 KiB boundary so that a reader or writer may use
+// O_DIRECT; the file is padded to a 4 KiB multiple.
+//
+// # I/O
+//
+// Payloads are moved with pwrite/pread of large blocks ([BlockSize]), up to [Parallel] blocks
+// in flight on one file. Writes try O_DIRECT first (when the source memory and length are
+// aligned) and fall back to buffered I/O where the filesystem refuses it (tmpfs, some FUSE
+// mounts). 3FS's USRBIO interface is not available here; the seam for it is [IO]: a backend
+// that implements WriteAt/ReadAt over its own queues can replace [PosixIO].
+//
+// The package reads no environment and keeps no global state; the master uses [Remove] to
+// delete the files of removed objects, the store client [Write] and [Read].
+package dfs

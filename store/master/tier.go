@@ -1,0 +1,359 @@
+package master
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/mooncake-go/mooncake/store/api"
+	"github.com/mooncake-go/mooncake/store/dfs"
+)
+
+// Storage tiers in the state machine. Every move between tiers is a state change made by an
+// entry, so the serving master, a standby and a restore agree on where each object lives:
+//
+//   - evictPass (tick, or a put short of room) hands an object without a G3 file to the client
+//     holding its memory copy: offloadRec, with the file name (dfs.PathFor, a fresh generation)
+//     and the bytes reserved in the tier;
+//   - the client writes the file (temporary name, checksum, rename) and proposes offload_done
+//     with the checksum: the object gains its disk replica and, unless a reader holds a lease,
+//     loses its memory copy;
+//   - a get of an object with no memory copy counts a disk hit; with --promotion_on_hit, after
+//     --promotion_admission_threshold hits and when memory has room below the high watermark,
+//     the reader gets a memory replica to fill (promoteRec) and proposes promote_done;
+//   - a move whose client disappears (its segment dropped) or that outlives
+//     put_start_discard_timeout is cancelled: the object stays where it was.
+
+type diskRec struct {
+	path   string // file (relative to root_fs_dir); a bucket file may hold several objects
+	offset int64  // of the object's header in the file
+	sum    uint32
+	at     int64 // when the file was recorded: the G3 tier's eviction order
+}
+
+type offloadRec struct {
+	client, segID string
+	addr          uint64
+	path          string
+	started       int64
+}
+
+type promoteRec struct {
+	client, segID string
+	addr          uint64
+	started       int64
+}
+
+// inMemory reports whether o has a readable memory copy.
+func (s *State) inMemory(o *object) bool {
+	return slices.ContainsFunc(o.replicas, func(r replicaRec) bool { return r.status == api.ReplicaComplete })
+}
+
+func (s *State) offloading() int {
+	n := 0
+	for _, o := range s.moving {
+		if o.offload != nil {
+			n++
+		}
+	}
+	return n
+}
+
+func (s *State) dfsFullNote() string {
+	if c := s.cfg.GlobalFileSegmentSize; c > 0 && s.dfsUsed+s.dfsReserved >= c*9/10 {
+		return fmt.Sprintf("; the G3 tier is full (%d of %d bytes, --dfs_full_policy=%s)", s.dfsUsed, c, s.cfg.DFSFullPolicy)
+	}
+	return ""
+}
+
+func (s *State) diskReplica(o *object) api.Replica {
+	return api.Replica{SegmentID: "dfs", SegmentName: "dfs", Size: o.size, Status: api.ReplicaComplete,
+		Kind: api.KindDisk, Path: o.disk.path, Offset: o.disk.offset, Checksum: o.disk.sum}
+}
+
+func (s *State) releaseReplica(o *object, idx int) {
+	r := o.replicas[idx]
+	if seg, ok := s.segments[r.segID]; ok {
+		seg.alloc.release(r.addr-seg.Base, o.size)
+		s.used -= alignUp(o.size)
+	}
+	o.replicas = slices.Delete(o.replicas, idx, idx+1)
+}
+
+// dropMemory frees o's memory copies (it has a G3 file).
+func (s *State) dropMemory(o *object) {
+	s.counters.EvictedObjects++
+	s.counters.EvictedBytes += o.size * uint64(len(o.replicas))
+	for len(o.replicas) > 0 {
+		s.releaseReplica(o, len(o.replicas)-1)
+	}
+}
+
+// dropDisk forgets o's G3 file (handed out as garbage).
+func (s *State) dropDisk(o *object) {
+	if s.fileRefs[o.disk.path]--; s.fileRefs[o.disk.path] <= 0 {
+		delete(s.fileRefs, o.disk.path)
+		s.garbage = append(s.garbage, o.disk.path)
+	}
+	s.dfsUsed -= o.size
+	o.disk = nil
+	o.diskHits = 0
+}
+
+func (s *State) endMove(o *object) {
+	if o.offload == nil && o.promote == nil {
+		delete(s.moving, o.key)
+	}
+}
+
+func (s *State) cancelOffload(o *object) {
+	s.dfsReserved -= o.size
+	o.offload = nil
+	s.endMove(o)
+}
+
+func (s *State) cancelPromote(o *object) {
+	p := o.promote
+	if idx := slices.IndexFunc(o.replicas, func(r replicaRec) bool { return r.segID == p.segID && r.addr == p.addr }); idx >= 0 {
+		s.releaseReplica(o, idx)
+	}
+	o.promote = nil
+	s.endMove(o)
+}
+
+// dropTiers is deleteObject's part for the tiers (memory replicas are released there).
+func (s *State) dropTiers(o *object) {
+	if o.disk != nil {
+		s.dropDisk(o)
+	}
+	if o.offload != nil {
+		s.dfsReserved -= o.size
+		o.offload = nil
+	}
+	o.promote = nil
+	delete(s.moving, o.key)
+}
+
+// segmentGone cancels o's moves that depended on segment segID (just unmounted).
+func (s *State) segmentGone(o *object, segID string) {
+	if o.offload != nil && o.offload.segID == segID {
+		s.counters.OffloadFailures++
+		s.cancelOffload(o)
+	}
+	if o.promote != nil && o.promote.segID == segID {
+		o.promote = nil // its replica was on the segment and is already gone
+		s.endMove(o)
+	}
+}
+
+func (s *State) moveTimeout() int64 { return int64(s.cfg.PutStartDiscardTimeout) }
+
+func (s *State) staleMoves(now int64) bool {
+	for _, o := range s.moving {
+		if (o.offload != nil && now-o.offload.started >= s.moveTimeout()) ||
+			(o.promote != nil && now-o.promote.started >= s.moveTimeout()) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *State) expireMoves(now int64) int {
+	n := 0
+	for _, key := range sortedMapKeys(s.moving) {
+		o := s.moving[key]
+		if o.offload != nil && now-o.offload.started >= s.moveTimeout() {
+			s.counters.OffloadFailures++
+			s.cancelOffload(o)
+			n++
+		}
+		if o.promote != nil && now-o.promote.started >= s.moveTimeout() {
+			s.cancelPromote(o)
+			n++
+		}
+	}
+	return n
+}
+
+// dfsRoom reports whether need more bytes fit the G3 tier, making room oldest-first under
+// --dfs_full_policy=evict_oldest.
+func (s *State) dfsRoom(need uint64, now int64) bool {
+	c := s.cfg.GlobalFileSegmentSize
+	fits := func() bool { return c == 0 || s.dfsUsed+s.dfsReserved+need <= c }
+	if fits() || need > c || s.cfg.DFSFullPolicy != "evict_oldest" {
+		return fits()
+	}
+	var old []*object
+	for _, o := range s.objects {
+		if o.disk != nil && o.leaseUntil <= now && o.promote == nil {
+			old = append(old, o)
+		}
+	}
+	slices.SortFunc(old, func(a, b *object) int {
+		if a.disk.at != b.disk.at {
+			if a.disk.at < b.disk.at {
+				return -1
+			}
+			return 1
+		}
+		if a.key < b.key {
+			return -1
+		}
+		return 1
+	})
+	for _, o := range old {
+		if fits() {
+			break
+		}
+		s.counters.DFSEvictedObjects++
+		s.counters.DFSEvictedBytes += o.size
+		if s.inMemory(o) {
+			s.dropDisk(o)
+		} else {
+			s.deleteObject(o)
+		}
+	}
+	return fits()
+}
+
+// startOffload hands o (complete, in memory, no G3 file) to the client of its first memory
+// copy. It returns false, counting a refusal, when the G3 tier has no room.
+func (s *State) startOffload(o *object, now int64) bool {
+	if !s.dfsRoom(o.size, now) {
+		s.counters.DFSRefused++
+		return false
+	}
+	r := o.replicas[0]
+	seg := s.segments[r.segID]
+	s.dfsGen++
+	o.offload = &offloadRec{client: seg.ClientID, segID: r.segID, addr: r.addr, path: dfs.PathFor(o.key, s.dfsGen), started: now}
+	s.moving[o.key] = o
+	s.dfsReserved += o.size
+	return true
+}
+
+func (s *State) offloadDone(e Entry) Result {
+	o, r := s.lookup(e, "not found (removed while moving to G3)")
+	if o == nil {
+		return r
+	}
+	file := e.File
+	if file == "" {
+		file = e.Path
+	}
+	if o.disk != nil && o.disk.path == file && o.disk.offset == e.Offset && e.Error == "" {
+		return Result{} // a repeated report (a retry, or a task listed twice): already recorded
+	}
+	if o.offload == nil || o.offload.path != e.Path || (e.ClientID != "" && o.offload.client != e.ClientID) {
+		return fail(api.INVALID_WRITE, fmt.Sprintf("key %q has no move to G3 file %s in progress (cancelled or superseded)", e.Key, e.Path))
+	}
+	if e.Error != "" {
+		s.counters.OffloadFailures++
+		s.cancelOffload(o)
+		return Result{}
+	}
+	s.dfsReserved -= o.size
+	s.dfsUsed += o.size
+	o.disk = &diskRec{path: file, offset: e.Offset, sum: e.Checksum, at: e.Now}
+	s.fileRefs[file]++
+	o.offload = nil
+	s.endMove(o)
+	s.counters.OffloadedObjects++
+	s.counters.OffloadedBytes += o.size
+	if o.leaseUntil <= e.Now && o.promote == nil {
+		s.dropMemory(o)
+	}
+	return Result{}
+}
+
+// maybePromote gives the reader of a disk-only object a memory replica to fill, when
+// promotion is on, the object was read often enough and memory has room below the watermark.
+func (s *State) maybePromote(e Entry, o *object) *api.Replica {
+	if !s.cfg.PromotionOnHit || o.disk == nil || o.promote != nil || o.offload != nil ||
+		o.diskHits < s.cfg.PromotionAdmissionThreshold || e.ClientID == "" {
+		return nil
+	}
+	if float64(s.used+alignUp(o.size)) > s.cfg.EvictionHighWatermarkRatio*float64(s.capacity) {
+		return nil
+	}
+	pe := e
+	pe.Size = o.size
+	reps, ok := s.allocate(pe, api.ReplicateConfig{ReplicaNum: 1})
+	if !ok {
+		return nil
+	}
+	r := reps[0]
+	o.replicas = append(o.replicas, r)
+	o.promote = &promoteRec{client: e.ClientID, segID: r.segID, addr: r.addr, started: e.Now}
+	s.moving[o.key] = o
+	seg := s.segments[r.segID]
+	return &api.Replica{SegmentID: r.segID, SegmentName: seg.Name, Addr: r.addr, Size: o.size, Status: api.ReplicaProcessing}
+}
+
+func (s *State) promoteDone(e Entry) Result {
+	o, r := s.lookup(e, "not found (removed while being promoted)")
+	if o == nil {
+		return r
+	}
+	if o.promote == nil || (e.ClientID != "" && o.promote.client != e.ClientID) {
+		return fail(api.INVALID_WRITE, fmt.Sprintf("key %q has no promotion in progress for this client", e.Key))
+	}
+	if e.Error != "" {
+		s.cancelPromote(o)
+		return Result{}
+	}
+	p := o.promote
+	for i := range o.replicas {
+		if o.replicas[i].segID == p.segID && o.replicas[i].addr == p.addr {
+			o.replicas[i].status = api.ReplicaComplete
+		}
+	}
+	o.promote = nil
+	o.diskHits = 0
+	o.lastAccess = e.Now
+	s.endMove(o)
+	s.counters.Promotions++
+	return Result{}
+}
+
+// OffloadTasks lists the moves to G3 assigned to clientID, by key.
+func (s *State) OffloadTasks(clientID string) []api.OffloadTask {
+	var out []api.OffloadTask
+	for _, key := range sortedMapKeys(s.moving) {
+		o := s.moving[key]
+		if o.offload != nil && o.offload.client == clientID {
+			out = append(out, api.OffloadTask{Key: o.key, Path: o.offload.path, Size: o.size, SegmentID: o.offload.segID, Addr: o.offload.addr})
+		}
+	}
+	return out
+}
+
+// evictBlockers describes why nothing in memory could be evicted (for the put's error).
+func (s *State) evictBlockers(now int64) string {
+	var inMem, leased, pinned, writing int
+	for _, o := range s.objects {
+		if len(o.replicas) == 0 {
+			continue
+		}
+		inMem++
+		switch {
+		case !o.complete:
+			writing++
+		case o.hardPin || (s.softPinned(o, now) && !s.cfg.AllowEvictSoftPinnedObjects):
+			pinned++
+		case o.leaseUntil > now:
+			leased++
+		}
+	}
+	return fmt.Sprintf(" (%d objects in memory: %d leased to readers, %d pinned, %d being written)", inMem, leased, pinned, writing)
+}
+
+// leasedInMemory counts complete objects in memory whose lease keeps them there.
+func (s *State) leasedInMemory(now int64) int {
+	n := 0
+	for _, o := range s.objects {
+		if o.complete && len(o.replicas) > 0 && o.leaseUntil > now {
+			n++
+		}
+	}
+	return n
+}

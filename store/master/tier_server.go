@@ -1,0 +1,115 @@
+package master
+
+import (
+	"context"
+	"log"
+	"strconv"
+	"time"
+
+	"github.com/mooncake-go/mooncake/store/api"
+	"github.com/mooncake-go/mooncake/store/dfs"
+)
+
+// maxTaskWait bounds how long FetchOffloadTasks holds a request open.
+const maxTaskWait = 5 * time.Second
+
+// FetchOffloadTasks returns the moves to G3 assigned to the client, waiting up to WaitMs for
+// one when there are none (a long poll: a client learns of a move within one round trip).
+func (s *Server) FetchOffloadTasks(ctx context.Context, r *api.OffloadTasksRequest) (*api.OffloadTasksResponse, error) {
+	if r.ClientID == "" {
+		return &api.OffloadTasksResponse{Status: api.Status{Code: api.INVALID_PARAMS, Message: "fetch offload tasks without a client id"}}, nil
+	}
+	wait := min(time.Duration(r.WaitMs)*time.Millisecond, maxTaskWait)
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		if st := s.notServing(); st != nil {
+			return &api.OffloadTasksResponse{Status: *st}, nil
+		}
+		s.touch(r.ClientID)
+		s.mu.Lock()
+		tasks := s.state.OffloadTasks(r.ClientID)
+		wake := s.wake
+		s.mu.Unlock()
+		if len(tasks) > 0 || wait <= 0 {
+			return &api.OffloadTasksResponse{RootFSDir: s.cfg.RootFSDir, Tasks: tasks}, nil
+		}
+		select {
+		case <-wake:
+		case <-timer.C:
+			wait = 0
+		case <-ctx.Done():
+			return &api.OffloadTasksResponse{RootFSDir: s.cfg.RootFSDir}, nil
+		}
+	}
+}
+
+// OffloadDone records the end of a move to G3.
+func (s *Server) OffloadDone(ctx context.Context, r *api.OffloadDoneRequest) (*api.Status, error) {
+	return statusOf(s.do(ctx, Entry{Op: OpOffloadDone, ClientID: r.ClientID, Key: r.Key, Path: r.Path, File: r.File,
+		Offset: r.Offset, Checksum: r.Checksum, Error: r.Error})), nil
+}
+
+// BatchOffloadDone records the ends of several moves in one batch entry.
+func (s *Server) BatchOffloadDone(ctx context.Context, r *api.BatchOffloadDoneRequest) (*api.BatchStatusResponse, error) {
+	results, st := s.batch(ctx, r.ClientID, len(r.Items), func(i int) Entry {
+		it := r.Items[i]
+		return Entry{Op: OpOffloadDone, Key: it.Key, Path: it.Path, File: it.File, Offset: it.Offset, Checksum: it.Checksum, Error: it.Error}
+	})
+	out := &api.BatchStatusResponse{Status: st}
+	for _, res := range results {
+		out.Results = append(out.Results, res.Status())
+	}
+	return out, nil
+}
+
+// PromoteDone records the end of a copy back into memory.
+func (s *Server) PromoteDone(ctx context.Context, r *api.OffloadDoneRequest) (*api.Status, error) {
+	return statusOf(s.do(ctx, Entry{Op: OpPromoteDone, ClientID: r.ClientID, Key: r.Key, Error: r.Error})), nil
+}
+
+// GetReplicaDesc describes key's replicas (memory and G3) without a lease or a hit: a read of
+// the state, not an entry.
+func (s *Server) GetReplicaDesc(ctx context.Context, r *api.KeyRequest) (*api.GetReplicaListResponse, error) {
+	if st := s.notServing(); st != nil {
+		return &api.GetReplicaListResponse{Status: *st}, nil
+	}
+	if err := ValidateKey(r.Key); err != nil {
+		return &api.GetReplicaListResponse{Status: api.StatusOf(err)}, nil
+	}
+	var resp api.GetReplicaListResponse
+	s.View(func(st *State) {
+		info, ok := st.Query(r.Key)
+		if !ok || !info.Complete {
+			resp.Status = api.Status{Code: api.OBJECT_NOT_FOUND, Message: "key " + strconv.Quote(r.Key) + " not found"}
+			return
+		}
+		resp.Size, resp.Replicas = info.Size, info.Replicas
+	})
+	return &resp, nil
+}
+
+// removeFiles deletes G3 files no object references any more (the serving master, once the
+// entry that dropped them is durable).
+func (s *Server) removeFiles(paths []string) {
+	if s.cfg.RootFSDir == "" {
+		return
+	}
+	for _, p := range paths {
+		if err := dfs.Remove(s.cfg.RootFSDir, p); err != nil {
+			log.Printf("mooncake_master: remove G3 file %s: %v", p, err)
+		}
+	}
+}
+
+// dfsCapacity is --global_file_segment_size, or the size of the filesystem under
+// --root_fs_dir when unlimited (0 without the tier).
+func (s *Server) dfsCapacity() uint64 {
+	switch {
+	case s.cfg.RootFSDir == "":
+		return 0
+	case s.cfg.GlobalFileSegmentSize > 0:
+		return s.cfg.GlobalFileSegmentSize
+	}
+	return dfs.FSCapacity(s.cfg.RootFSDir)
+}

@@ -1,0 +1,230 @@
+package master
+
+import (
+	"testing"
+
+	"github.com/mooncake-go/mooncake/store/api"
+)
+
+func tierHarness(t *testing.T, mutate ...func(*Config)) *harness {
+	return newHarness(t, append([]func(*Config){func(c *Config) {
+		c.RootFSDir = "/g3"
+		c.EvictionRatio = 0.5
+		c.EvictionHighWatermarkRatio = 0.9
+	}}, mutate...)...)
+}
+
+// finishMoves completes every move to G3 handed out, as the clients would.
+func (h *harness) finishMoves(client string) int {
+	h.t.Helper()
+	tasks := h.s.OffloadTasks(client)
+	for i, task := range tasks {
+		r := h.apply(Entry{Op: OpOffloadDone, ClientID: client, Key: task.Key, Path: task.Path, Checksum: uint32(100 + i)})
+		expectCode(h.t, "offload_done "+task.Key, r, api.OK)
+	}
+	return len(tasks)
+}
+
+func TestEvictionMovesObjectsToG3(t *testing.T) {
+	h := tierHarness(t)
+	h.mount("c1", "s1", "host1", 1<<20, 4096)
+	for i := range 4 {
+		expectCode(t, "put", h.put("c1", string(rune('a'+i)), 1024, api.ReplicateConfig{}), api.OK)
+	}
+	// Memory is full: the fifth put is told to retry while the LRU objects move to G3.
+	r := h.put("c1", "e", 1024, api.ReplicateConfig{})
+	expectCode(t, "put into a full memory", r, api.NO_AVAILABLE_HANDLE)
+	if !r.Retry {
+		t.Fatalf("a put waiting on moves to G3 should be retryable: %+v", r)
+	}
+	tasks := h.s.OffloadTasks("c1")
+	if len(tasks) != 2 || tasks[0].Key != "a" || tasks[1].Key != "b" || tasks[0].SegmentID != "s1" {
+		t.Fatalf("tasks %+v, want a and b from s1", tasks)
+	}
+	// A second full put does not hand out more moves than the eviction quota.
+	h.put("c1", "e", 1024, api.ReplicateConfig{})
+	if n := len(h.s.OffloadTasks("c1")); n != 2 {
+		t.Fatalf("%d moves in progress, want 2", n)
+	}
+	h.finishMoves("c1")
+	st := h.s.Stats(h.now)
+	if st.DFSUsed != 2048 || st.Used != 2048 || st.DiskOnly != 2 || st.Counters.OffloadedObjects != 2 {
+		t.Fatalf("after the moves: %+v", st)
+	}
+	expectCode(t, "put after the moves", h.put("c1", "e", 1024, api.ReplicateConfig{}), api.OK)
+	// A get of a G3-only object answers its disk replica with the recorded checksum.
+	g := h.apply(Entry{Op: OpGrantLease, ClientID: "c2", Key: "a"})
+	expectCode(t, "get a", g, api.OK)
+	if len(g.Replicas) != 1 || !g.Replicas[0].IsDisk() || g.Replicas[0].Checksum != 100 || g.Replicas[0].Size != 1024 {
+		t.Fatalf("replicas of a: %+v", g.Replicas)
+	}
+	// Removing it hands its file out as garbage.
+	rm := h.apply(Entry{Op: OpRemove, Key: "a", Force: true})
+	expectCode(t, "remove a", rm, api.OK)
+	if len(rm.Garbage) != 1 || rm.Garbage[0] != g.Replicas[0].Path {
+		t.Fatalf("garbage %v, want [%s]", rm.Garbage, g.Replicas[0].Path)
+	}
+	if st := h.s.Stats(h.now); st.DFSUsed != 1024 {
+		t.Fatalf("dfs used %d after remove, want 1024", st.DFSUsed)
+	}
+	// The state round-trips through a snapshot, moves and files included.
+	h.advance(1)
+	h.put("c1", "f", 1024, api.ReplicateConfig{}) // starts more moves
+	b, err := h.s.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := DecodeState(h.s.cfg, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Digest() != h.s.Digest() || len(d.OffloadTasks("c1")) != len(h.s.OffloadTasks("c1")) {
+		t.Fatalf("decoded state differs")
+	}
+}
+
+func TestG3PinsLeasesAndClientLoss(t *testing.T) {
+	h := tierHarness(t, func(c *Config) { c.AllowEvictSoftPinnedObjects = false; c.EvictionRatio = 1 })
+	h.mount("c1", "s1", "host1", 1<<20, 4096)
+	h.put("c1", "hard", 1024, api.ReplicateConfig{WithHardPin: true})
+	h.put("c1", "soft", 1024, api.ReplicateConfig{WithSoftPin: true})
+	h.put("c1", "plain", 1024, api.ReplicateConfig{})
+	h.put("c1", "plain2", 1024, api.ReplicateConfig{})
+	h.apply(Entry{Op: OpTick})
+	keys := map[string]bool{}
+	for _, task := range h.s.OffloadTasks("c1") {
+		keys[task.Key] = true
+	}
+	if len(keys) != 2 || !keys["plain"] || !keys["plain2"] {
+		t.Fatalf("moves %v: pinned objects must stay in memory", keys)
+	}
+	// A lease taken during the move keeps the memory copy after it.
+	h.apply(Entry{Op: OpGrantLease, ClientID: "c2", Key: "plain"})
+	h.finishMoves("c1")
+	if g := h.apply(Entry{Op: OpGrantLease, ClientID: "c2", Key: "plain"}); len(g.Replicas) != 2 {
+		t.Fatalf("leased object: replicas %+v, want memory and disk", g.Replicas)
+	}
+	// The client dies: objects with a G3 file survive, the others go with its memory.
+	h.apply(Entry{Op: OpExpireClient, ClientID: "c1"})
+	for key, want := range map[string]api.ErrorCode{"plain": api.OK, "plain2": api.OK, "hard": api.OBJECT_NOT_FOUND, "soft": api.OBJECT_NOT_FOUND} {
+		expectCode(t, "get "+key, h.apply(Entry{Op: OpGrantLease, ClientID: "c2", Key: key}), want)
+	}
+}
+
+func TestMoveCancelledWhenClientDiesOrTimesOut(t *testing.T) {
+	h := tierHarness(t, func(c *Config) { c.EvictionRatio = 1 })
+	h.mount("c1", "s1", "host1", 1<<20, 4096)
+	h.put("c1", "a", 1024, api.ReplicateConfig{})
+	h.put("c1", "b", 1024, api.ReplicateConfig{})
+	h.put("c1", "c", 2048, api.ReplicateConfig{})
+	h.apply(Entry{Op: OpTick})
+	tasks := h.s.OffloadTasks("c1")
+	if len(tasks) != 3 {
+		t.Fatalf("tasks %+v", tasks)
+	}
+	// A stale move times out: nothing lost, the reservation released.
+	h.advance(h.s.cfg.PutStartDiscardTimeout)
+	if !h.s.NeedsTick(h.now) {
+		t.Fatal("a stale move needs a tick")
+	}
+	h.apply(Entry{Op: OpTick}) // cancels, then hands out fresh moves
+	late := h.apply(Entry{Op: OpOffloadDone, ClientID: "c1", Key: tasks[0].Key, Path: tasks[0].Path})
+	expectCode(t, "done of a cancelled move", late, api.INVALID_WRITE)
+	// The client dies mid-move: the moves end, the objects go with its memory.
+	h.apply(Entry{Op: OpExpireClient, ClientID: "c1"})
+	st := h.s.Stats(h.now)
+	if st.Moving != 0 || st.DFSReserved != 0 || st.Objects != 0 || st.Counters.OffloadFailures != 6 {
+		t.Fatalf("after the client died: %+v", st)
+	}
+}
+
+func TestG3CapacityRefuseOrEvictOldest(t *testing.T) {
+	for _, policy := range []string{"refuse", "evict_oldest"} {
+		t.Run(policy, func(t *testing.T) {
+			h := tierHarness(t, func(c *Config) { c.GlobalFileSegmentSize = 2048; c.DFSFullPolicy = policy; c.EvictionRatio = 0.25 })
+			h.mount("c1", "s1", "host1", 1<<20, 4096)
+			var last Result
+			for i := range 8 {
+				h.advance(1)
+				key := string(rune('a' + i))
+				for attempt := 0; attempt < 4; attempt++ {
+					if last = h.put("c1", key, 1024, api.ReplicateConfig{}); last.Code == api.OK {
+						break
+					}
+					h.finishMoves("c1")
+					h.advance(1)
+				}
+			}
+			st := h.s.Stats(h.now)
+			if st.DFSUsed > 2048 {
+				t.Fatalf("G3 holds %d bytes, over its 2048", st.DFSUsed)
+			}
+			switch policy {
+			case "refuse":
+				expectCode(t, "put into full memory and full G3", last, api.NO_AVAILABLE_HANDLE)
+				if st.Counters.DFSRefused == 0 || st.Objects != 6 {
+					t.Fatalf("refuse: %+v", st)
+				}
+			case "evict_oldest":
+				expectCode(t, "last put", last, api.OK)
+				if st.Counters.DFSEvictedObjects != 2 || st.Objects != 6 {
+					t.Fatalf("evict_oldest: %+v", st)
+				}
+				expectCode(t, "oldest is gone", h.apply(Entry{Op: OpGrantLease, ClientID: "c2", Key: "a"}), api.OBJECT_NOT_FOUND)
+			}
+		})
+	}
+}
+
+func TestPromotionOnHit(t *testing.T) {
+	h := tierHarness(t, func(c *Config) { c.PromotionOnHit = true; c.PromotionAdmissionThreshold = 2; c.EvictionRatio = 0.25 })
+	h.mount("c1", "s1", "host1", 1<<20, 8192)
+	for i := range 8 {
+		h.put("c1", string(rune('a'+i)), 1024, api.ReplicateConfig{})
+	}
+	h.apply(Entry{Op: OpTick})
+	h.finishMoves("c1")
+	if g := h.apply(Entry{Op: OpGrantLease, ClientID: "c2", Key: "a"}); g.Promote != nil || !g.Replicas[0].IsDisk() {
+		t.Fatalf("first disk hit: %+v", g)
+	}
+	g := h.apply(Entry{Op: OpGrantLease, ClientID: "c2", Key: "a"})
+	if g.Promote == nil || len(g.Replicas) != 1 {
+		t.Fatalf("second disk hit should promote: %+v", g)
+	}
+	expectCode(t, "promote_done", h.apply(Entry{Op: OpPromoteDone, ClientID: "c2", Key: "a"}), api.OK)
+	g = h.apply(Entry{Op: OpGrantLease, ClientID: "c2", Key: "a"})
+	if len(g.Replicas) != 2 || g.Replicas[0].IsDisk() || !g.Replicas[1].IsDisk() || g.Promote != nil {
+		t.Fatalf("after promotion: %+v", g.Replicas)
+	}
+	if st := h.s.Stats(h.now); st.Counters.Promotions != 1 || st.Counters.DiskReads != 2 {
+		t.Fatalf("counters %+v", st.Counters)
+	}
+}
+
+func TestBucketFileDeletedWithItsLastObject(t *testing.T) {
+	h := tierHarness(t, func(c *Config) { c.EvictionRatio = 1 })
+	h.mount("c1", "s1", "host1", 1<<20, 4096)
+	h.put("c1", "a", 1024, api.ReplicateConfig{})
+	h.put("c1", "b", 1024, api.ReplicateConfig{})
+	h.put("c1", "c", 1024, api.ReplicateConfig{})
+	h.put("c1", "d", 1024, api.ReplicateConfig{})
+	h.apply(Entry{Op: OpTick})
+	for i, task := range h.s.OffloadTasks("c1") {
+		r := h.apply(Entry{Op: OpOffloadDone, ClientID: "c1", Key: task.Key, Path: task.Path, File: "bucket", Offset: int64(i) * 8192, Checksum: 7})
+		expectCode(t, "done "+task.Key, r, api.OK)
+		// a repeated report of the same placement is a no-op
+		expectCode(t, "repeat "+task.Key, h.apply(Entry{Op: OpOffloadDone, ClientID: "c1", Key: task.Key, Path: task.Path, File: "bucket", Offset: int64(i) * 8192}), api.OK)
+	}
+	g := h.apply(Entry{Op: OpGrantLease, ClientID: "c2", Key: "b"})
+	if len(g.Replicas) != 1 || g.Replicas[0].Path != "bucket" || g.Replicas[0].Offset != 8192 {
+		t.Fatalf("replicas of b: %+v", g.Replicas)
+	}
+	for _, key := range []string{"a", "b", "c"} {
+		if r := h.apply(Entry{Op: OpRemove, Key: key, Force: true}); len(r.Garbage) != 0 {
+			t.Fatalf("remove %s freed %v while d is still in the bucket", key, r.Garbage)
+		}
+	}
+	if r := h.apply(Entry{Op: OpRemove, Key: "d", Force: true}); len(r.Garbage) != 1 || r.Garbage[0] != "bucket" {
+		t.Fatalf("remove of the last object: garbage %v, want [bucket]", r.Garbage)
+	}
+}
