@@ -27,14 +27,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 import mooncake_pg as pg  # noqa: E402
-
-
-def wait_until(cond, what: str, timeout: float = 60.0) -> None:
-    end = time.time() + timeout
-    while not cond():
-        if time.time() > end:
-            raise TimeoutError(f"waited {timeout}s for {what}")
-        time.sleep(0.05)
+from elastic_worker import wait_for as wait_until  # noqa: E402
 
 
 def wait_key(store, key: str, timeout: float = 60.0) -> None:

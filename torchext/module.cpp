@@ -96,8 +96,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def(
       "get_active_ranks",
       [](const c10::intrusive_ptr<c10d::Backend>& b) {
-        auto v = asMooncake(b)->activeRanks();
-        return torch::tensor(std::vector<int32_t>(v.begin(), v.end()), torch::kInt32);
+        std::vector<int32_t> v;
+        {
+          // It first applies membership decisions on the group's op queue, after the ops
+          // queued before it: other Python threads run meanwhile.
+          py::gil_scoped_release nogil;
+          v = asMooncake(b)->activeRanks();
+        }
+        return torch::tensor(v, torch::kInt32);
       });
   m.def("get_current_epoch", [](const c10::intrusive_ptr<c10d::Backend>& b) {
     return asMooncake(b)->currentEpoch();
