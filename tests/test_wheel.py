@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -122,7 +123,8 @@ def test_two_rank_allreduce_from_the_fresh_venv(venv, tmp_path):
     r = subprocess.run([py, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)],
                        cwd=str(tmp_path), env=clean_env(venv), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
-    ok = sorted(line for line in r.stdout.splitlines() if line.startswith("WHEEL_ALLREDUCE_OK"))
+    # Both ranks write to torchrun's one stdout, so their lines may run into each other.
+    ok = sorted(re.findall(r"WHEEL_ALLREDUCE_OK rank=\d+ world=\d+ sum=\d+", r.stdout))
     assert ok == ["WHEEL_ALLREDUCE_OK rank=0 world=2 sum=3", "WHEEL_ALLREDUCE_OK rank=1 world=2 sum=3"], r.stdout
 
 
