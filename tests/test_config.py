@@ -15,11 +15,11 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 
 import pytest
 
-from conftest import free_port, go_command, stop
+from conftest import stop
+from test_store import Master
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -45,33 +45,11 @@ def run_child(code: str, *args: str, timeout: float = 90) -> dict:
 
 # ---- (a) MC_STORE_CLUSTER_ID, read at setup() -------------------------------------------------
 
-class HAMaster:
-    """A mooncake_master --enable_ha on etcd, in cluster `cluster`."""
-
-    def __init__(self, etcd: str, cluster: str):
-        self.rpc_port, self.metrics_port = free_port(), free_port()
-        self.proc = subprocess.Popen(
-            [go_command("mooncake_master"), f"--rpc_port={self.rpc_port}",
-             f"--metrics_port={self.metrics_port}", "--rpc_address=127.0.0.1",
-             "--enable_metric_reporting=false", "--enable_ha", f"--etcd_endpoints=http://{etcd}",
-             f"--cluster_id={cluster}", "--ha_lease_ttl_sec=2"],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=_env())
-        deadline = time.time() + 20
-        while time.time() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                raise RuntimeError(f"mooncake_master exited with {self.proc.wait()}")
-            if line.startswith("MOONCAKE_MASTER_READY"):
-                return
-        raise TimeoutError("mooncake_master did not start")
-
-    def stop(self):
-        stop(self.proc)
-
-
 @pytest.fixture
 def ha_masters(etcd_server):
-    ms = [HAMaster(etcd_server, "prod") for _ in range(2)]
+    # Two HA masters on etcd in cluster "prod", with none of the knobs this file sets.
+    ms = [Master("--enable_ha", f"--etcd_endpoints=http://{etcd_server}", "--cluster_id=prod",
+                 "--ha_lease_ttl_sec=2", env=_env()) for _ in range(2)]
     yield etcd_server
     for m in ms:
         m.stop()

@@ -39,13 +39,15 @@ def master_bin() -> str:
 
 
 class Master:
-    def __init__(self, *flags: str):
+    """A mooncake_master on free ports with flags (env: its environment, default ours)."""
+
+    def __init__(self, *flags: str, env: dict | None = None):
         self.rpc_port = free_port()
         self.metrics_port = free_port()
         self.proc = subprocess.Popen(
             [master_bin(), f"--rpc_port={self.rpc_port}", f"--metrics_port={self.metrics_port}",
              "--rpc_address=127.0.0.1", "--enable_metric_reporting=false", *flags],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
         deadline = time.time() + 20
         while time.time() < deadline:
             line = self.proc.stdout.readline()
