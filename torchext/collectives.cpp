@@ -77,10 +77,10 @@ WorkPtr MooncakeBackend::allgather_coalesced(
     const c10d::AllgatherOptions& opts) {
   Op op(this, c10d::OpType::ALLGATHER_COALESCED, opts);
   TORCH_CHECK(
-      static_cast<int>(outputTensorLists.size()) == size_, op.where(), ": got ",
-      outputTensorLists.size(), " output lists, expected the group size ", size_);
+      static_cast<int>(outputTensorLists.size()) == curSize_, op.where(), ": got ",
+      outputTensorLists.size(), " output lists, expected the group size ", curSize_);
   std::vector<at::Tensor> flat;
-  for (int r = 0; r < size_; ++r) {
+  for (int r = 0; r < curSize_; ++r) {
     TORCH_CHECK(
         outputTensorLists[r].size() == inputTensors.size(), op.where(), ": output list ", r,
         " has ", outputTensorLists[r].size(), " tensors, expected one per input (",
@@ -101,7 +101,7 @@ WorkPtr MooncakeBackend::allgather_coalesced(
   for (size_t i = 0; i < inputTensors.size(); ++i) {
     at::Tensor sin = op.in(inputTensors[i]);
     auto ptrs = std::make_shared<std::vector<void*>>();
-    for (int r = 0; r < size_; ++r) {
+    for (int r = 0; r < curSize_; ++r) {
       ptrs->push_back(ptrOf(op.out(outputTensorLists[r][i])));
     }
     op.allgather(sin, ptrs);
@@ -114,7 +114,8 @@ WorkPtr MooncakeBackend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs,
     std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  Op op(this, c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED, opts);
+  Op op(this, compat::TensorCoalesced::allgather, opts);
+  op.setName("allgather_into_tensor_coalesced");
   op.pairs(outputs, inputs);
   for (size_t i = 0; i < inputs.size(); ++i) {
     op.wholeGroup(outputs[i], inputs[i], /*outIsWhole=*/true, static_cast<int>(i));
@@ -175,7 +176,8 @@ WorkPtr MooncakeBackend::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs,
     std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
-  Op op(this, c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, opts);
+  Op op(this, compat::TensorCoalesced::reduceScatter, opts);
+  op.setName("reduce_scatter_tensor_coalesced");
   op.pairs(outputs, inputs);
   std::vector<ReduceArgs> args;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -206,7 +208,7 @@ WorkPtr MooncakeBackend::alltoall_base(
   auto ins = std::make_shared<std::vector<const void*>>();
   auto outs = std::make_shared<std::vector<void*>>();
   int64_t io = 0, oo = 0;
-  for (int r = 0; r < size_; ++r) {
+  for (int r = 0; r < curSize_; ++r) {
     ins->push_back(
         sin.numel() == 0 ? ptrOf(sin) : static_cast<const uint8_t*>(sin.data_ptr()) + io);
     outs->push_back(sout.numel() == 0 ? ptrOf(sout) : static_cast<uint8_t*>(sout.data_ptr()) + oo);
@@ -224,7 +226,7 @@ WorkPtr MooncakeBackend::alltoall(
   Op op(this, c10d::OpType::ALLTOALL, opts);
   op.groupList(inputTensors.size(), "input tensor list");
   op.groupList(outputTensors.size(), "output tensor list");
-  for (int r = 0; r < size_; ++r) {
+  for (int r = 0; r < curSize_; ++r) {
     op.check(inputTensors[r], "input");
     op.check(outputTensors[r], "output");
     op.sameType(outputTensors[r], inputTensors[0], "output", "input");
@@ -233,7 +235,7 @@ WorkPtr MooncakeBackend::alltoall(
   auto ins = std::make_shared<std::vector<const void*>>();
   auto outs = std::make_shared<std::vector<void*>>();
   std::vector<int64_t> inBytes, outBytes;
-  for (int r = 0; r < size_; ++r) {
+  for (int r = 0; r < curSize_; ++r) {
     at::Tensor si = op.in(inputTensors[r]);
     at::Tensor so = op.out(outputTensors[r]);
     ins->push_back(ptrOf(si));

@@ -113,7 +113,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       [](const c10::intrusive_ptr<c10d::Backend>& b) {
         auto* mb = asMooncake(b);
         mb->refreshSize();
-        return mb->getSize();
+        return mb->currentSize();
       });
   m.def("get_max_group_size", [](const c10::intrusive_ptr<c10d::Backend>& b) {
     return asMooncake(b)->maxGroupSize();

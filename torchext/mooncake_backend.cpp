@@ -40,7 +40,8 @@ MooncakeBackend::MooncakeBackend(
       cuda_(options.cuda),
       timeout_(options.timeout),
       groupName_(options.groupName),
-      options_(options) {
+      options_(options),
+      curSize_(size) {
   TORCH_CHECK(store, getBackendName(), ": a c10d store is required");
   TORCH_CHECK(
       size >= 1 && rank >= 0 && rank < std::max(size, options.maxGroupSize),
@@ -134,7 +135,7 @@ void MooncakeBackend::shutdownGroup() {
 
 std::string MooncakeBackend::where(const char* op) const {
   std::ostringstream s;
-  s << getBackendName() << " " << op << " (rank " << rank_ << " of " << size_ << ")";
+  s << getBackendName() << " " << op << " (rank " << rank_ << " of " << curSize_ << ")";
   return s.str();
 }
 
@@ -142,7 +143,8 @@ void MooncakeBackend::refreshSize() {
   if (extentWord_ != nullptr) {
     int32_t n = __atomic_load_n(extentWord_, __ATOMIC_ACQUIRE);
     if (n > 0) {
-      size_ = n;
+      curSize_ = n;
+      compat::setIfWritable(size_, n);
     }
   }
 }
@@ -163,7 +165,7 @@ int32_t MooncakeBackend::maxGroupSize() {
 
 int MooncakeBackend::activeCount() {
   int32_t n = mc_pg_active_count(pg_);
-  return n > 0 ? n : size_;
+  return n > 0 ? n : curSize_;
 }
 
 int64_t MooncakeBackend::currentEpoch() {

@@ -30,6 +30,8 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
+#include "compat.hpp"
+
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -168,6 +170,7 @@ class MooncakeBackend : public c10d::Backend {
   // Elastic membership.
   std::vector<int32_t> activeRanks();
   int32_t maxGroupSize();
+  int currentSize() const { return curSize_; }  // after refreshSize()
   // Active ranks in this rank's current view: lists and whole-group tensors may be sized by
   // them after a failure (upstream's layout).
   int activeCount();
@@ -203,6 +206,7 @@ class MooncakeBackend : public c10d::Backend {
   std::string groupName_;
   BackendOptions options_;
   int32_t maxGroupSize_ = 0;
+  int curSize_ = 0;  // the group's current size (Backend::size_ may be const: see compat.hpp)
   std::unique_ptr<StoreBridge> bridge_;
   uint64_t pg_ = 0;
   const int32_t* extentWord_ = nullptr;  // written by libmooncake (mc_pg_extent_word)

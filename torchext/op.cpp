@@ -20,12 +20,10 @@ const char* opNameOf(c10d::OpType t) {
     case c10d::OpType::ALLGATHER: return "allgather";
     case c10d::OpType::_ALLGATHER_BASE: return "_allgather_base";
     case c10d::OpType::ALLGATHER_COALESCED: return "allgather_coalesced";
-    case c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED: return "allgather_into_tensor_coalesced";
     case c10d::OpType::GATHER: return "gather";
     case c10d::OpType::SCATTER: return "scatter";
     case c10d::OpType::REDUCE_SCATTER: return "reduce_scatter";
     case c10d::OpType::_REDUCE_SCATTER_BASE: return "_reduce_scatter_base";
-    case c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED: return "reduce_scatter_tensor_coalesced";
     case c10d::OpType::ALLTOALL_BASE: return "alltoall_base";
     case c10d::OpType::ALLTOALL: return "alltoall";
     case c10d::OpType::SEND: return "send";

@@ -53,7 +53,9 @@ class MooncakeBackend::Op {
   }
 
   std::string where() const { return b_->where(name_); }
-  int size() const { return b_->size_; }
+  // Names the op in messages when its OpType does not (see compat::TensorCoalesced).
+  void setName(const char* name) { name_ = name; }
+  int size() const { return b_->curSize_; }
 
   // ---- argument checks (each raises with the op's location on failure)
 

@@ -69,7 +69,7 @@ void MooncakeBackend::Op::checkRank(int64_t r, int size, const char* what) {
 
 at::Tensor& MooncakeBackend::Op::p2p(std::vector<at::Tensor>& tensors, int peer, bool send) {
   at::Tensor& t = single(tensors, send ? "input" : "output", "tensor");
-  checkRank(peer, std::max(b_->size_, b_->maxGroupSize_), send ? "destination" : "source");
+  checkRank(peer, std::max(b_->curSize_, b_->maxGroupSize_), send ? "destination" : "source");
   TORCH_CHECK(
       peer != b_->rank_, where(),
       send ? ": a rank cannot send to itself" : ": a rank cannot receive from itself");

@@ -109,7 +109,7 @@ void MooncakeBackend::finishWork(const c10::intrusive_ptr<MooncakeWork>& w) {
   std::string err = w->submitError_;
   bool localOk = err.empty();
   int source = -1;
-  std::vector<int32_t> failed(std::max<int32_t>(maxGroupSize_, size_), 0);
+  std::vector<int32_t> failed(std::max<int32_t>(maxGroupSize_, curSize_), 0);
   std::vector<int32_t> tmp(failed.size(), 0);
   // The group enforces its op timeout itself; this bound only guards against a stuck runtime.
   const auto limit = std::chrono::milliseconds(std::max<int64_t>(timeout_.count(), 1000)) * 2 +

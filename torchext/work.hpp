@@ -34,7 +34,8 @@ class MooncakeWork : public c10d::Work {
   void synchronize() override;
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
-  std::chrono::milliseconds getTimeout() const override;
+  // Overrides Work::getTimeout() where torch has it (not `override`: torch 2.11 lacks it).
+  std::chrono::milliseconds getTimeout() const;
 
   // Elastic information, valid once completed.
   std::vector<int32_t> failedRanks() const;
