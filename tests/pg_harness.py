@@ -98,7 +98,9 @@ def _entry(rank: int, fn_name: str, module: str, world: int, tmpdir: str, args: 
            dump_after: float) -> None:
     import faulthandler
 
-    # A hung rank prints where it is stuck before the parent kills it.
+    # A crashing rank prints the Python line it died on; a hung one where it is stuck before the
+    # parent kills it.
+    faulthandler.enable()
     faulthandler.dump_traceback_later(dump_after, exit=False)
     os.environ.setdefault("MOONCAKE_GOMAXPROCS", "2")
     import importlib
