@@ -23,10 +23,10 @@ type Pin interface{ Release() }
 // Handler is what the server asks about local memory and control calls.
 type Handler interface {
 	// Acquire returns local memory [addr, addr+length) if it lies inside one registered
-	// buffer that a connection that proved the tokens who (none: unauthenticated) may reach, pinned until
-	// Release; otherwise an error (a *RemoteError gives the code sent).
+	// buffer that a connection which proved the tokens who (none: unauthenticated) may
+	// reach, pinned until Release; otherwise an error (a *RemoteError gives the code sent).
 	Acquire(addr, length uint64, who []*auth.Token) ([]byte, Pin, error)
-	// Control answers OpDescriptor, OpNotify and OpPing on a connection authenticated with who.
+	// Control answers OpDescriptor, OpNotify and OpPing on a connection that proved who.
 	Control(op Op, payload []byte, who []*auth.Token) ([]byte, error)
 }
 
