@@ -45,13 +45,23 @@ def _endpoints(store_path: str) -> dict[int, dict]:
     return eps
 
 
-def stranger_checks(ck: Checker, store_path: str, auth_on: bool) -> None:
+def stranger_checks(ck: Checker, store_path: str, auth_on: bool, env_token: bool = False) -> None:
     """What an unauthenticated process that can reach rank 1's engine gets of its group buffer."""
     data = open(store_path, "rb").read()
-    ck.true("token in the store", (b"mooncake/auth_token" in data) == auth_on, f"auth_on={auth_on}")
+    ck.true("token in the store", (b"mooncake/auth_token" in data) == (auth_on and not env_token),
+            f"auth_on={auth_on} env_token={env_token}")
     ep = _endpoints(store_path)[1]
     host, port = ep["segment"].rsplit(":", 1)
     addr = (host, int(port))
+    if env_token:
+        # The engine itself has a token: a connection without the handshake gets nothing at all.
+        for op, at, n in ((OP_READ, ep["addr"], 64), (OP_DESCRIPTOR, 0, 0)):
+            try:
+                got = _call(addr, op, at, length=n)
+                ck.true("MC_AUTH_TOKEN: stranger's frame dropped", False, f"answered {got[0]}")
+            except (ConnectionError, OSError):
+                ck.true("MC_AUTH_TOKEN: stranger's frame dropped", True)
+        return
     status, body = _call(addr, OP_READ, ep["addr"], length=64)
     if auth_on:
         ck.true("stranger READ refused", status != 0 and b"did not authenticate" in body, f"{status} {body[:200]!r}")
@@ -65,12 +75,15 @@ def stranger_checks(ck: Checker, store_path: str, auth_on: bool) -> None:
         ck.true("MOONCAKE_PG_AUTH=0: stranger READ served", status == 0 and len(body) == 64, f"{status} {body[:200]!r}")
 
 
-def worker_auth_ops(ck: Checker, rank: int, world: int, tmpdir: str, tcp_only: bool, auth_on: bool):
+def worker_auth_ops(ck: Checker, rank: int, world: int, tmpdir: str, tcp_only: bool, auth_on: bool,
+                    env_token: str = ""):
     if tcp_only:
         os.environ.update(MC_FORCE_TCP="1", MC_PG_SHM="0")
     if not auth_on:
         os.environ["MOONCAKE_PG_AUTH"] = "0"
     os.environ.pop("MC_AUTH_TOKEN", None)
+    if env_token:
+        os.environ["MC_AUTH_TOKEN"] = env_token
     store = os.path.join(tmpdir, "store")
     init(rank, world, store)
     pg_workers.check_reductions(ck, rank, world)
@@ -81,6 +94,6 @@ def worker_auth_ops(ck: Checker, rank: int, world: int, tmpdir: str, tcp_only: b
         pg_workers.check_subgroups(ck, rank, world)
     dist.barrier()
     if rank == 0:
-        stranger_checks(ck, store, auth_on)
+        stranger_checks(ck, store, auth_on, bool(env_token))
     dist.barrier()
     dist.destroy_process_group()

@@ -5,7 +5,8 @@ proves it, and the group's buffers are out of reach of anyone who does not.
 Real rank processes (pg_harness.run_ranks) run the collective checks of pg_workers.py with
 nothing set, also with every byte over tcp; rank 0 then plays a stranger who read the store:
 raw, unauthenticated READ/WRITE/descriptor frames to rank 1's engine get nothing of the group's
-buffer. MOONCAKE_PG_AUTH=0 turns it off. A rank that joins later (is_extension) and a
+buffer. With MC_AUTH_TOKEN set the groups use it instead of the store. MOONCAKE_PG_AUTH=0 turns
+it off. A rank that joins later (is_extension) and a
 replacement of a killed rank are admitted (elastic_harness, as tests/test_elastic.py)."""
 
 from __future__ import annotations
@@ -25,6 +26,12 @@ def test_every_collective_with_default_auth():
 
 def test_collectives_over_tcp_with_default_auth():
     run_ranks(auth_pg_worker.worker_auth_ops, 3, True, True, timeout=600)
+
+
+def test_groups_use_mc_auth_token():
+    # With MC_AUTH_TOKEN set the groups use it, nothing secret goes into the store, and the
+    # engines drop every connection that does not prove it.
+    run_ranks(auth_pg_worker.worker_auth_ops, 2, True, True, "pg-env-token-0123456789abcdef", timeout=300)
 
 
 def test_auth_off():
