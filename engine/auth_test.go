@@ -218,3 +218,60 @@ func TestAuthBadTokenFile(t *testing.T) {
 		t.Fatalf("short token: %v", err)
 	}
 }
+
+// TestAuthTwoGroupsOneEngine: an engine shared by two groups; a peer that holds only group
+// A's token reaches A's buffer, not B's; one holding both reaches both.
+func TestAuthTwoGroupsOneEngine(t *testing.T) {
+	a, b := mustTok(t, tokA), mustTok(t, tokB)
+	target := newEngine(t, Config{})
+	defer target.AddToken(a)()
+	defer target.AddToken(b)()
+	bufA, err := target.AllocateSharedGuarded(4096, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bufB, err := target.AllocateSharedGuarded(4096, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := anon(t, 4096)
+	fill(src, 5)
+	write := func(e *Engine, seg SegmentID, at uintptr) error {
+		return e.TransferSync(context.Background(), []TransferRequest{{Opcode: OpWrite, Source: addr(src), TargetID: seg, TargetOffset: uint64(at), Length: 4096}})
+	}
+	onlyA := newEngine(t, Config{ForceTCP: true})
+	onlyA.RegisterLocalMemory(addr(src), 4096, "cpu:0")
+	defer onlyA.AddToken(a)()
+	seg, err := onlyA.OpenSegmentAuth(target.SegmentName(), a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := write(onlyA, seg, bufA); err != nil {
+		t.Fatalf("A's peer to A's buffer: %v", err)
+	}
+	if err := write(onlyA, seg, bufB); err == nil {
+		t.Fatal("A's peer wrote B's buffer")
+	}
+	if got := memview.Bytes(bufB, 4096); !bytes.Equal(got, make([]byte, 4096)) {
+		t.Fatal("B's buffer changed")
+	}
+	both := newEngine(t, Config{ForceTCP: true})
+	both.RegisterLocalMemory(addr(src), 4096, "cpu:0")
+	defer both.AddToken(a)()
+	defer both.AddToken(b)()
+	if _, err := both.OpenSegmentAuth(target.SegmentName(), a); err != nil {
+		t.Fatal(err)
+	}
+	seg2, err := both.OpenSegmentAuth(target.SegmentName(), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, at := range []uintptr{bufA, bufB} {
+		if err := write(both, seg2, at); err != nil {
+			t.Fatalf("a peer of both groups: %v", err)
+		}
+	}
+	if !bytes.Equal(memview.Bytes(bufB, 4096), src) {
+		t.Fatal("B's buffer: bytes differ")
+	}
+}
