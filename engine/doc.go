@@ -51,11 +51,16 @@
 // MC_TRANSFER_TIMEOUT) plus 1 ns per byte; a dead or silent peer gives
 // FAILED or TIMEOUT, never a hang. Close stops the listener and waits for its goroutines.
 //
+// Authentication (auth.go, docs/security.md). With a token (Config.AuthToken, MC_AUTH_TOKEN)
+// every connection, in and out, proves it with package auth's handshake before its first
+// frame; groups sharing the engine add tokens of their own (AddToken) that guard their shared
+// buffers (AllocateSharedGuarded) and are proved to the segments they open (OpenSegmentAuth).
+//
 // Configuration: the package reads no environment. Config's fields carry the knobs
 // MC_FORCE_TCP, MC_TCP_BIND_ADDRESS, MC_HANDSHAKE_PORT, MC_MIN_RPC_PORT, MC_MAX_RPC_PORT,
 // MC_TRANSFER_TIMEOUT, MC_SLICE_SIZE (tcp chunk size, at least 8 MiB), MC_TCP_SOCKET_BUFFER
 // (SO_SNDBUF/SO_RCVBUF, default: kernel autotuning), MC_METADATA_SERVER,
-// MC_METADATA_CLUSTER_ID, MC_CUSTOM_TOPO_JSON and the Redis ones; capi/ and cmd/ fill them
+// MC_METADATA_CLUSTER_ID, MC_CUSTOM_TOPO_JSON, the Redis ones and MC_AUTH_TOKEN(_FILE); capi/ and cmd/ fill them
 // with config.Engine when an engine is created.
 //
 // The engine never touches metadata store implementations (engine/metadata) beyond the Store

@@ -12,6 +12,8 @@
 //     (membership.go), the fault-tolerant op runner that completes an op over the survivors
 //     when a peer dies (ftrun.go), and the program calls deactivate_ranks, recover_ranks,
 //     extend_group_size_to, join_group, sync_after_failure (calls.go);
+//   - authentication of the group's connections, on by default: rank 0's token shared through
+//     the rendezvous Store, or the engine's MC_AUTH_TOKEN (auth.go, docs/security.md);
 //   - the group's configuration (config.go) and its error codes (errors.go).
 //
 // It does not read the environment: the caller (the C ABI in capi/) reads the knobs at

@@ -31,6 +31,13 @@
 // exactly 4 bytes to a 4-aligned address it wakes futex waiters on that word (and tells a
 // Handler that implements Signaler).
 //
+// Authentication (auth.go, package auth): with Server.Auth set, a connection may start with
+// one or more handshakes (magic "MCAU") before its first frame; the tokens it proved go with
+// every Handler call on it. A connection that starts with a frame is served only when
+// ServerAuth.Required says so; a failed handshake closes the connection before any frame is
+// read. Client.Tokens names the tokens a new connection proves; idle connections are pooled
+// per peer and set of tokens.
+//
 // The codec is written by hand (not gRPC or encoding/gob) because the data path must read
 // straight into the destination memory with no copies or allocations per request.
 package tcp
