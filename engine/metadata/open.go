@@ -33,6 +33,7 @@ func Open(conn string) (Store, error) { return OpenWith(conn, Options{}) }
 type Options struct {
 	RedisPassword string // Redis password when the URL has none (MC_REDIS_PASSWORD)
 	RedisDBIndex  string // Redis database index when the URL names none, a number >= 0 (MC_REDIS_DB_INDEX)
+	AuthToken     string // signs requests to an HTTP metadata server that requires it (MC_AUTH_TOKEN)
 }
 
 // OpenWith is Open with settings the connection string leaves out.
@@ -55,7 +56,7 @@ func OpenWith(conn string, o Options) (Store, error) {
 	}
 	switch strings.ToLower(scheme) {
 	case "http", "https":
-		return openHTTP(conn)
+		return openHTTP(conn, o)
 	case "etcd":
 		eps, err := parseHostPorts(rest)
 		if err != nil {
