@@ -52,16 +52,16 @@ type Config struct {
 
 	// The package reads no environment: capi/ and cmd/ fill these from the knobs of package
 	// config named in the comments.
-	GRPC     bool          // call the master over gRPC instead of the framed RPC (MC_STORE_RPC=grpc)
-	Prefault Prefault      // populate the mounted segment up front: auto (zero), on, off (MC_STORE_PREFAULT)
-	HA       ha.Options    // Redis password / database / TLS files of an HA master address (MC_REDIS_PASSWORD, MC_REDIS_DB_INDEX, MC_TLS_*)
+	GRPC     bool       // call the master over gRPC instead of the framed RPC (MC_STORE_RPC=grpc)
+	Prefault Prefault   // populate the mounted segment up front: auto (zero), on, off (MC_STORE_PREFAULT)
+	HA       ha.Options // Redis password / database / TLS files of an HA master address (MC_REDIS_PASSWORD, MC_REDIS_DB_INDEX, MC_TLS_*)
 	// Security of the master connections (docs/security-store.md): the token the master
 	// requires (MC_AUTH_TOKEN / MC_AUTH_TOKEN_FILE), and TLS, on when TLS.CAFile is set
 	// (MC_TLS_CA_FILE; MC_TLS_CERT_FILE and MC_TLS_KEY_FILE for a master that requires a
 	// client certificate).
 	AuthToken []byte
 	TLS       tlsconf.Client
-	Engine   engine.Config // the rest of the engine New creates (EngineConfig sets its name, metadata, protocol and device)
+	Engine    engine.Config // the rest of the engine New creates (EngineConfig sets its name, metadata, protocol and device)
 }
 
 const (

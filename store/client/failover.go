@@ -43,7 +43,7 @@ type masterConn struct {
 	display string
 	grpc    bool               // gRPC instead of the framed RPC (Config.GRPC)
 	sec     api.ClientSecurity // TLS and token of every connection, the new leader's too
-	watcher *ha.ViewWatcher // nil for a fixed address
+	watcher *ha.ViewWatcher    // nil for a fixed address
 
 	mu     sync.Mutex
 	addr   string
