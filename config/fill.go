@@ -64,6 +64,11 @@ func ProcessEngine() engine.Config {
 func Metadata(o metadata.Options) metadata.Options {
 	setString(&o.RedisPassword, RedisPassword)
 	setString(&o.RedisDBIndex, RedisDBIndex)
+	if o.AuthToken == nil {
+		// A bad token is reported where the engine (or the store) loads it; the metadata
+		// client signs with a good one.
+		o.AuthToken, _ = Token()
+	}
 	return o
 }
 
@@ -99,6 +104,9 @@ func StoreClient(cfg client.Config) client.Config {
 	}
 	cfg.HA = HA(cfg.HA)
 	cfg.TLS = TLSClient(cfg.TLS)
+	if cfg.AuthToken == nil {
+		cfg.AuthToken, cfg.AuthTokenError = Token()
+	}
 	cfg.Engine = Engine(cfg.Engine)
 	return cfg
 }

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/mooncake-go/mooncake/auth"
 )
 
 // Scheme is the Authorization scheme name.
@@ -94,7 +96,8 @@ func mac(token []byte, method, uri string, t int64, nonce string, body []byte) [
 
 // Sign adds the Authorization header to req, whose body is body (nil for none). The request's
 // URL must be final (the signature covers its path and query).
-func Sign(req *http.Request, token []byte, body []byte) {
+func Sign(req *http.Request, t *auth.Token, body []byte) {
+	token := []byte(t.Secret())
 	var nb [16]byte
 	rand.Read(nb[:])
 	sig := Signature{Time: time.Now().Unix(), Nonce: hex.EncodeToString(nb[:])}
@@ -113,9 +116,12 @@ type Verifier struct {
 	pruned int64
 }
 
-// NewVerifier returns a verifier of token (which must not be empty).
-func NewVerifier(token []byte) *Verifier {
-	return &Verifier{token: token, now: time.Now, nonces: map[string]int64{}}
+// NewVerifier returns a verifier of t; nil for a nil token (Require then lets everything through).
+func NewVerifier(t *auth.Token) *Verifier {
+	if t == nil {
+		return nil
+	}
+	return &Verifier{token: []byte(t.Secret()), now: time.Now, nonces: map[string]int64{}}
 }
 
 // Check verifies r's signature over body (the request's complete body, nil for none).

@@ -2,6 +2,7 @@ package httpauth
 
 import (
 	"bytes"
+	"github.com/mooncake-go/mooncake/auth"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -10,9 +11,17 @@ import (
 	"time"
 )
 
-var token = []byte("0123456789abcdef-http-token")
+var token = mustToken("0123456789abcdef-http-token")
 
-func signed(method, target string, body []byte, tok []byte) *http.Request {
+func mustToken(s string) *auth.Token {
+	t, err := auth.NewToken(s)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
+
+func signed(method, target string, body []byte, tok *auth.Token) *http.Request {
 	req := httptest.NewRequest(method, target, bytes.NewReader(body))
 	Sign(req, tok, body)
 	return req
@@ -31,7 +40,7 @@ func TestSignVerify(t *testing.T) {
 		req  *http.Request
 		body []byte
 	}{
-		"wrong token": {signed(http.MethodPut, "/metadata?key=a", []byte("v"), []byte("another-token-of-enough-length")), []byte("v")},
+		"wrong token": {signed(http.MethodPut, "/metadata?key=a", []byte("v"), mustToken("another-token-of-enough-length")), []byte("v")},
 		"other body":  {signed(http.MethodPut, "/metadata?key=a", []byte("v"), token), []byte("w")},
 		"unsigned":    {httptest.NewRequest(http.MethodGet, "/metadata?key=a", nil), nil},
 		"garbage header": {func() *http.Request {

@@ -2,6 +2,7 @@ package metadata
 
 import (
 	"context"
+	"github.com/mooncake-go/mooncake/auth"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,8 +12,9 @@ import (
 // A metadata server with a token answers only signed requests; a client with the token works
 // against it, one without or with another token is refused and changes nothing.
 func TestHTTPMetadataServerWithToken(t *testing.T) {
-	token := "0123456789abcdef-metadata-token"
-	srv := NewHTTPServer(HTTPServerConfig{AuthToken: []byte(token)})
+	token, _ := auth.NewToken("0123456789abcdef-metadata-token")
+	other, _ := auth.NewToken("another-token-of-enough-length")
+	srv := NewHTTPServer(HTTPServerConfig{AuthToken: token})
 	hs := httptest.NewServer(srv)
 	defer hs.Close()
 	ctx := context.Background()
@@ -27,7 +29,7 @@ func TestHTTPMetadataServerWithToken(t *testing.T) {
 	if v, err := good.Get(ctx, "seg/a"); err != nil || string(v) != `{"v":1}` {
 		t.Fatalf("signed get: %q %v", v, err)
 	}
-	for what, o := range map[string]Options{"no token": {}, "another token": {AuthToken: "another-token-of-enough-length"}} {
+	for what, o := range map[string]Options{"no token": {}, "another token": {AuthToken: other}} {
 		bad, err := OpenWith(hs.URL+"/metadata", o)
 		if err != nil {
 			t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/mooncake-go/mooncake/auth"
 	"github.com/mooncake-go/mooncake/auth/httpauth"
 )
 
@@ -17,7 +18,7 @@ import (
 type httpStore struct {
 	base   *url.URL
 	client *http.Client
-	token  []byte // signs every request when set (Options.AuthToken)
+	token  *auth.Token // signs every request when set (Options.AuthToken)
 }
 
 func openHTTP(uri string, o Options) (*httpStore, error) {
@@ -29,7 +30,7 @@ func openHTTP(uri string, o Options) (*httpStore, error) {
 		return nil, fmt.Errorf("metadata: HTTP metadata server URL %q has no host (want http://host:port/metadata)", uri)
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	return &httpStore{base: u, client: &http.Client{Transport: tr, Timeout: DefaultTimeout}, token: []byte(o.AuthToken)}, nil
+	return &httpStore{base: u, client: &http.Client{Transport: tr, Timeout: DefaultTimeout}, token: o.AuthToken}, nil
 }
 
 // url returns base?key=<key>, keeping any query the base already has. Spaces are sent as
@@ -64,7 +65,7 @@ func (s *httpStore) do(ctx context.Context, method, key string, body []byte) (*h
 			req.Header.Set("Content-Type", "application/octet-stream")
 		}
 	}
-	if len(s.token) > 0 {
+	if s.token != nil {
 		httpauth.Sign(req, s.token, body)
 	}
 	resp, err := s.client.Do(req)
@@ -81,7 +82,7 @@ func (s *httpStore) statusError(method, key string, resp *http.Response) error {
 	if text != "" {
 		text = ": " + text
 	}
-	if resp.StatusCode == http.StatusUnauthorized && len(s.token) == 0 {
+	if resp.StatusCode == http.StatusUnauthorized && s.token == nil {
 		text += " (this process has no MC_AUTH_TOKEN: set the metadata server's token)"
 	}
 	return fmt.Errorf("metadata: %s key %q at HTTP metadata server %s: %s%s", method, key, s.base.Redacted(), resp.Status, text)

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/mooncake-go/mooncake/auth"
 	"github.com/mooncake-go/mooncake/auth/httpauth"
 )
 
@@ -23,7 +24,7 @@ type HTTPServerConfig struct {
 	// AuthToken, when set (MC_AUTH_TOKEN), is required of every request: GET, PUT and DELETE
 	// must carry its signature (package auth/httpauth), else 401. Reads are covered too: the
 	// values are segment descriptors, the map of every engine's registered memory.
-	AuthToken []byte
+	AuthToken *auth.Token
 }
 
 // HTTPServer is an in-memory HTTP metadata server (GET|PUT|DELETE <path>?key=<key>).
@@ -47,9 +48,7 @@ func NewHTTPServer(cfg HTTPServerConfig) *HTTPServer {
 		cfg.MaxValueBytes = MaxValueSize
 	}
 	s := &HTTPServer{path: cfg.Path, maxBody: cfg.MaxValueBytes, kv: make(map[string][]byte)}
-	if len(cfg.AuthToken) > 0 {
-		s.verifier = httpauth.NewVerifier(cfg.AuthToken)
-	}
+	s.verifier = httpauth.NewVerifier(cfg.AuthToken)
 	return s
 }
 

@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	"github.com/mooncake-go/mooncake/auth"
 )
 
 // Connection security of the master's RPC port (docs/security-store.md).
@@ -49,7 +51,7 @@ const NeedTokenMessage = "mooncake_master requires authentication: set MC_AUTH_T
 // (plain TCP, no token): the behaviour of a master without security flags.
 type ServerSecurity struct {
 	TLS   *tls.Config // nil: plain TCP
-	Token []byte      // nil or empty: no authentication
+	Token *auth.Token // nil: no authentication
 	// Refused is told about each connection refused (who, and why); nil: not told. The master
 	// logs them, rate-limited.
 	Refused func(remote net.Addr, why error)
@@ -59,7 +61,8 @@ type ServerSecurity struct {
 // no token.
 type ClientSecurity struct {
 	TLS   *tls.Config // nil: plain TCP; else ServerName defaults to the address's host
-	Token []byte      // nil or empty: no authentication
+	Token *auth.Token // nil: no authentication
+	Self  string      // how the client announces itself in the handshake (for the master's logs)
 }
 
 // ConnInfo describes a master connection's security; it is the gRPC peer's AuthInfo on the
@@ -100,7 +103,8 @@ func RequireAuthenticated(ctx context.Context) error {
 func (sec ServerSecurity) setupServer(c net.Conn) (net.Conn, []byte, ConnInfo, error) {
 	var info ConnInfo
 	info.SecurityLevel = credentials.NoSecurity
-	c.SetDeadline(time.Now().Add(setupTimeout))
+	deadline := time.Now().Add(setupTimeout)
+	c.SetDeadline(deadline)
 	if sec.TLS != nil {
 		tc := tls.Server(c, sec.TLS)
 		if err := tc.Handshake(); err != nil {
@@ -111,13 +115,17 @@ func (sec ServerSecurity) setupServer(c net.Conn) (net.Conn, []byte, ConnInfo, e
 	head := make([]byte, len(framedMagic))
 	n, err := io.ReadFull(c, head)
 	if err == nil && string(head) == authMagic {
-		if len(sec.Token) == 0 {
+		if sec.Token == nil {
 			return nil, nil, info, errors.New("the client has an MC_AUTH_TOKEN but this master has none")
 		}
-		if err := serverHandshake(c, sec.Token); err != nil {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		_, err := auth.Server(ctx, c, []*auth.Token{sec.Token}, "mooncake_master")
+		cancel()
+		if err != nil {
 			return nil, nil, info, err
 		}
 		info.Authenticated = true
+		c.SetDeadline(deadline) // auth.Server cleared it
 		n, err = io.ReadFull(c, head)
 	}
 	c.SetDeadline(time.Time{})
@@ -127,7 +135,7 @@ func (sec ServerSecurity) setupServer(c net.Conn) (net.Conn, []byte, ConnInfo, e
 		}
 		return nil, nil, info, err
 	}
-	if len(sec.Token) == 0 {
+	if sec.Token == nil {
 		info.Authenticated = true // nothing to prove
 	}
 	return c, head[:n], info, nil
@@ -162,7 +170,7 @@ func ServerCreds() grpc.ServerOption { return grpc.Creds(serverCreds{}) }
 // ---- client side ----
 
 // enabled reports whether the client does anything beyond plain TCP.
-func (sec ClientSecurity) enabled() bool { return sec.TLS != nil || len(sec.Token) > 0 }
+func (sec ClientSecurity) enabled() bool { return sec.TLS != nil || sec.Token != nil }
 
 // errSetupRefused marks a connection the master's security refused (or that failed ours): a
 // token or certificate mismatch, which retrying does not heal.
@@ -179,6 +187,12 @@ func IsSetupRefusal(err error) bool {
 		return true
 	}
 	return strings.Contains(err.Error(), errSetupRefused.Error())
+}
+
+// isAuthRefusal reports whether a handshake error is a token mismatch (ours, the master's, or
+// a master without a token) rather than a broken connection.
+func isAuthRefusal(err error) bool {
+	return errors.Is(err, auth.ErrRefused) || errors.Is(err, auth.ErrBadProof) || errors.Is(err, auth.ErrNoHandshake)
 }
 
 // tlsRefusal reports whether a TLS handshake error is a mismatch (untrusted certificate, a
@@ -226,12 +240,19 @@ func (sec ClientSecurity) setupClient(ctx context.Context, c net.Conn, addr stri
 		}
 		c = tc
 	}
-	if len(sec.Token) > 0 {
+	if sec.Token != nil {
 		if _, err := io.WriteString(c, authMagic); err != nil {
 			c.Close()
 			return nil, fmt.Errorf("authenticate to master %s: %w", addr, err)
 		}
-		if err := clientHandshake(ctx, c, sec.Token); err != nil {
+		hctx, cancel := context.WithDeadline(ctx, d)
+		self := sec.Self
+		if self == "" {
+			self = "store client"
+		}
+		_, err := auth.Client(hctx, c, sec.Token, self)
+		cancel()
+		if err != nil {
 			c.Close()
 			if isAuthRefusal(err) && ctx.Err() == nil {
 				hint := ""
@@ -256,7 +277,7 @@ func (cc clientCreds) ClientHandshake(ctx context.Context, authority string, c n
 	if err != nil {
 		return nil, nil, err
 	}
-	info := ConnInfo{TLS: cc.sec.TLS != nil, Authenticated: len(cc.sec.Token) > 0}
+	info := ConnInfo{TLS: cc.sec.TLS != nil, Authenticated: cc.sec.Token != nil}
 	info.SecurityLevel = credentials.NoSecurity
 	if info.TLS {
 		info.SecurityLevel = credentials.PrivacyAndIntegrity

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mooncake-go/mooncake/auth"
 	"github.com/mooncake-go/mooncake/engine"
 	"github.com/mooncake-go/mooncake/internal/memview"
 	"github.com/mooncake-go/mooncake/store/api"
@@ -58,8 +59,10 @@ type Config struct {
 	// Security of the master connections (docs/security-store.md): the token the master
 	// requires (MC_AUTH_TOKEN / MC_AUTH_TOKEN_FILE), and TLS, on when TLS.CAFile is set
 	// (MC_TLS_CA_FILE; MC_TLS_CERT_FILE and MC_TLS_KEY_FILE for a master that requires a
-	// client certificate).
-	AuthToken []byte
+	// client certificate). AuthTokenError is why the token knobs could not be loaded (set
+	// by config.StoreClient): New fails with it rather than run without the token.
+	AuthToken      *auth.Token
+	AuthTokenError error
 	TLS       tlsconf.Client
 	Engine    engine.Config // the rest of the engine New creates (EngineConfig sets its name, metadata, protocol and device)
 }
@@ -157,6 +160,9 @@ func NewWithEngine(ctx context.Context, eng Engine, cfg Config) (*Client, error)
 	}
 	if cfg.MasterServerAddress == "" {
 		return nil, api.Errorf(api.INVALID_PARAMS, "master_server_address is empty (want host:port of mooncake_master)")
+	}
+	if cfg.AuthTokenError != nil {
+		return nil, api.Errorf(api.INVALID_PARAMS, "%v", cfg.AuthTokenError)
 	}
 	cc, err := dialMaster(ctx, cfg)
 	if err != nil {

@@ -70,7 +70,7 @@ func dialRPC(addr string, useGRPC bool, sec api.ClientSecurity) (rpcConn, error)
 // security is what cfg brings to master connections: TLS when MC_TLS_CA_FILE is set, the token
 // when MC_AUTH_TOKEN is.
 func security(cfg Config) (api.ClientSecurity, error) {
-	sec := api.ClientSecurity{Token: cfg.AuthToken}
+	sec := api.ClientSecurity{Token: cfg.AuthToken, Self: "store client " + cfg.LocalHostname}
 	if cfg.TLS.CAFile != "" {
 		tc, err := cfg.TLS.Config("")
 		if err != nil {

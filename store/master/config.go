@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/mooncake-go/mooncake/auth"
 )
 
 // Config is everything mooncake_master is configured with. Field comments give the flag name;
@@ -70,7 +72,7 @@ type Config struct {
 	TLSCertFile string // --tls_cert_file: serve the RPC port over TLS with this certificate (PEM)
 	TLSKeyFile  string // --tls_key_file: the certificate's private key (PEM)
 	TLSCAFile   string // --tls_ca_file: require client certificates signed by these CAs (PEM)
-	AuthToken   []byte // clients (RPC) and admin HTTP callers must prove this token; nil = open
+	AuthToken   *auth.Token // clients (RPC) and admin HTTP callers must prove this token; nil = open
 }
 
 // HotStandbyConfig is upstream's HotStandbyConfig. A standby here follows the HA oplog

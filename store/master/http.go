@@ -25,9 +25,7 @@ import (
 // the role, no keys: docs/security-store.md).
 func (s *Server) AdminHandler() http.Handler {
 	mux := &adminMux{ServeMux: http.NewServeMux()}
-	if len(s.sec.Token) > 0 {
-		mux.verifier = httpauth.NewVerifier(s.sec.Token)
-	}
+	mux.verifier = httpauth.NewVerifier(s.sec.Token)
 	mux.Handle("/metrics", s.metrics.Handler())
 	mux.HandleFunc("/metrics/summary", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

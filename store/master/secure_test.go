@@ -3,6 +3,7 @@ package master
 import (
 	"context"
 	"crypto/tls"
+	"github.com/mooncake-go/mooncake/auth"
 	"io"
 	"net"
 	"net/http"
@@ -20,7 +21,15 @@ import (
 	"github.com/mooncake-go/mooncake/store/tlsconf/tlstest"
 )
 
-var testToken = []byte("0123456789abcdef-master-token")
+var testToken = mustToken("0123456789abcdef-master-token")
+
+func mustToken(s string) *auth.Token {
+	t, err := auth.NewToken(s)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
 
 // startSecure serves a master with sec on a real socket and returns it and its address.
 func startSecure(t *testing.T, sec api.ServerSecurity) (*Server, string) {
@@ -96,7 +105,7 @@ func TestTokenMasterRefusesClientsWithoutItServesClientsWithIt(t *testing.T) {
 			t.Errorf("%s client without a token removed keys: %v", name, err)
 		}
 	}
-	for name, c := range clients(t, addr, api.ClientSecurity{Token: []byte("a-wrong-token-of-enough-length")}) {
+	for name, c := range clients(t, addr, api.ClientSecurity{Token: mustToken("a-wrong-token-of-enough-length")}) {
 		_, err := c.RemoveAll(ctx5(t), &api.RemoveAllRequest{ClientID: "x"})
 		if !api.IsSetupRefusal(err) || !strings.Contains(err.Error(), "MC_AUTH_TOKEN") {
 			t.Errorf("%s client with a wrong token: %v, want a set-up refusal naming MC_AUTH_TOKEN", name, err)
@@ -119,7 +128,7 @@ func TestTokenMasterRefusesClientsWithoutItServesClientsWithIt(t *testing.T) {
 		if code, _ := do(h, p, nil); code != http.StatusUnauthorized {
 			t.Errorf("unsigned %s: %d, want 401", p, code)
 		}
-		if code, _ := do(h, p, []byte("a-wrong-token-of-enough-length")); code != http.StatusUnauthorized {
+		if code, _ := do(h, p, mustToken("a-wrong-token-of-enough-length")); code != http.StatusUnauthorized {
 			t.Errorf("%s signed with a wrong token: %d, want 401", p, code)
 		}
 	}
@@ -134,7 +143,7 @@ func TestTokenMasterRefusesClientsWithoutItServesClientsWithIt(t *testing.T) {
 }
 
 // do runs GET path on h, signed with token when it is set.
-func do(h http.Handler, path string, token []byte) (int, string) {
+func do(h http.Handler, path string, token *auth.Token) (int, string) {
 	req := httptest.NewRequest(http.MethodGet, path, nil)
 	if token != nil {
 		httpauth.Sign(req, token, nil)

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/mooncake-go/mooncake/auth"
 	"github.com/mooncake-go/mooncake/store/api"
 	"github.com/mooncake-go/mooncake/store/ha"
 	"github.com/mooncake-go/mooncake/store/metrics"
@@ -46,7 +47,7 @@ type Server struct {
 	log     Log
 	metrics *metrics.Master
 	sec     api.ServerSecurity // RPC connection security (WithSecurity)
-	refused refusalLog
+	refused auth.RefusalLog // refused RPC connections (rate-limited)
 
 	mu       sync.Mutex
 	state    *State
@@ -308,7 +309,7 @@ func (s *Server) Snapshot() metrics.Snapshot {
 
 // interceptor counts requests and failures per method and refuses work while not serving.
 func (s *Server) interceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if len(s.sec.Token) > 0 {
+	if s.sec.Token != nil {
 		if err := api.RequireAuthenticated(ctx); err != nil {
 			return nil, err
 		}
@@ -348,7 +349,8 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	framed := api.NewFramedServer(&api.ServiceDesc, s, s.interceptor)
 	sec := s.sec
 	if sec.Refused == nil {
-		sec.Refused = s.refused.log
+		s.refused.Prefix = "mooncake_master rpc"
+		sec.Refused = func(remote net.Addr, why error) { s.refused.Refused(remote.String(), "", why) }
 	}
 	lis = api.NewSecureListener(lis, framed, sec)
 	go func() {

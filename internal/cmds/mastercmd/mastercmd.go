@@ -188,7 +188,7 @@ func security(cfg *master.Config) (api.ServerSecurity, error) {
 		return sec, err
 	}
 	sec.TLS = tc
-	token, err := authToken()
+	token, err := config.Token()
 	if err != nil {
 		return sec, err
 	}
@@ -199,7 +199,7 @@ func security(cfg *master.Config) (api.ServerSecurity, error) {
 	case tc != nil:
 		log.Printf("mooncake_master: rpc over TLS")
 	}
-	if len(token) > 0 {
+	if token != nil {
 		log.Printf("mooncake_master: clients must prove MC_AUTH_TOKEN (rpc, key-revealing admin routes, http metadata)")
 	} else {
 		log.Printf("mooncake_master: no MC_AUTH_TOKEN: any client that reaches the rpc port is served (docs/security-store.md)")
