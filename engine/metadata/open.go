@@ -33,8 +33,8 @@ func Open(conn string) (Store, error) { return OpenWith(conn, Options{}) }
 // zero value means none. The package reads no environment: capi/ and cmd/ fill them from the
 // knobs named below (package config).
 type Options struct {
-	RedisPassword string // Redis password when the URL has none (MC_REDIS_PASSWORD)
-	RedisDBIndex  string // Redis database index when the URL names none, a number >= 0 (MC_REDIS_DB_INDEX)
+	RedisPassword string      // Redis password when the URL has none (MC_REDIS_PASSWORD)
+	RedisDBIndex  string      // Redis database index when the URL names none, a number >= 0 (MC_REDIS_DB_INDEX)
 	AuthToken     *auth.Token // signs requests to an HTTP metadata server that requires it (MC_AUTH_TOKEN)
 }
 

@@ -63,8 +63,8 @@ type Config struct {
 	// by config.StoreClient): New fails with it rather than run without the token.
 	AuthToken      *auth.Token
 	AuthTokenError error
-	TLS       tlsconf.Client
-	Engine    engine.Config // the rest of the engine New creates (EngineConfig sets its name, metadata, protocol and device)
+	TLS            tlsconf.Client
+	Engine         engine.Config // the rest of the engine New creates (EngineConfig sets its name, metadata, protocol and device)
 }
 
 const (

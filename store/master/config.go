@@ -69,9 +69,9 @@ type Config struct {
 	// Security (see docs/security-store.md). The token is not a flag (a command line is
 	// visible to every user of the host): mastercmd fills AuthToken from MC_AUTH_TOKEN /
 	// MC_AUTH_TOKEN_FILE.
-	TLSCertFile string // --tls_cert_file: serve the RPC port over TLS with this certificate (PEM)
-	TLSKeyFile  string // --tls_key_file: the certificate's private key (PEM)
-	TLSCAFile   string // --tls_ca_file: require client certificates signed by these CAs (PEM)
+	TLSCertFile string      // --tls_cert_file: serve the RPC port over TLS with this certificate (PEM)
+	TLSKeyFile  string      // --tls_key_file: the certificate's private key (PEM)
+	TLSCAFile   string      // --tls_ca_file: require client certificates signed by these CAs (PEM)
 	AuthToken   *auth.Token // clients (RPC) and admin HTTP callers must prove this token; nil = open
 }
 

@@ -47,7 +47,7 @@ type Server struct {
 	log     Log
 	metrics *metrics.Master
 	sec     api.ServerSecurity // RPC connection security (WithSecurity)
-	refused auth.RefusalLog // refused RPC connections (rate-limited)
+	refused auth.RefusalLog    // refused RPC connections (rate-limited)
 
 	mu       sync.Mutex
 	state    *State
