@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"strings"
 	"time"
 
@@ -105,7 +106,18 @@ func StoreClient(cfg client.Config) client.Config {
 	cfg.HA = HA(cfg.HA)
 	cfg.TLS = TLSClient(cfg.TLS)
 	if cfg.AuthToken == nil {
-		cfg.AuthToken, cfg.AuthTokenError = Token()
+		cfg.AuthToken, cfg.SecurityError = Token()
+	}
+	switch strings.ToLower(StoreTLS.Trimmed()) {
+	case "", "auto":
+		cfg.MasterTLS = cfg.MasterTLS || cfg.TLS.CAFile != ""
+	case "1", "true", "on", "yes":
+		cfg.MasterTLS = true
+	case "0", "false", "off", "no":
+	default:
+		if cfg.SecurityError == nil {
+			cfg.SecurityError = fmt.Errorf("MC_STORE_TLS=%q: want auto, 1 or 0", StoreTLS.String())
+		}
 	}
 	cfg.Engine = Engine(cfg.Engine)
 	return cfg

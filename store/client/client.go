@@ -57,12 +57,13 @@ type Config struct {
 	Prefault Prefault   // populate the mounted segment up front: auto (zero), on, off (MC_STORE_PREFAULT)
 	HA       ha.Options // Redis password / database / TLS files of an HA master address (MC_REDIS_PASSWORD, MC_REDIS_DB_INDEX, MC_TLS_*)
 	// Security of the master connections (docs/security-store.md): the token the master
-	// requires (MC_AUTH_TOKEN / MC_AUTH_TOKEN_FILE), and TLS, on when TLS.CAFile is set
-	// (MC_TLS_CA_FILE; MC_TLS_CERT_FILE and MC_TLS_KEY_FILE for a master that requires a
-	// client certificate). AuthTokenError is why the token knobs could not be loaded (set
-	// by config.StoreClient): New fails with it rather than run without the token.
-	AuthToken      *auth.Token
-	AuthTokenError error
+	// requires (MC_AUTH_TOKEN / MC_AUTH_TOKEN_FILE), and TLS when MasterTLS is set
+	// (MC_STORE_TLS; TLS holds MC_TLS_CA_FILE, and MC_TLS_CERT_FILE and MC_TLS_KEY_FILE for a
+	// master that requires a client certificate). SecurityError is why those knobs could not
+	// be loaded (set by config.StoreClient): New fails with it rather than run without them.
+	AuthToken     *auth.Token
+	MasterTLS     bool
+	SecurityError error
 	TLS            tlsconf.Client
 	Engine         engine.Config // the rest of the engine New creates (EngineConfig sets its name, metadata, protocol and device)
 }
@@ -161,8 +162,8 @@ func NewWithEngine(ctx context.Context, eng Engine, cfg Config) (*Client, error)
 	if cfg.MasterServerAddress == "" {
 		return nil, api.Errorf(api.INVALID_PARAMS, "master_server_address is empty (want host:port of mooncake_master)")
 	}
-	if cfg.AuthTokenError != nil {
-		return nil, api.Errorf(api.INVALID_PARAMS, "%v", cfg.AuthTokenError)
+	if cfg.SecurityError != nil {
+		return nil, api.Errorf(api.INVALID_PARAMS, "%v", cfg.SecurityError)
 	}
 	cc, err := dialMaster(ctx, cfg)
 	if err != nil {

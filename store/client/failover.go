@@ -67,11 +67,11 @@ func dialRPC(addr string, useGRPC bool, sec api.ClientSecurity) (rpcConn, error)
 	return api.DialSecure(addr, sec, dialOpts()...)
 }
 
-// security is what cfg brings to master connections: TLS when MC_TLS_CA_FILE is set, the token
-// when MC_AUTH_TOKEN is.
+// security is what cfg brings to master connections: TLS when cfg.MasterTLS, the token when
+// MC_AUTH_TOKEN is set.
 func security(cfg Config) (api.ClientSecurity, error) {
 	sec := api.ClientSecurity{Token: cfg.AuthToken, Self: "store client " + cfg.LocalHostname}
-	if cfg.TLS.CAFile != "" {
+	if cfg.MasterTLS {
 		tc, err := cfg.TLS.Config("")
 		if err != nil {
 			return sec, fmt.Errorf("TLS to the master: %w", err)

@@ -252,7 +252,12 @@ func DialEndpoints(ctx context.Context, ep Endpoints) (*Conn, error) {
 	defer cancel()
 	if err := c.ping(pctx); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("ha: %s does not answer: %w", ep, err)
+		hint := ""
+		if ep.TLS {
+			// etcd's client reports an untrusted certificate as a timeout.
+			hint = " (over TLS: is its certificate signed by a CA in MC_TLS_CA_FILE, and does it want a client certificate: MC_TLS_CERT_FILE/MC_TLS_KEY_FILE?)"
+		}
+		return nil, fmt.Errorf("ha: %s does not answer%s: %w", ep, hint, err)
 	}
 	return c, nil
 }
