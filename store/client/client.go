@@ -64,8 +64,8 @@ type Config struct {
 	AuthToken     *auth.Token
 	MasterTLS     bool
 	SecurityError error
-	TLS            tlsconf.Client
-	Engine         engine.Config // the rest of the engine New creates (EngineConfig sets its name, metadata, protocol and device)
+	TLS           tlsconf.Client
+	Engine        engine.Config // the rest of the engine New creates (EngineConfig sets its name, metadata, protocol and device)
 }
 
 const (
