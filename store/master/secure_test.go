@@ -32,7 +32,7 @@ func mustToken(s string) *auth.Token {
 }
 
 // startSecure serves a master with sec on a real socket and returns it and its address.
-func startSecure(t *testing.T, sec api.ServerSecurity) (*Server, string) {
+func startSecure(t testing.TB, sec api.ServerSecurity) (*Server, string) {
 	t.Helper()
 	srv := NewServer(DefaultConfig(), WithSecurity(sec))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
