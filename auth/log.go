@@ -22,6 +22,13 @@ type RefusalLog struct {
 	quiet  int
 }
 
+// SetLogf replaces Logf while the log is in use.
+func (l *RefusalLog) SetLogf(f func(string, ...any)) {
+	l.mu.Lock()
+	l.Logf = f
+	l.mu.Unlock()
+}
+
 // Refused records that remote failed to authenticate with err, and logs it unless this window
 // already had Burst lines.
 func (l *RefusalLog) Refused(remote, claimed string, err error) {
@@ -49,8 +56,8 @@ func (l *RefusalLog) Refused(remote, claimed string, err error) {
 	l.n++
 	quiet := l.quiet
 	l.quiet = 0
-	l.mu.Unlock()
 	logf := l.Logf
+	l.mu.Unlock()
 	if logf == nil {
 		logf = log.Printf
 	}

@@ -21,9 +21,18 @@ const maxTokenFile = 4096
 // ErrWeakToken is returned for a token shorter than MinTokenLen.
 var ErrWeakToken = errors.New("authentication token is too short")
 
-// Token is a shared secret. The zero value and nil are "no token". It never prints its secret.
+// Token is a shared secret (nil: no token); make one with NewToken, Generate or Load. It never
+// prints its secret.
 type Token struct {
 	secret []byte
+	fp     string // Fingerprint, computed once
+}
+
+func newToken(secret []byte) *Token {
+	h := sha256.New()
+	h.Write([]byte("mooncake-auth/fingerprint\x00"))
+	h.Write(secret)
+	return &Token{secret: secret, fp: hex.EncodeToString(h.Sum(nil)[:8])}
 }
 
 // NewToken returns a token for secret, which must be at least MinTokenLen bytes.
@@ -31,7 +40,7 @@ func NewToken(secret string) (*Token, error) {
 	if len(secret) < MinTokenLen {
 		return nil, fmt.Errorf("%w: %d bytes, want at least %d (generate one with `openssl rand -hex 32`)", ErrWeakToken, len(secret), MinTokenLen)
 	}
-	return &Token{secret: []byte(secret)}, nil
+	return newToken([]byte(secret)), nil
 }
 
 // Generate returns a new random token (32 random bytes, hex): what a process group's rank 0
@@ -41,7 +50,7 @@ func Generate() (*Token, error) {
 	if _, err := io.ReadFull(rand.Reader, b[:]); err != nil {
 		return nil, fmt.Errorf("cannot draw a random token: %w", err)
 	}
-	return &Token{secret: []byte(hex.EncodeToString(b[:]))}, nil
+	return newToken([]byte(hex.EncodeToString(b[:]))), nil
 }
 
 // Secret is the token's text, for handing it to a peer over a trusted channel (the c10d store).
@@ -58,10 +67,7 @@ func (t *Token) Fingerprint() string {
 	if t == nil {
 		return "none"
 	}
-	h := sha256.New()
-	h.Write([]byte("mooncake-auth/fingerprint\x00"))
-	h.Write(t.secret)
-	return hex.EncodeToString(h.Sum(nil)[:8])
+	return t.fp
 }
 
 // String hides the secret.

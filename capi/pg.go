@@ -283,7 +283,8 @@ func mc_pg_create(cfg *C.mc_pg_config, store *C.mc_store_ops, out *C.uint64_t) C
 		OnExtent: func(extent int) { atomic.StoreInt32(word, int32(extent)) },
 		Options:  config.PG(),
 	}
-	c.Options.Observer = pgObserver(c) // process-group metrics (pg_metrics.go)
+	c.Options.NoAuth = !config.PGAuth.Bool() // MOONCAKE_PG_AUTH
+	c.Options.Observer = pgObserver(c)       // process-group metrics (pg_metrics.go)
 	ph.g, err = pg.New(c, cStore{ph.ops}, p2p.EngineFabric(eng))
 	if err != nil {
 		ph.free()

@@ -23,7 +23,7 @@ import (
 // Engine fills cfg's unset fields from the engine-creation knobs (MC_METADATA_SERVER,
 // MC_FORCE_TCP, MC_TRANSFER_TIMEOUT, MC_SLICE_SIZE, MC_TCP_SOCKET_BUFFER, MC_HANDSHAKE_PORT,
 // MC_TCP_BIND_ADDRESS, MC_MIN_RPC_PORT, MC_MAX_RPC_PORT, MC_METADATA_CLUSTER_ID,
-// MC_CUSTOM_TOPO_JSON, MC_REDIS_PASSWORD, MC_REDIS_DB_INDEX). Name, protocol and device are
+// MC_CUSTOM_TOPO_JSON, MC_REDIS_PASSWORD, MC_REDIS_DB_INDEX, MC_AUTH_TOKEN, MC_AUTH_TOKEN_FILE). Name, protocol and device are
 // the caller's (see ProcessEngine for the process-wide engine's).
 func Engine(cfg engine.Config) engine.Config {
 	if cfg.MetadataServer == "" {
@@ -45,6 +45,8 @@ func Engine(cfg engine.Config) engine.Config {
 	setString(&cfg.BindAddress, TCPBindAddress)
 	setString(&cfg.ClusterID, MetadataClusterID)
 	setString(&cfg.CustomTopology, CustomTopoJSON)
+	setString(&cfg.AuthToken, AuthToken)
+	setString(&cfg.AuthTokenFile, AuthTokenFile)
 	cfg.Metadata = Metadata(cfg.Metadata)
 	return cfg
 }

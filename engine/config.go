@@ -37,6 +37,13 @@ type Config struct {
 	CustomTopology string // priority-matrix JSON GetLocalTopology reports when valid (MC_CUSTOM_TOPO_JSON)
 
 	Metadata metadata.Options // settings of the metadata store (Redis password and database)
+
+	// AuthToken / AuthTokenFile: the engine's token (auth.Load: at most one of them set).
+	// With a token every connection, in and out, proves it before anything else is sent
+	// (docs/security.md); without one the engine serves unauthenticated peers, except for the
+	// buffers of groups that use a token of their own (AddToken). (MC_AUTH_TOKEN, MC_AUTH_TOKEN_FILE)
+	AuthToken     string
+	AuthTokenFile string
 }
 
 // Protocols that exist upstream but need hardware or libraries this build does not drive.

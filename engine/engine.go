@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mooncake-go/mooncake/auth"
 	"github.com/mooncake-go/mooncake/engine/metadata"
 	"github.com/mooncake-go/mooncake/engine/topology"
 	"github.com/mooncake-go/mooncake/engine/transport/shm"
@@ -71,6 +72,11 @@ type Engine struct {
 	notifyMu sync.Mutex
 	notifies []Notify
 
+	own       *auth.Token              // Config.AuthToken: every connection proves it (or a group's)
+	authMu    sync.RWMutex             // guards groupToks and peerToks (auth.go)
+	groupToks []tokenRef               // tokens of groups sharing this engine (AddToken)
+	peerToks  map[string][]*auth.Token // addr -> tokens its groups' connections prove (OpenSegmentAuth)
+
 	kindBytes [3]atomic.Uint64 // bytes attempted per transport kind (local, shm, tcp)
 
 	closed atomic.Bool
@@ -94,6 +100,10 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		meta = P2PHandshake
 	}
 	p2p := strings.EqualFold(meta, P2PHandshake)
+	own, err := auth.Load(cfg.AuthToken, cfg.AuthTokenFile)
+	if err != nil {
+		return nil, errf(ErrInvalidArgument, "transfer engine: %v", err)
+	}
 
 	e := &Engine{
 		hostID:   HostID(),
@@ -110,7 +120,10 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		nextBat:  1,
 		shm:      shm.New(),
 		tcp:      tcp.NewClient(),
+		own:      own,
+		peerToks: make(map[string][]*auth.Token),
 	}
+	e.tcp.Tokens = e.dialTokens
 	if e.timeout <= 0 {
 		e.timeout = DefaultTransferTimeout
 	}
@@ -175,8 +188,10 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	empty := e.descriptorLocked().Encode()
 	e.descJSON.Store(&empty)
 
+	e.tcp.Self = e.name
 	e.server = tcp.NewServer(ln, (*serverHandler)(e))
 	e.server.SocketBuffer = sockBuf
+	e.server.Auth = e.serverAuth()
 	e.srvErr = make(chan error, 1)
 	go func() { e.srvErr <- e.server.Serve() }()
 
@@ -307,11 +322,16 @@ func (e *Engine) Close() error {
 // serverHandler answers the listener's questions.
 type serverHandler Engine
 
-func (h *serverHandler) Acquire(addr, length uint64) ([]byte, tcp.Pin, error) {
+func (h *serverHandler) Acquire(addr, length uint64, who []*auth.Token) ([]byte, tcp.Pin, error) {
 	e := (*Engine)(h)
 	b, err := e.acquire(addr, length)
 	if err != nil {
 		return nil, nil, &tcp.RemoteError{Code: CodeAddressNotRegistered, Msg: err.Error()}
+	}
+	if !e.mayReach(b, who) {
+		b.Release()
+		return nil, nil, &tcp.RemoteError{Code: CodeAddressNotRegistered, Msg: fmt.Sprintf(
+			"[%#x, +%d) of segment %q belongs to a group this connection did not authenticate for", addr, length, e.name)}
 	}
 	return memview.Bytes(uintptr(addr), int(length)), b, nil
 }
@@ -352,11 +372,11 @@ func (e *Engine) WatchWord(addr uintptr, hook func() bool) (ch <-chan struct{}, 
 	return w.ch, func() { e.watchers.CompareAndDelete(uint64(addr), w) }
 }
 
-func (h *serverHandler) Control(op tcp.Op, payload []byte) ([]byte, error) {
+func (h *serverHandler) Control(op tcp.Op, payload []byte, who []*auth.Token) ([]byte, error) {
 	e := (*Engine)(h)
 	switch op {
 	case tcp.OpDescriptor:
-		return *e.descJSON.Load(), nil
+		return e.descriptorFor(who), nil
 	case tcp.OpPing:
 		return []byte(e.id), nil
 	case tcp.OpNotify:

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mooncake-go/mooncake/auth"
 	"github.com/mooncake-go/mooncake/engine/metadata"
 	"github.com/mooncake-go/mooncake/engine/transport"
 	"github.com/mooncake-go/mooncake/engine/transport/tcp"
@@ -437,11 +438,13 @@ type nopPin struct{}
 
 func (nopPin) Release() {}
 
-func (h *slowHandler) Acquire(a, n uint64) ([]byte, tcp.Pin, error) {
+func (h *slowHandler) Acquire(a, n uint64, _ []*auth.Token) ([]byte, tcp.Pin, error) {
 	<-h.release
 	return nil, nil, &tcp.RemoteError{Code: -3, Msg: "gone"}
 }
-func (h *slowHandler) Control(op tcp.Op, _ []byte) ([]byte, error) { return h.desc, nil }
+func (h *slowHandler) Control(op tcp.Op, _ []byte, _ []*auth.Token) ([]byte, error) {
+	return h.desc, nil
+}
 
 func TestTimeoutAndBusy(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

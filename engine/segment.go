@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mooncake-go/mooncake/auth"
 	"github.com/mooncake-go/mooncake/engine/transport"
 	"github.com/mooncake-go/mooncake/engine/transport/shm"
 	"github.com/mooncake-go/mooncake/internal/memview"
@@ -25,6 +26,7 @@ type localBuf struct {
 	length   uint64
 	location string
 	region   *shm.Region // non-nil for AllocateShared buffers
+	guard    *auth.Token // non-nil: only connections that proved it (or the own token) reach it
 	refs     atomic.Int32
 	holds    int  // MapRemotePinned views of it (under Engine.segMu)
 	freeLate bool // freed while held: the last view's release unmaps it (under Engine.segMu)
@@ -181,6 +183,13 @@ func (e *Engine) UnregisterLocalMemoryBatch(addrs []uintptr) error {
 // AllocateShared allocates a zero-filled memfd-backed MAP_SHARED buffer, registers it, and
 // returns its address. Same-host peers map it and copy directly (shm transport).
 func (e *Engine) AllocateShared(length uint64) (uintptr, error) {
+	return e.AllocateSharedGuarded(length, nil)
+}
+
+// AllocateSharedGuarded is AllocateShared for a group that uses guard (nil: none): over the
+// network only connections that proved guard, or the engine's own token, reach the buffer,
+// and only they get its entry (with its memfd) in the descriptor the engine answers (auth.go).
+func (e *Engine) AllocateSharedGuarded(length uint64, guard *auth.Token) (uintptr, error) {
 	if e.closed.Load() {
 		return 0, ErrClosed
 	}
@@ -192,7 +201,7 @@ func (e *Engine) AllocateShared(length uint64) (uintptr, error) {
 		return 0, fmt.Errorf("%w: %w", ErrMemory, err)
 	}
 	e.segMu.Lock()
-	err = e.insertLocked(&localBuf{addr: uint64(r.Addr), length: length, location: "cpu:0", region: r})
+	err = e.insertLocked(&localBuf{addr: uint64(r.Addr), length: length, location: "cpu:0", region: r, guard: guard})
 	e.segMu.Unlock()
 	if err != nil {
 		r.Free()
@@ -245,6 +254,25 @@ func (e *Engine) Descriptor() *transport.SegmentDescriptor {
 }
 
 func (e *Engine) descriptorLocked() *transport.SegmentDescriptor {
+	return e.descriptorOf(nil, true)
+}
+
+// descriptorFor is the descriptor (JSON) the listener answers a connection that proved who:
+// without the buffers it may not reach.
+func (e *Engine) descriptorFor(who []*auth.Token) []byte {
+	e.segMu.RLock()
+	defer e.segMu.RUnlock()
+	for _, b := range e.bufs {
+		if !e.mayReach(b, who) {
+			return e.descriptorOf(who, false).Encode()
+		}
+	}
+	return *e.descJSON.Load()
+}
+
+// descriptorOf builds the descriptor; with all false, only of the buffers who may reach. The
+// caller holds e.segMu.
+func (e *Engine) descriptorOf(who []*auth.Token, all bool) *transport.SegmentDescriptor {
 	d := &transport.SegmentDescriptor{
 		Name:        e.name,
 		Protocol:    "tcp",
@@ -256,6 +284,9 @@ func (e *Engine) descriptorLocked() *transport.SegmentDescriptor {
 		Buffers:     make([]transport.BufferDesc, 0, len(e.bufs)),
 	}
 	for _, b := range e.bufs {
+		if !all && !e.mayReach(b, who) {
+			continue
+		}
 		bd := transport.BufferDesc{Name: b.location, Addr: b.addr, Length: b.length}
 		if b.region != nil {
 			info := b.region.Info

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/mooncake-go/mooncake/auth"
 	"github.com/mooncake-go/mooncake/collective"
 	"github.com/mooncake-go/mooncake/engine"
 	"github.com/mooncake-go/mooncake/internal/memview"
@@ -103,24 +104,46 @@ func (e fabricShared) Map(rank int, h uint64, n int) ([]byte, func(), bool, erro
 	return e.m.MapShared(seg, h, uint64(n))
 }
 
+// Authenticator is implemented by fabrics whose connections can be authenticated
+// (EngineFabric; docs/security.md).
+type Authenticator interface {
+	// Token is the fabric's own token (its engine's MC_AUTH_TOKEN), nil when it has none.
+	Token() *auth.Token
+	// WithToken returns a fabric for a group that uses tok: its buffers are reached over the
+	// network only by peers that prove tok (or the engine's own token), and its connections to
+	// the segments it opens prove tok. The engine accepts tok until release is called.
+	WithToken(tok *auth.Token) (f Fabric, release func())
+}
+
 // EngineFabric runs p2p over a transfer engine.
 func EngineFabric(e *engine.Engine) Fabric { return &engineFabric{e: e} }
 
 type engineFabric struct {
 	e    *engine.Engine
+	tok  *auth.Token // WithToken's: guards its buffers, proven to its segments
 	pool sync.Pool
 }
 
-func (f *engineFabric) SegmentName() string                      { return f.e.SegmentName() }
-func (f *engineFabric) AllocateShared(n uint64) (uintptr, error) { return f.e.AllocateShared(n) }
-func (f *engineFabric) FreeShared(addr uintptr) error            { return f.e.FreeShared(addr) }
+func (f *engineFabric) SegmentName() string { return f.e.SegmentName() }
+func (f *engineFabric) AllocateShared(n uint64) (uintptr, error) {
+	return f.e.AllocateSharedGuarded(n, f.tok)
+}
+func (f *engineFabric) FreeShared(addr uintptr) error { return f.e.FreeShared(addr) }
+
+// Token implements Authenticator.
+func (f *engineFabric) Token() *auth.Token { return f.e.Token() }
+
+// WithToken implements Authenticator.
+func (f *engineFabric) WithToken(tok *auth.Token) (Fabric, func()) {
+	return &engineFabric{e: f.e, tok: tok}, f.e.AddToken(tok)
+}
 
 func (f *engineFabric) MapShared(seg uint64, addr, length uint64) ([]byte, func(), bool, error) {
 	return f.e.MapRemotePinned(engine.SegmentID(seg), addr, length)
 }
 
 func (f *engineFabric) OpenSegment(name string) (uint64, error) {
-	id, err := f.e.OpenSegment(name)
+	id, err := f.e.OpenSegmentAuth(name, f.tok)
 	return uint64(id), err
 }
 

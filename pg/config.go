@@ -53,6 +53,9 @@ type Options struct {
 	// CollectiveTimeout bounds each collective (MOONCAKE_PG_COLLECTIVE_TIMEOUT_US); zero: the
 	// group's Timeout. set_collective_timeout_us overrides it at run time.
 	CollectiveTimeout time.Duration
+	// NoAuth: the group's connections are not authenticated (MOONCAKE_PG_AUTH=0). By default
+	// rank 0 draws a token and shares it through the store (auth.go).
+	NoAuth bool
 	// Observer, when set, is told every op's size, time and result and every membership change
 	// (MOONCAKE_PG_METRICS_PORT: pg/pgmetrics). nil: no observer.
 	Observer Observer

@@ -31,6 +31,8 @@ type Group struct {
 	collTimeout atomic.Int64 // set_collective_timeout_us, ns (0: unset)
 	heldStarts  atomic.Bool  // ops wait for Work.Start / Work.RunHere (the torch shim)
 
+	unauth func() // stops the engine accepting the group's token (auth.go)
+
 	sendMu sync.Mutex
 	sendQs map[int]*worker.Queue
 	recvs  sync.WaitGroup
@@ -43,12 +45,18 @@ func New(cfg Config, st Store, f p2p.Fabric) (*Group, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
+	f, unauth, err := authenticate(cfg, st, f)
+	if err != nil {
+		return nil, err
+	}
 	ep, err := p2p.New(f, cfg.Rank, cfg.MaxSize, cfg.Options.P2P)
 	if err != nil {
+		unauth()
 		return nil, err
 	}
 	fail := func(err error) (*Group, error) {
 		ep.Close()
+		unauth()
 		return nil, err
 	}
 	joining := joiningProcess(cfg, st, func(pi p2p.Info) error {
@@ -65,7 +73,7 @@ func New(cfg Config, st Store, f p2p.Fabric) (*Group, error) {
 	}
 	opts := cfg.Options.Collective
 	pg := &Group{cfg: cfg, st: st, fabric: f, ep: ep, q: worker.NewQueue(fmt.Sprintf("rank %d", cfg.Rank), cfg.Timeout),
-		sendQs: map[int]*worker.Queue{}}
+		sendQs: map[int]*worker.Queue{}, unauth: unauth}
 	if joining {
 		// A replacement or a new rank: it stays outside the group until join_group.
 		init := initialSize(cfg, st)
@@ -207,5 +215,6 @@ func (pg *Group) Close() error {
 	pg.g.Close()         // the queue is drained: no op uses the shared-memory path any more
 	err := pg.ep.Close() // fails receives still pending
 	pg.recvs.Wait()
+	pg.unauth()
 	return err
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mooncake-go/mooncake/auth"
 	"github.com/mooncake-go/mooncake/engine/transport"
 	"github.com/mooncake-go/mooncake/internal/memview"
 )
@@ -32,22 +33,31 @@ type Client struct {
 	DialTimeout time.Duration
 	// MaxIdle is the number of idle connections kept per peer (default 16).
 	MaxIdle int
+	// Tokens, when set, returns the tokens to prove to addr on a new connection, each with a
+	// handshake of its own (auth.go); none: the connection is not authenticated.
+	Tokens func(addr string) []*auth.Token
+	// Self names this side in the handshake (the engine's segment name).
+	Self string
+	// AuthTimeout bounds a handshake (default DefaultAuthTimeout, never past the ctx deadline).
+	AuthTimeout time.Duration
 
 	mu     sync.Mutex
-	idle   map[string][]*conn
+	idle   map[string][]*conn // by poolKey: address and the token its connections prove
 	active map[*conn]struct{}
 	closed bool
 }
 
 type conn struct {
-	c    net.Conn
-	br   *bufio.Reader
-	fw   frameWriter
-	addr string
-	seq  uint32
-	hb   [reqHdrLen]byte
-	rb   [respHdrLen]byte
-	used bool // served at least one run before
+	c      net.Conn
+	br     *bufio.Reader
+	fw     frameWriter
+	addr   string
+	key    string // poolKey
+	seq    uint32
+	hb     [reqHdrLen]byte
+	rb     [respHdrLen]byte
+	used   bool // served at least one run before
+	authed bool // the handshake proved a token on it
 }
 
 // NewClient returns an empty client.
@@ -78,39 +88,86 @@ func (c *Client) Close() error {
 // Forget closes the idle connections to addr (after the peer failed).
 func (c *Client) Forget(addr string) {
 	c.mu.Lock()
-	l := c.idle[addr]
-	delete(c.idle, addr)
+	var l []*conn
+	for k, conns := range c.idle {
+		if len(conns) > 0 && conns[0].addr == addr {
+			l = append(l, conns...)
+			delete(c.idle, k)
+		}
+	}
 	c.mu.Unlock()
 	for _, cn := range l {
 		cn.c.Close()
 	}
 }
 
+// poolKey is the idle-pool key of connections to addr that prove toks: a connection is reused
+// only for the same peer and the same tokens (a group's connections reach its buffers, others
+// do not; a group added later needs connections that prove its token too).
+func poolKey(addr string, toks []*auth.Token) string {
+	k := addr
+	for _, t := range toks {
+		k += "\x00" + t.Fingerprint()
+	}
+	return k
+}
+
 func (c *Client) get(ctx context.Context, addr string, fresh bool) (*conn, error) {
+	var toks []*auth.Token
+	if c.Tokens != nil {
+		toks = c.Tokens(addr)
+	}
+	key := poolKey(addr, toks)
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if l := c.idle[addr]; len(l) > 0 && !fresh {
+	if l := c.idle[key]; len(l) > 0 && !fresh {
 		cn := l[len(l)-1]
-		c.idle[addr] = l[:len(l)-1]
+		c.idle[key] = l[:len(l)-1]
 		c.active[cn] = struct{}{}
 		c.mu.Unlock()
 		return cn, nil
 	}
+	// Idle connections to addr that prove another set of tokens are of no further use: the
+	// tokens for addr changed (a group came or went).
+	var stale []*conn
+	for k, l := range c.idle {
+		if k != key && len(l) > 0 && l[0].addr == addr {
+			stale = append(stale, l...)
+			delete(c.idle, k)
+		}
+	}
 	c.mu.Unlock()
+	for _, cn := range stale {
+		cn.c.Close()
+	}
 	to := c.DialTimeout
 	if to <= 0 {
 		to = 5 * time.Second
 	}
 	d := net.Dialer{Timeout: to}
-	nc, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("cannot connect to %s: %w", addr, err)
+	dial := func() (net.Conn, error) {
+		nc, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("cannot connect to %s: %w", addr, err)
+		}
+		tuneConn(nc, c.SocketBuffer)
+		return nc, nil
 	}
-	tuneConn(nc, c.SocketBuffer)
-	cn := &conn{c: nc, br: bufio.NewReaderSize(nc, 64<<10), addr: addr}
+	nc, err := dial()
+	if err != nil {
+		return nil, err
+	}
+	authed := false
+	if len(toks) > 0 {
+		if nc, err = c.handshake(ctx, nc, addr, toks, dial); err != nil {
+			return nil, err
+		}
+		authed = true
+	}
+	cn := &conn{c: nc, br: bufio.NewReaderSize(nc, 64<<10), addr: addr, key: key, authed: authed}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -129,10 +186,10 @@ func (c *Client) put(cn *conn, ok bool) {
 	if max <= 0 {
 		max = 16
 	}
-	if ok && !c.closed && len(c.idle[cn.addr]) < max {
+	if ok && !c.closed && len(c.idle[cn.key]) < max {
 		cn.used = true
 		cn.c.SetDeadline(time.Time{})
-		c.idle[cn.addr] = append(c.idle[cn.addr], cn)
+		c.idle[cn.key] = append(c.idle[cn.key], cn)
 		c.mu.Unlock()
 		return
 	}
@@ -174,7 +231,7 @@ func (c *Client) Execute(ctx context.Context, t *transport.Target, reqs []transp
 		if cn.used && !answered && attempt == 0 && ctx.Err() == nil {
 			continue
 		}
-		err = wrapIOErr(ctx, err)
+		err = wrapIOErr(ctx, hint(!cn.used, answered, cn.authed, err))
 		for i := next; i < len(reqs); i++ {
 			r.Done(i, err)
 		}
@@ -380,7 +437,7 @@ func (c *Client) Call(ctx context.Context, addr string, op Op, payload []byte) (
 		if cn.used && !answered && attempt == 0 && ctx.Err() == nil {
 			continue
 		}
-		return nil, wrapIOErr(ctx, err)
+		return nil, wrapIOErr(ctx, hint(!cn.used, answered, cn.authed, err))
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mooncake-go/mooncake/auth"
 	"github.com/mooncake-go/mooncake/internal/futex"
 	"github.com/mooncake-go/mooncake/internal/memview"
 )
@@ -22,10 +23,11 @@ type Pin interface{ Release() }
 // Handler is what the server asks about local memory and control calls.
 type Handler interface {
 	// Acquire returns local memory [addr, addr+length) if it lies inside one registered
-	// buffer, pinned until Release; otherwise an error (a *RemoteError gives the code sent).
-	Acquire(addr, length uint64) ([]byte, Pin, error)
-	// Control answers OpDescriptor, OpNotify and OpPing.
-	Control(op Op, payload []byte) ([]byte, error)
+	// buffer that a connection that proved the tokens who (none: unauthenticated) may reach, pinned until
+	// Release; otherwise an error (a *RemoteError gives the code sent).
+	Acquire(addr, length uint64, who []*auth.Token) ([]byte, Pin, error)
+	// Control answers OpDescriptor, OpNotify and OpPing on a connection authenticated with who.
+	Control(op Op, payload []byte, who []*auth.Token) ([]byte, error)
 }
 
 // Signaler is an optional Handler method: Signaled runs after a signal word (a 4-byte write to
@@ -47,6 +49,8 @@ type Server struct {
 
 	// SocketBuffer, when > 0, sets SO_RCVBUF/SO_SNDBUF on accepted connections.
 	SocketBuffer int
+	// Auth, when set, authenticates every connection before its first frame (auth.go).
+	Auth *ServerAuth
 }
 
 // NewServer returns a server for ln; call Serve to start it.
@@ -124,6 +128,13 @@ func (s *Server) serveConn(c net.Conn) {
 	}()
 	tuneConn(c, s.SocketBuffer)
 	br := bufio.NewReaderSize(c, serverReadBuffer)
+	var who []*auth.Token
+	if s.Auth != nil {
+		var ok bool
+		if who, ok = s.Auth.admit(c, br); !ok {
+			return // refused: nothing was read or written past the handshake
+		}
+	}
 	bw := bufio.NewWriterSize(c, 64<<10)
 	sg, _ := s.h.(Signaler)
 	var hb [reqHdrLen]byte
@@ -163,7 +174,7 @@ func (s *Server) serveConn(c net.Conn) {
 		var err error
 		switch h.Op {
 		case OpWrite:
-			view, pin, aerr := s.h.Acquire(h.Addr, h.Length)
+			view, pin, aerr := s.h.Acquire(h.Addr, h.Length, who)
 			if aerr != nil {
 				if _, err = io.CopyN(io.Discard, br, int64(h.Length)); err != nil {
 					return
@@ -193,7 +204,7 @@ func (s *Server) serveConn(c net.Conn) {
 				err = respond(StatusOK, h.Seq, nil, 0)
 			}
 		case OpRead:
-			view, pin, aerr := s.h.Acquire(h.Addr, h.Length)
+			view, pin, aerr := s.h.Acquire(h.Addr, h.Length, who)
 			if aerr != nil {
 				err = respondErr(h.Seq, aerr)
 				break
@@ -208,7 +219,7 @@ func (s *Server) serveConn(c net.Conn) {
 			if _, err = io.ReadFull(br, ctrl); err != nil {
 				return
 			}
-			out, cerr := s.h.Control(h.Op, ctrl)
+			out, cerr := s.h.Control(h.Op, ctrl, who)
 			if cerr != nil {
 				err = respondErr(h.Seq, cerr)
 			} else {

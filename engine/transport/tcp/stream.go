@@ -52,11 +52,13 @@ func (s *Stream) Err() error {
 func (s *Stream) read() {
 	defer close(s.done)
 	var rh respHeader
+	answered := false
 	for {
 		if _, err := io.ReadFull(s.cn.br, s.cn.rb[:]); err != nil {
-			s.fail(fmt.Errorf("tcp stream to %s was lost: %w", s.cn.addr, err))
+			s.fail(hint(true, answered, s.cn.authed, fmt.Errorf("tcp stream to %s was lost: %w", s.cn.addr, err)))
 			return
 		}
+		answered = true
 		if err := decodeResp(s.cn.rb[:], &rh); err != nil || rh.Length > MaxControlFrame {
 			s.fail(fmt.Errorf("tcp stream to %s: %w", s.cn.addr, ErrMalformedFrame))
 			s.cn.c.Close()

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mooncake-go/mooncake/auth"
 	"golang.org/x/sys/unix"
 
 	"github.com/mooncake-go/mooncake/engine/transport"
@@ -21,7 +22,7 @@ type nopPin struct{}
 
 func (nopPin) Release() {}
 
-func (h *memHandler) Acquire(addr, n uint64) ([]byte, Pin, error) {
+func (h *memHandler) Acquire(addr, n uint64, _ []*auth.Token) ([]byte, Pin, error) {
 	base := uint64(memview.Addr(h.mem))
 	if addr < base || addr+n > base+uint64(len(h.mem)) || addr+n < addr {
 		return nil, nil, &RemoteError{Code: StatusAddressNotRegistered, Msg: "outside"}
@@ -29,7 +30,7 @@ func (h *memHandler) Acquire(addr, n uint64) ([]byte, Pin, error) {
 	return memview.Bytes(uintptr(addr), int(n)), nopPin{}, nil
 }
 
-func (h *memHandler) Control(op Op, p []byte) ([]byte, error) {
+func (h *memHandler) Control(op Op, p []byte, _ []*auth.Token) ([]byte, error) {
 	if op == OpNotify {
 		return append([]byte("echo:"), p...), nil
 	}
