@@ -67,11 +67,6 @@ func ProcessEngine() engine.Config {
 func Metadata(o metadata.Options) metadata.Options {
 	setString(&o.RedisPassword, RedisPassword)
 	setString(&o.RedisDBIndex, RedisDBIndex)
-	if o.AuthToken == nil {
-		// A bad token is reported where the engine (or the store) loads it; the metadata
-		// client signs with a good one.
-		o.AuthToken, _ = Token()
-	}
 	return o
 }
 

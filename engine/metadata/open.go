@@ -35,7 +35,7 @@ func Open(conn string) (Store, error) { return OpenWith(conn, Options{}) }
 type Options struct {
 	RedisPassword string      // Redis password when the URL has none (MC_REDIS_PASSWORD)
 	RedisDBIndex  string      // Redis database index when the URL names none, a number >= 0 (MC_REDIS_DB_INDEX)
-	AuthToken     *auth.Token // signs requests to an HTTP metadata server that requires it (MC_AUTH_TOKEN)
+	AuthToken     *auth.Token // signs requests to an HTTP metadata server that requires it (nil: the engine's own token, MC_AUTH_TOKEN)
 }
 
 // OpenWith is Open with settings the connection string leaves out.
