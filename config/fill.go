@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/mooncake-go/mooncake/store/client"
 	"github.com/mooncake-go/mooncake/store/ha"
 	"github.com/mooncake-go/mooncake/store/snapshot"
+	"github.com/mooncake-go/mooncake/store/tlsconf"
 )
 
 // The functions below read the knobs now and fill the settings structs of the library
@@ -69,11 +71,21 @@ func Metadata(o metadata.Options) metadata.Options {
 	return o
 }
 
-// HA fills o's unset fields from MC_REDIS_PASSWORD and MC_REDIS_DB_INDEX.
+// HA fills o's unset fields from MC_REDIS_PASSWORD, MC_REDIS_DB_INDEX and the TLS files
+// (MC_TLS_CA_FILE, MC_TLS_CERT_FILE, MC_TLS_KEY_FILE).
 func HA(o ha.Options) ha.Options {
 	setString(&o.RedisPassword, RedisPassword)
 	setString(&o.RedisDBIndex, RedisDBIndex)
+	o.TLS = TLSClient(o.TLS)
 	return o
+}
+
+// TLSClient fills t's unset fields from MC_TLS_CA_FILE, MC_TLS_CERT_FILE and MC_TLS_KEY_FILE.
+func TLSClient(t tlsconf.Client) tlsconf.Client {
+	setString(&t.CAFile, TLSCAFile)
+	setString(&t.CertFile, TLSCertFile)
+	setString(&t.KeyFile, TLSKeyFile)
+	return t
 }
 
 // StoreClient fills cfg's unset fields from the store-setup knobs (MC_STORE_CLUSTER_ID,
@@ -90,6 +102,21 @@ func StoreClient(cfg client.Config) client.Config {
 		}
 	}
 	cfg.HA = HA(cfg.HA)
+	cfg.TLS = TLSClient(cfg.TLS)
+	if cfg.AuthToken == nil {
+		cfg.AuthToken, cfg.SecurityError = Token()
+	}
+	switch strings.ToLower(StoreTLS.Trimmed()) {
+	case "", "auto":
+		cfg.MasterTLS = cfg.MasterTLS || cfg.TLS.CAFile != ""
+	case "1", "true", "on", "yes":
+		cfg.MasterTLS = true
+	case "0", "false", "off", "no":
+	default:
+		if cfg.SecurityError == nil {
+			cfg.SecurityError = fmt.Errorf("MC_STORE_TLS=%q: want auto, 1 or 0", StoreTLS.String())
+		}
+	}
 	cfg.Engine = Engine(cfg.Engine)
 	return cfg
 }

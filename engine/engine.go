@@ -178,7 +178,11 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 			}
 			e.name = h
 		}
-		st, err := openMetadata(meta, cfg.Metadata)
+		mo := cfg.Metadata
+		if mo.AuthToken == nil {
+			mo.AuthToken = own // an HTTP metadata server with a token wants its requests signed
+		}
+		st, err := openMetadata(meta, mo)
 		if err != nil {
 			ln.Close()
 			return nil, fmt.Errorf("connecting to metadata server %q: %w: %w", meta, ErrMetadata, err)

@@ -11,7 +11,7 @@ PY=${PYTHON:-python3}
 VENV=.venv
 
 need_pkgs=()
-for p in etcd-server redis-server prometheus iproute2; do
+for p in etcd-server redis-server prometheus iproute2 openssl; do
   dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then

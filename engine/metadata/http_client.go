@@ -9,15 +9,19 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/mooncake-go/mooncake/auth"
+	"github.com/mooncake-go/mooncake/auth/httpauth"
 )
 
 // httpStore speaks the HTTP metadata protocol: GET|PUT|DELETE <uri>?key=<key>.
 type httpStore struct {
 	base   *url.URL
 	client *http.Client
+	token  *auth.Token // signs every request when set (Options.AuthToken)
 }
 
-func openHTTP(uri string) (*httpStore, error) {
+func openHTTP(uri string, o Options) (*httpStore, error) {
 	u, err := url.Parse(uri)
 	if err != nil {
 		return nil, fmt.Errorf("metadata: bad HTTP metadata server URL %q: %w", uri, err)
@@ -26,7 +30,7 @@ func openHTTP(uri string) (*httpStore, error) {
 		return nil, fmt.Errorf("metadata: HTTP metadata server URL %q has no host (want http://host:port/metadata)", uri)
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	return &httpStore{base: u, client: &http.Client{Transport: tr, Timeout: DefaultTimeout}}, nil
+	return &httpStore{base: u, client: &http.Client{Transport: tr, Timeout: DefaultTimeout}, token: o.AuthToken}, nil
 }
 
 // url returns base?key=<key>, keeping any query the base already has. Spaces are sent as
@@ -61,6 +65,9 @@ func (s *httpStore) do(ctx context.Context, method, key string, body []byte) (*h
 			req.Header.Set("Content-Type", "application/octet-stream")
 		}
 	}
+	if s.token != nil {
+		httpauth.Sign(req, s.token, body)
+	}
 	resp, err := s.client.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("metadata: %s key %q at HTTP metadata server %s: %w", method, key, s.base.Redacted(), err)
@@ -74,6 +81,9 @@ func (s *httpStore) statusError(method, key string, resp *http.Response) error {
 	text := strings.TrimSpace(string(msg))
 	if text != "" {
 		text = ": " + text
+	}
+	if resp.StatusCode == http.StatusUnauthorized && s.token == nil {
+		text += " (this process has no MC_AUTH_TOKEN: set the metadata server's token)"
 	}
 	return fmt.Errorf("metadata: %s key %q at HTTP metadata server %s: %s%s", method, key, s.base.Redacted(), resp.Status, text)
 }

@@ -8,6 +8,9 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+
+	"github.com/mooncake-go/mooncake/auth"
+	"github.com/mooncake-go/mooncake/auth/httpauth"
 )
 
 // DefaultHTTPPath is where HTTPServer answers when HTTPServerConfig.Path is empty.
@@ -18,14 +21,19 @@ const DefaultHTTPPath = "/metadata"
 type HTTPServerConfig struct {
 	Path          string // URL path to answer on; "" means DefaultHTTPPath
 	MaxValueBytes int64  // largest PUT body accepted (413 beyond it); <= 0 means MaxValueSize
+	// AuthToken, when set (MC_AUTH_TOKEN), is required of every request: GET, PUT and DELETE
+	// must carry its signature (package auth/httpauth), else 401. Reads are covered too: the
+	// values are segment descriptors, the map of every engine's registered memory.
+	AuthToken *auth.Token
 }
 
 // HTTPServer is an in-memory HTTP metadata server (GET|PUT|DELETE <path>?key=<key>).
 // It is an http.Handler, safe for concurrent use; mount it on any mux or serve it alone.
 // Requests for other paths get 404.
 type HTTPServer struct {
-	path    string
-	maxBody int64
+	path     string
+	maxBody  int64
+	verifier *httpauth.Verifier // nil: no token
 
 	mu sync.RWMutex
 	kv map[string][]byte
@@ -39,7 +47,9 @@ func NewHTTPServer(cfg HTTPServerConfig) *HTTPServer {
 	if cfg.MaxValueBytes <= 0 {
 		cfg.MaxValueBytes = MaxValueSize
 	}
-	return &HTTPServer{path: cfg.Path, maxBody: cfg.MaxValueBytes, kv: make(map[string][]byte)}
+	s := &HTTPServer{path: cfg.Path, maxBody: cfg.MaxValueBytes, kv: make(map[string][]byte)}
+	s.verifier = httpauth.NewVerifier(cfg.AuthToken)
+	return s
 }
 
 // Path is the URL path the server answers on.
@@ -68,6 +78,12 @@ func (s *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", "GET, HEAD, PUT, DELETE")
 		http.Error(w, "method not allowed: use GET, PUT or DELETE", http.StatusMethodNotAllowed)
 		return
+	}
+	if s.verifier != nil && r.Method != http.MethodPut {
+		if err := s.verifier.Check(r, nil); err != nil {
+			httpauth.Refuse(w, err)
+			return
+		}
 	}
 	key := r.URL.Query().Get("key")
 	if key == "" {
@@ -101,6 +117,13 @@ func (s *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			http.Error(w, "reading request body: "+err.Error(), http.StatusBadRequest)
 			return
+		}
+		if s.verifier != nil {
+			// The signature covers the body: check it before anything is stored.
+			if err := s.verifier.Check(r, body); err != nil {
+				httpauth.Refuse(w, err)
+				return
+			}
 		}
 		s.mu.Lock()
 		s.kv[key] = body

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mooncake-go/mooncake/auth"
 )
 
 // P2PHandshake is the connection string that selects direct peer-to-peer handshakes
@@ -31,8 +33,9 @@ func Open(conn string) (Store, error) { return OpenWith(conn, Options{}) }
 // zero value means none. The package reads no environment: capi/ and cmd/ fill them from the
 // knobs named below (package config).
 type Options struct {
-	RedisPassword string // Redis password when the URL has none (MC_REDIS_PASSWORD)
-	RedisDBIndex  string // Redis database index when the URL names none, a number >= 0 (MC_REDIS_DB_INDEX)
+	RedisPassword string      // Redis password when the URL has none (MC_REDIS_PASSWORD)
+	RedisDBIndex  string      // Redis database index when the URL names none, a number >= 0 (MC_REDIS_DB_INDEX)
+	AuthToken     *auth.Token // signs requests to an HTTP metadata server that requires it (nil: the engine's own token, MC_AUTH_TOKEN)
 }
 
 // OpenWith is Open with settings the connection string leaves out.
@@ -55,7 +58,7 @@ func OpenWith(conn string, o Options) (Store, error) {
 	}
 	switch strings.ToLower(scheme) {
 	case "http", "https":
-		return openHTTP(conn)
+		return openHTTP(conn, o)
 	case "etcd":
 		eps, err := parseHostPorts(rest)
 		if err != nil {

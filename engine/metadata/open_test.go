@@ -98,7 +98,7 @@ func TestOpenRedisEnv(t *testing.T) {
 }
 
 func TestHTTPKeyEncoding(t *testing.T) {
-	st, err := openHTTP("http://h:1/metadata?cluster=a")
+	st, err := openHTTP("http://h:1/metadata?cluster=a", Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,14 @@
 // calls. What the master serves, how it counts requests in /metrics, and how clients fail over
 // are the same on both; the framed RPC only replaces HTTP/2 framing.
 //
+// # Security
+//
+// Both protocols share one connection set-up (secure.go): optional TLS, then, when the master
+// has a token (MC_AUTH_TOKEN), the challenge-response of package auth, then the protocol's first
+// bytes. [NewSecureListener] runs the master's side, [DialFramedSecure] and [DialSecure] the
+// client's; the master's interceptor refuses calls on connections that did not prove the
+// token ([RequireAuthenticated]). See docs/security-store.md.
+//
 // # Conventions
 //
 // Every response carries a Code ([ErrorCode], 0 = OK) and a Message for users. Transport

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
 
@@ -81,7 +83,7 @@ func (l *FramedServer) Close() {
 	}
 }
 
-func (l *FramedServer) serveConn(c net.Conn) {
+func (l *FramedServer) serveConn(c net.Conn, info ConnInfo) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -90,7 +92,7 @@ func (l *FramedServer) serveConn(c net.Conn) {
 	}
 	l.conns[c] = struct{}{}
 	l.mu.Unlock()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(peer.NewContext(context.Background(), &peer.Peer{Addr: c.RemoteAddr(), AuthInfo: info}))
 	defer func() {
 		cancel()
 		c.Close()
@@ -171,6 +173,7 @@ func writeFrame(w *bufio.Writer, parts ...[]byte) error {
 type FramedListener struct {
 	net.Listener
 	srv   *FramedServer
+	sec   ServerSecurity
 	conns chan net.Conn
 	done  chan struct{}
 	once  sync.Once
@@ -178,9 +181,15 @@ type FramedListener struct {
 	err   error // why the accept loop ended (under mu)
 }
 
-// NewFramedListener starts accepting on lis.
+// NewFramedListener starts accepting on lis (plain TCP, no token).
 func NewFramedListener(lis net.Listener, srv *FramedServer) *FramedListener {
-	l := &FramedListener{Listener: lis, srv: srv, conns: make(chan net.Conn), done: make(chan struct{})}
+	return NewSecureListener(lis, srv, ServerSecurity{})
+}
+
+// NewSecureListener starts accepting on lis; every connection is first secured as sec says
+// (TLS, token: see secure.go). The gRPC server that Accepts from it needs ServerCreds.
+func NewSecureListener(lis net.Listener, srv *FramedServer, sec ServerSecurity) *FramedListener {
+	l := &FramedListener{Listener: lis, srv: srv, sec: sec, conns: make(chan net.Conn), done: make(chan struct{})}
 	go l.acceptLoop()
 	return l
 }
@@ -200,20 +209,36 @@ func (l *FramedListener) acceptLoop() {
 }
 
 func (l *FramedListener) sniff(c net.Conn) {
-	var head [len(framedMagic)]byte
-	c.SetReadDeadline(time.Now().Add(framedSniffTimeout))
-	n, err := io.ReadFull(c, head[:])
-	c.SetReadDeadline(time.Time{})
-	if err == nil && string(head[:]) == framedMagic {
-		l.srv.serveConn(c)
+	remote := c.RemoteAddr()
+	sc, head, info, err := l.sec.setupServer(c)
+	if err != nil {
+		c.Close()
+		if l.sec.Refused != nil && !errors.Is(err, io.EOF) {
+			l.sec.Refused(remote, err)
+		}
 		return
 	}
-	if n == 0 {
-		c.Close()
+	c = sc
+	if string(head) == framedMagic {
+		if !info.Authenticated {
+			// A framed client without the token: tell it why, then hang up.
+			w := bufio.NewWriter(c)
+			c.SetWriteDeadline(time.Now().Add(setupTimeout))
+			writeFrame(w, binary.LittleEndian.AppendUint32([]byte{1}, uint32(codes.Unauthenticated)), []byte(NeedTokenMessage))
+			c.Close()
+			if l.sec.Refused != nil {
+				l.sec.Refused(remote, errors.New("framed-RPC client without a token"))
+			}
+			return
+		}
+		l.srv.serveConn(c, info)
 		return
+	}
+	if !info.Authenticated && l.sec.Refused != nil {
+		l.sec.Refused(remote, errors.New("gRPC client without a token: its calls are refused"))
 	}
 	// Not the framed RPC: hand it to gRPC with the bytes read so far put back in front.
-	pc := &prefixConn{Conn: c, r: io.MultiReader(bytes.NewReader(head[:n]), c)}
+	pc := &prefixConn{Conn: c, r: io.MultiReader(bytes.NewReader(head), c), info: info}
 	select {
 	case l.conns <- pc:
 	case <-l.done:
@@ -244,7 +269,8 @@ func (l *FramedListener) Close() error {
 
 type prefixConn struct {
 	net.Conn
-	r io.Reader
+	r    io.Reader
+	info ConnInfo // what the listener established (see serverCreds)
 }
 
 func (p *prefixConn) Read(b []byte) (int, error) { return p.r.Read(b) }
@@ -257,6 +283,7 @@ func (p *prefixConn) Read(b []byte) (int, error) { return p.r.Read(b) }
 // connection broke, codes.DeadlineExceeded when ctx ended first.
 type FramedConn struct {
 	addr string
+	sec  ClientSecurity
 	idle chan *framedSock
 
 	mu     sync.Mutex
@@ -264,17 +291,23 @@ type FramedConn struct {
 }
 
 type framedSock struct {
-	c net.Conn
-	r *bufio.Reader
-	w *bufio.Writer
+	c   net.Conn
+	raw net.Conn // the TCP connection under c (c itself without TLS): awaitReply polls it
+	r   *bufio.Reader
+	w   *bufio.Writer
 }
 
 // DialFramed returns a lazy framed-RPC connection to addr ("host:port").
-func DialFramed(addr string) (*FramedConn, error) {
+func DialFramed(addr string) (*FramedConn, error) { return DialFramedSecure(addr, ClientSecurity{}) }
+
+// DialFramedSecure is DialFramed with every socket secured as sec says (TLS, token) before
+// its first call: a socket dialled later (more concurrency, a reconnection) goes through the
+// same set-up.
+func DialFramedSecure(addr string, sec ClientSecurity) (*FramedConn, error) {
 	if addr == "" {
 		return nil, Errorf(INVALID_PARAMS, "master address is empty")
 	}
-	return &FramedConn{addr: addr, idle: make(chan *framedSock, 16)}, nil
+	return &FramedConn{addr: addr, sec: sec, idle: make(chan *framedSock, 16)}, nil
 }
 
 // Invoke implements grpc.ClientConnInterface.
@@ -308,7 +341,11 @@ func (l *FramedConn) Invoke(ctx context.Context, method string, args, reply any,
 		}
 		return status.Errorf(codes.Unavailable, "master %s: %v", l.addr, err)
 	}
-	l.put(s)
+	if len(frame) >= 5 && frame[0] == 1 && codes.Code(binary.LittleEndian.Uint32(frame[1:5])) == codes.Unauthenticated {
+		s.c.Close() // the master hangs up after refusing a connection without the token
+	} else {
+		l.put(s)
+	}
 	if len(frame) == 0 {
 		return status.Errorf(codes.Internal, "master %s sent an empty reply", l.addr)
 	}
@@ -344,7 +381,15 @@ func (s *framedSock) awaitReply(ctx context.Context) {
 	if s.r.Buffered() > 0 {
 		return
 	}
-	rc, err := s.c.(syscall.Conn).SyscallConn()
+	sc, ok := s.raw.(syscall.Conn)
+	if !ok {
+		return
+	}
+	if tc, ok := s.c.(*tls.Conn); ok && tc.ConnectionState().HandshakeComplete {
+		// TLS may hold decrypted bytes the socket no longer shows: use the plain read path.
+		return
+	}
+	rc, err := sc.SyscallConn()
 	if err != nil {
 		return
 	}
@@ -391,11 +436,21 @@ func (l *FramedConn) get(ctx context.Context) (*framedSock, error) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
+	raw := c
+	if c, err = l.sec.setupClient(ctx, c, l.addr); err != nil {
+		if ctx.Err() != nil {
+			return nil, status.Errorf(codes.DeadlineExceeded, "connect to master %s: %v", l.addr, err)
+		}
+		if errors.Is(err, errSetupRefused) {
+			return nil, status.Error(codes.Unauthenticated, err.Error())
+		}
+		return nil, status.Errorf(codes.Unavailable, "connect to master %s: %v", l.addr, err)
+	}
 	if _, err := c.Write([]byte(framedMagic)); err != nil {
 		c.Close()
 		return nil, status.Errorf(codes.Unavailable, "connect to master %s: %v", l.addr, err)
 	}
-	return &framedSock{c: c, r: bufio.NewReaderSize(c, 64<<10), w: bufio.NewWriterSize(c, 64<<10)}, nil
+	return &framedSock{c: c, raw: raw, r: bufio.NewReaderSize(c, 64<<10), w: bufio.NewWriterSize(c, 64<<10)}, nil
 }
 
 func (l *FramedConn) put(s *framedSock) {

@@ -15,10 +15,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mooncake-go/mooncake/auth"
 	"github.com/mooncake-go/mooncake/engine"
 	"github.com/mooncake-go/mooncake/internal/memview"
 	"github.com/mooncake-go/mooncake/store/api"
 	"github.com/mooncake-go/mooncake/store/ha"
+	"github.com/mooncake-go/mooncake/store/tlsconf"
 )
 
 // Engine is what the client needs from a transfer engine; *engine.Engine implements it.
@@ -51,10 +53,19 @@ type Config struct {
 
 	// The package reads no environment: capi/ and cmd/ fill these from the knobs of package
 	// config named in the comments.
-	GRPC     bool          // call the master over gRPC instead of the framed RPC (MC_STORE_RPC=grpc)
-	Prefault Prefault      // populate the mounted segment up front: auto (zero), on, off (MC_STORE_PREFAULT)
-	HA       ha.Options    // Redis password / database of an HA master address (MC_REDIS_PASSWORD, MC_REDIS_DB_INDEX)
-	Engine   engine.Config // the rest of the engine New creates (EngineConfig sets its name, metadata, protocol and device)
+	GRPC     bool       // call the master over gRPC instead of the framed RPC (MC_STORE_RPC=grpc)
+	Prefault Prefault   // populate the mounted segment up front: auto (zero), on, off (MC_STORE_PREFAULT)
+	HA       ha.Options // Redis password / database / TLS files of an HA master address (MC_REDIS_PASSWORD, MC_REDIS_DB_INDEX, MC_TLS_*)
+	// Security of the master connections (docs/security-store.md): the token the master
+	// requires (MC_AUTH_TOKEN / MC_AUTH_TOKEN_FILE), and TLS when MasterTLS is set
+	// (MC_STORE_TLS; TLS holds MC_TLS_CA_FILE, and MC_TLS_CERT_FILE and MC_TLS_KEY_FILE for a
+	// master that requires a client certificate). SecurityError is why those knobs could not
+	// be loaded (set by config.StoreClient): New fails with it rather than run without them.
+	AuthToken     *auth.Token
+	MasterTLS     bool
+	SecurityError error
+	TLS           tlsconf.Client
+	Engine        engine.Config // the rest of the engine New creates (EngineConfig sets its name, metadata, protocol and device)
 }
 
 const (
@@ -150,6 +161,9 @@ func NewWithEngine(ctx context.Context, eng Engine, cfg Config) (*Client, error)
 	}
 	if cfg.MasterServerAddress == "" {
 		return nil, api.Errorf(api.INVALID_PARAMS, "master_server_address is empty (want host:port of mooncake_master)")
+	}
+	if cfg.SecurityError != nil {
+		return nil, api.Errorf(api.INVALID_PARAMS, "%v", cfg.SecurityError)
 	}
 	cc, err := dialMaster(ctx, cfg)
 	if err != nil {

@@ -26,10 +26,10 @@ const DefaultClusterID = "mooncake_cluster"
 const haAttemptTimeout = 3 * time.Second
 
 // IsHAAddress reports whether a master address names an HA store to find the leader in
-// ("etcd://h:p,h:p", "redis://h:p", "rediss://...") rather than a master's host:port.
+// ("etcd://h:p,h:p", "etcds://..." (TLS), "redis://h:p", "rediss://...") rather than a master's host:port.
 func IsHAAddress(addr string) bool {
 	a := strings.ToLower(strings.TrimSpace(addr))
-	return strings.HasPrefix(a, "etcd://") || strings.HasPrefix(a, "redis://") || strings.HasPrefix(a, "rediss://")
+	return strings.HasPrefix(a, "etcd://") || strings.HasPrefix(a, "etcds://") || strings.HasPrefix(a, "redis://") || strings.HasPrefix(a, "rediss://")
 }
 
 // masterConn is the client's connection to the master: a grpc.ClientConnInterface that, for an
@@ -41,8 +41,9 @@ func IsHAAddress(addr string) bool {
 // the same segment succeeds), so a call whose reply was lost may safely be sent again.
 type masterConn struct {
 	display string
-	grpc    bool            // gRPC instead of the framed RPC (Config.GRPC)
-	watcher *ha.ViewWatcher // nil for a fixed address
+	grpc    bool               // gRPC instead of the framed RPC (Config.GRPC)
+	sec     api.ClientSecurity // TLS and token of every connection, the new leader's too
+	watcher *ha.ViewWatcher    // nil for a fixed address
 
 	mu     sync.Mutex
 	addr   string
@@ -56,11 +57,28 @@ type rpcConn interface {
 	Close() error
 }
 
-func dialRPC(addr string, useGRPC bool) (rpcConn, error) {
+// dialRPC connects to the master at addr. Every connection (each framed socket, each gRPC
+// (re)connection) runs sec's TLS and token handshakes first, so a client following a new
+// leader authenticates to it before its first call.
+func dialRPC(addr string, useGRPC bool, sec api.ClientSecurity) (rpcConn, error) {
 	if !useGRPC {
-		return api.DialFramed(addr)
+		return api.DialFramedSecure(addr, sec)
 	}
-	return api.Dial(addr, dialOpts()...)
+	return api.DialSecure(addr, sec, dialOpts()...)
+}
+
+// security is what cfg brings to master connections: TLS when cfg.MasterTLS, the token when
+// MC_AUTH_TOKEN is set.
+func security(cfg Config) (api.ClientSecurity, error) {
+	sec := api.ClientSecurity{Token: cfg.AuthToken, Self: "store client " + cfg.LocalHostname}
+	if cfg.MasterTLS {
+		tc, err := cfg.TLS.Config("")
+		if err != nil {
+			return sec, fmt.Errorf("TLS to the master: %w", err)
+		}
+		sec.TLS = tc
+	}
+	return sec, nil
 }
 
 func dialOpts() []grpc.DialOption {
@@ -72,9 +90,13 @@ func dialOpts() []grpc.DialOption {
 
 func dialMaster(ctx context.Context, cfg Config) (*masterConn, error) {
 	address, clusterID := cfg.MasterServerAddress, cfg.ClusterID
-	m := &masterConn{display: address, grpc: cfg.GRPC}
+	sec, err := security(cfg)
+	if err != nil {
+		return nil, err
+	}
+	m := &masterConn{display: address, grpc: cfg.GRPC, sec: sec}
 	if !IsHAAddress(address) {
-		cc, err := dialRPC(address, m.grpc)
+		cc, err := dialRPC(address, m.grpc, m.sec)
 		if err != nil {
 			return nil, err
 		}
@@ -123,7 +145,7 @@ func (m *masterConn) conn(ctx context.Context) (rpcConn, error) {
 		return nil, status.Error(codes.Canceled, "master connection closed")
 	}
 	if v.Leader != m.addr || m.cc == nil {
-		cc, err := dialRPC(v.Leader, m.grpc)
+		cc, err := dialRPC(v.Leader, m.grpc, m.sec)
 		if err != nil {
 			return nil, status.Errorf(codes.Unavailable, "dial master leader %s: %v", v.Leader, err)
 		}
@@ -154,7 +176,9 @@ func (m *masterConn) Invoke(ctx context.Context, method string, args, reply any,
 		if err != nil {
 			switch status.Code(err) {
 			case codes.Unavailable:
-				retry = true
+				// gRPC reports a failed handshake as Unavailable: a refused token or an
+				// untrusted certificate does not heal by retrying.
+				retry = !api.IsSetupRefusal(err)
 			case codes.DeadlineExceeded:
 				retry = ctx.Err() == nil // only the attempt timed out
 			}

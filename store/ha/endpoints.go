@@ -2,6 +2,7 @@ package ha
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -14,6 +15,8 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/mooncake-go/mooncake/store/tlsconf"
 )
 
 // Kind is the store behind HA.
@@ -36,7 +39,11 @@ type Endpoints struct {
 	// Redis only.
 	Username, Password string
 	DB                 int
-	TLS                bool
+	// TLS: rediss:// (Redis) or https:// / etcds:// (etcd); the CAs and client certificate
+	// come from Options.TLS.
+	TLS bool
+	// TLSFiles are the client's TLS files (Options.TLS), used when TLS is set.
+	TLSFiles tlsconf.Client
 }
 
 func (e Endpoints) String() string {
@@ -48,6 +55,7 @@ func (e Endpoints) String() string {
 //	http://h:p;http://h:p    etcd (the --etcd_endpoints form)
 //	etcd://h:p,h:p           etcd (the client form)
 //	h:p                      etcd
+//	https://h:p;https://h:p  etcd over TLS (also etcds://h:p,h:p)
 //	redis://[user:password@]h:p[/db][;redis://h:p]   Redis; several addresses mean Redis Cluster
 //	rediss://...             Redis over TLS
 //
@@ -61,6 +69,10 @@ func ParseEndpoints(s string) (Endpoints, error) { return ParseEndpointsWith(s, 
 type Options struct {
 	RedisPassword string // Redis password when the URLs give none (MC_REDIS_PASSWORD)
 	RedisDBIndex  string // Redis database when the URLs name none, a number >= 0 (MC_REDIS_DB_INDEX)
+	// TLS files for https:// / etcds:// and rediss:// endpoints (MC_TLS_CA_FILE: the CAs the
+	// server's certificate must chain to, default the system's; MC_TLS_CERT_FILE and
+	// MC_TLS_KEY_FILE: a client certificate for servers that require one).
+	TLS tlsconf.Client
 }
 
 // ParseEndpointsWith is ParseEndpoints where o's Redis password and database apply when the
@@ -70,19 +82,20 @@ func ParseEndpointsWith(s string, o Options) (Endpoints, error) {
 	if raw == "" {
 		return Endpoints{}, fmt.Errorf("ha: no endpoints given (want e.g. \"http://127.0.0.1:2379\" or \"redis://127.0.0.1:6379\")")
 	}
-	var ep Endpoints
+	ep := Endpoints{TLSFiles: o.TLS}
 	dbSet := false
+	etcdTLS := map[bool]bool{}
 	for _, item := range strings.FieldsFunc(raw, func(r rune) bool { return r == ';' || r == ',' || r == ' ' }) {
 		kind, addr := KindEtcd, item
 		scheme, rest, hasScheme := strings.Cut(item, "://")
 		if hasScheme {
 			switch strings.ToLower(scheme) {
-			case "etcd":
+			case "etcd", "http":
 				addr = "http://" + rest
-			case "http":
-				addr = "http://" + rest
-			case "https":
-				return Endpoints{}, fmt.Errorf("ha: etcd endpoint %q uses https; TLS to etcd is not supported yet, use http://", item)
+				etcdTLS[false] = true
+			case "etcds", "https":
+				addr = "https://" + rest
+				etcdTLS[true] = true
 			case "redis", "rediss":
 				kind = KindRedis
 			default:
@@ -92,8 +105,12 @@ func ParseEndpointsWith(s string, o Options) (Endpoints, error) {
 			// "redis://h:p,h:p": later bare addresses belong to the Redis list.
 			kind = KindRedis
 			addr = "redis://" + item
+		} else if ep.TLS {
+			// "etcds://h:p,h:p": later bare addresses are TLS too.
+			addr = "https://" + item
 		} else {
 			addr = "http://" + item
+			etcdTLS[false] = true
 		}
 		if ep.Kind != "" && ep.Kind != kind {
 			return Endpoints{}, fmt.Errorf("ha: endpoints %q mix etcd and Redis", raw)
@@ -107,7 +124,11 @@ func ParseEndpointsWith(s string, o Options) (Endpoints, error) {
 			if err := checkHostPort(u.Host); err != nil {
 				return Endpoints{}, fmt.Errorf("ha: bad etcd endpoint %q: %w", item, err)
 			}
-			ep.Addrs = append(ep.Addrs, "http://"+u.Host)
+			if len(etcdTLS) > 1 {
+				return Endpoints{}, fmt.Errorf("ha: endpoints %q mix TLS (https://, etcds://) and plain (http://, etcd://) etcd servers", raw)
+			}
+			ep.TLS = u.Scheme == "https"
+			ep.Addrs = append(ep.Addrs, u.Scheme+"://"+u.Host)
 			continue
 		}
 		u, err := url.Parse(addr)
@@ -189,7 +210,15 @@ func DialEndpoints(ctx context.Context, ep Endpoints) (*Conn, error) {
 	c := &Conn{ep: ep}
 	switch ep.Kind {
 	case KindEtcd:
+		var tc *tls.Config
+		if ep.TLS {
+			var err error
+			if tc, err = ep.TLSFiles.Config(""); err != nil {
+				return nil, fmt.Errorf("ha: TLS to %s: %w", ep, err)
+			}
+		}
 		cli, err := clientv3.New(clientv3.Config{
+			TLS:                  tc,
 			Endpoints:            ep.Addrs,
 			DialTimeout:          DefaultTimeout,
 			DialKeepAliveTime:    2 * time.Second,
@@ -209,7 +238,11 @@ func DialEndpoints(ctx context.Context, ep Endpoints) (*Conn, error) {
 			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 		}
 		if ep.TLS {
-			opts.TLSConfig = tlsConfig()
+			tc, err := ep.TLSFiles.Config("")
+			if err != nil {
+				return nil, fmt.Errorf("ha: TLS to %s: %w", ep, err)
+			}
+			opts.TLSConfig = tc
 		}
 		c.redis = redis.NewUniversalClient(opts)
 	default:
@@ -219,7 +252,12 @@ func DialEndpoints(ctx context.Context, ep Endpoints) (*Conn, error) {
 	defer cancel()
 	if err := c.ping(pctx); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("ha: %s does not answer: %w", ep, err)
+		hint := ""
+		if ep.TLS {
+			// etcd's client reports an untrusted certificate as a timeout.
+			hint = " (over TLS: is its certificate signed by a CA in MC_TLS_CA_FILE, and does it want a client certificate: MC_TLS_CERT_FILE/MC_TLS_KEY_FILE?)"
+		}
+		return nil, fmt.Errorf("ha: %s does not answer%s: %w", ep, hint, err)
 	}
 	return c, nil
 }

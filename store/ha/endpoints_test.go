@@ -21,13 +21,15 @@ func TestParseEndpoints(t *testing.T) {
 		{"redis://a:1;redis://b:2", Endpoints{Kind: KindRedis, Addrs: []string{"a:1", "b:2"}}},
 		{"redis://a:1,b:2", Endpoints{Kind: KindRedis, Addrs: []string{"a:1", "b:2"}}},
 		{"rediss://u:p@a:1", Endpoints{Kind: KindRedis, Addrs: []string{"a:1"}, Username: "u", Password: "p", TLS: true}},
+		{"https://h1:2379;https://h2:2379", Endpoints{Kind: KindEtcd, Addrs: []string{"https://h1:2379", "https://h2:2379"}, TLS: true}},
+		{"etcds://h1:2379,h2:2379", Endpoints{Kind: KindEtcd, Addrs: []string{"https://h1:2379", "https://h2:2379"}, TLS: true}},
 	} {
 		got, err := ParseEndpoints(tc.in)
 		if err != nil || !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("ParseEndpoints(%q) = %+v, %v; want %+v", tc.in, got, err, tc.want)
 		}
 	}
-	for _, bad := range []string{"", "ftp://h:1", "http://h", "redis://h:1;http://h:2", "h:99999", "https://h:2379",
+	for _, bad := range []string{"", "ftp://h:1", "http://h", "redis://h:1;http://h:2", "h:99999", "https://h:2379;http://h:2380", "etcd://a:1,https://b:2",
 		"redis://h:1/x", "redis://a:1/2;redis://b:1"} {
 		if _, err := ParseEndpoints(bad); err == nil {
 			t.Errorf("ParseEndpoints(%q) accepted", bad)

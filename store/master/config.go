@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/mooncake-go/mooncake/auth"
 )
 
 // Config is everything mooncake_master is configured with. Field comments give the flag name;
@@ -63,6 +65,14 @@ type Config struct {
 	DFSFullPolicy               string // --dfs_full_policy: refuse | evict_oldest, when a move would overflow the G3 tier
 	PromotionOnHit              bool   // --promotion_on_hit: copy an object read from disk back into memory
 	PromotionAdmissionThreshold int    // --promotion_admission_threshold: disk reads before a promotion
+
+	// Security (see docs/security-store.md). The token is not a flag (a command line is
+	// visible to every user of the host): mastercmd fills AuthToken from MC_AUTH_TOKEN /
+	// MC_AUTH_TOKEN_FILE.
+	TLSCertFile string      // --tls_cert_file: serve the RPC port over TLS with this certificate (PEM)
+	TLSKeyFile  string      // --tls_key_file: the certificate's private key (PEM)
+	TLSCAFile   string      // --tls_ca_file: require client certificates signed by these CAs (PEM)
+	AuthToken   *auth.Token // clients (RPC) and admin HTTP callers must prove this token; nil = open
 }
 
 // HotStandbyConfig is upstream's HotStandbyConfig. A standby here follows the HA oplog
@@ -192,6 +202,12 @@ func (c Config) Validate() error {
 	if c.PromotionAdmissionThreshold < 1 {
 		errs = append(errs, "--promotion_admission_threshold must be >= 1")
 	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		errs = append(errs, "--tls_cert_file and --tls_key_file go together")
+	}
+	if c.TLSCAFile != "" && c.TLSCertFile == "" {
+		errs = append(errs, "--tls_ca_file (client certificates) needs --tls_cert_file and --tls_key_file")
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("invalid master configuration: %s", strings.Join(errs, "; "))
 	}
@@ -298,6 +314,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DFSFullPolicy, "dfs_full_policy", c.DFSFullPolicy, "when the G3 tier is full: refuse (objects stay in memory) or evict_oldest (drop the oldest G3 objects)")
 	fs.BoolVar(&c.PromotionOnHit, "promotion_on_hit", c.PromotionOnHit, "copy an object read from disk back into memory after --promotion_admission_threshold reads")
 	fs.IntVar(&c.PromotionAdmissionThreshold, "promotion_admission_threshold", c.PromotionAdmissionThreshold, "disk reads of an object before it is promoted to memory")
+	fs.StringVar(&c.TLSCertFile, "tls_cert_file", c.TLSCertFile, "serve the RPC port (gRPC and framed) over TLS with this PEM certificate (with --tls_key_file)")
+	fs.StringVar(&c.TLSKeyFile, "tls_key_file", c.TLSKeyFile, "PEM private key of --tls_cert_file")
+	fs.StringVar(&c.TLSCAFile, "tls_ca_file", c.TLSCAFile, "PEM CAs: when set, RPC clients must present a certificate they signed (MC_TLS_CERT_FILE/MC_TLS_KEY_FILE)")
 	fs.StringVar(&c.ConfigPath, "config_path", c.ConfigPath, "JSON or YAML file of flag_name: value; command-line flags override it")
 }
 

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/mooncake-go/mooncake/auth/httpauth"
 	"github.com/mooncake-go/mooncake/store/api"
 )
 
@@ -17,8 +18,14 @@ import (
 //	/get_all_keys       complete keys, one per line
 //	/query_key?key=K    JSON description of K (404 when unknown)
 //	/get_all_segments   mounted segments, one engine segment name per line (?format=json for details)
+//
+// With a token (WithSecurity), the routes that reveal keys or segments (/get_all_keys,
+// /query_key, /get_all_segments) answer only requests signed with it (package auth/httpauth);
+// /metrics, /metrics/summary, /health and / stay open for scrapers and probes (counts and
+// the role, no keys: docs/security-store.md).
 func (s *Server) AdminHandler() http.Handler {
-	mux := http.NewServeMux()
+	mux := &adminMux{ServeMux: http.NewServeMux()}
+	mux.verifier = httpauth.NewVerifier(s.sec.Token)
 	mux.Handle("/metrics", s.metrics.Handler())
 	mux.HandleFunc("/metrics/summary", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -31,7 +38,7 @@ func (s *Server) AdminHandler() http.Handler {
 		s.mu.Unlock()
 		writeJSON(w, http.StatusOK, body)
 	})
-	mux.HandleFunc("/get_all_keys", s.leaderOnly(func(w http.ResponseWriter, r *http.Request) {
+	mux.private("/get_all_keys", s.leaderOnly(func(w http.ResponseWriter, r *http.Request) {
 		var keys []string
 		s.View(func(st *State) { keys = st.Keys() })
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -39,7 +46,7 @@ func (s *Server) AdminHandler() http.Handler {
 			fmt.Fprintln(w, k)
 		}
 	}))
-	mux.HandleFunc("/query_key", s.leaderOnly(func(w http.ResponseWriter, r *http.Request) {
+	mux.private("/query_key", s.leaderOnly(func(w http.ResponseWriter, r *http.Request) {
 		key := r.URL.Query().Get("key")
 		if key == "" {
 			http.Error(w, "missing key parameter: use /query_key?key=<url-encoded key>", http.StatusBadRequest)
@@ -54,7 +61,7 @@ func (s *Server) AdminHandler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, info)
 	}))
-	mux.HandleFunc("/get_all_segments", s.leaderOnly(func(w http.ResponseWriter, r *http.Request) {
+	mux.private("/get_all_segments", s.leaderOnly(func(w http.ResponseWriter, r *http.Request) {
 		var segs []SegmentInfo
 		s.View(func(st *State) { segs = st.Segments() })
 		if r.URL.Query().Get("format") == "json" {
@@ -79,6 +86,16 @@ func (s *Server) AdminHandler() http.Handler {
   /metrics /metrics/summary /health /get_all_keys /query_key?key= /get_all_segments`))
 	})
 	return mux
+}
+
+// adminMux is a ServeMux whose private routes need a signed request when verifier is set.
+type adminMux struct {
+	*http.ServeMux
+	verifier *httpauth.Verifier
+}
+
+func (m *adminMux) private(pattern string, h http.HandlerFunc) {
+	m.Handle(pattern, httpauth.Require(m.verifier, h))
 }
 
 // leaderOnly answers 503 when this master is not the serving leader (HA standby).

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/mooncake-go/mooncake/auth"
 	"github.com/mooncake-go/mooncake/store/api"
 	"github.com/mooncake-go/mooncake/store/ha"
 	"github.com/mooncake-go/mooncake/store/metrics"
@@ -34,6 +35,10 @@ func WithClock(now func() time.Time) Option { return func(s *Server) { s.now = n
 // WithLog installs the operation log (HA).
 func WithLog(l Log) Option { return func(s *Server) { s.log = l } }
 
+// WithSecurity sets what the RPC port asks of a connection (TLS, token): see api.ServerSecurity.
+// Refused connections are logged, at most a few lines a second.
+func WithSecurity(sec api.ServerSecurity) Option { return func(s *Server) { s.sec = sec } }
+
 // Server is the master service: it owns a State and turns RPCs, client liveness and timers
 // into entries applied one at a time. It implements api.MasterServer.
 type Server struct {
@@ -41,6 +46,8 @@ type Server struct {
 	now     func() time.Time
 	log     Log
 	metrics *metrics.Master
+	sec     api.ServerSecurity // RPC connection security (WithSecurity)
+	refused auth.RefusalLog    // refused RPC connections (rate-limited)
 
 	mu       sync.Mutex
 	state    *State
@@ -302,6 +309,11 @@ func (s *Server) Snapshot() metrics.Snapshot {
 
 // interceptor counts requests and failures per method and refuses work while not serving.
 func (s *Server) interceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if s.sec.Token != nil {
+		if err := api.RequireAuthenticated(ctx); err != nil {
+			return nil, err
+		}
+	}
 	start := time.Now()
 	resp, err := h(ctx, req)
 	failed := err != nil
@@ -318,6 +330,7 @@ func (s *Server) interceptor(ctx context.Context, req any, info *grpc.UnaryServe
 func (s *Server) GRPCServer() *grpc.Server {
 	opts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(s.interceptor),
+		api.ServerCreds(),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.MaxRecvMsgSize(64 << 20),
 	}
@@ -334,7 +347,12 @@ func (s *Server) GRPCServer() *grpc.Server {
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	g := s.GRPCServer()
 	framed := api.NewFramedServer(&api.ServiceDesc, s, s.interceptor)
-	lis = api.NewFramedListener(lis, framed)
+	sec := s.sec
+	if sec.Refused == nil {
+		s.refused.Prefix = "mooncake_master rpc"
+		sec.Refused = func(remote net.Addr, why error) { s.refused.Refused(remote.String(), "", why) }
+	}
+	lis = api.NewSecureListener(lis, framed, sec)
 	go func() {
 		<-ctx.Done()
 		framed.Close()

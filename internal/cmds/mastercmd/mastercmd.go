@@ -15,10 +15,12 @@ import (
 	"github.com/mooncake-go/mooncake/config"
 	"github.com/mooncake-go/mooncake/engine/metadata"
 	"github.com/mooncake-go/mooncake/internal/cli"
+	"github.com/mooncake-go/mooncake/store/api"
 	"github.com/mooncake-go/mooncake/store/dfs"
 	"github.com/mooncake-go/mooncake/store/ha"
 	"github.com/mooncake-go/mooncake/store/master"
 	"github.com/mooncake-go/mooncake/store/snapshot"
+	"github.com/mooncake-go/mooncake/store/tlsconf"
 )
 
 // Name is the command's name, the one the multi-call binary answers to.
@@ -50,7 +52,12 @@ func run(ctx context.Context, cfg master.Config) error {
 		return fmt.Errorf("listen for rpc on %s:%d: %w", cfg.RPCAddress, cfg.RPCPort, err)
 	}
 	cfg.RPCPort = rpcLis.Addr().(*net.TCPAddr).Port
-	srv := master.NewServer(cfg)
+	sec, err := security(&cfg)
+	if err != nil {
+		rpcLis.Close()
+		return err
+	}
+	srv := master.NewServer(cfg, master.WithSecurity(sec))
 
 	// Snapshots and HA.
 	var snaps *snapshot.Manager
@@ -129,7 +136,7 @@ func run(ctx context.Context, cfg master.Config) error {
 		return err
 	}
 	if cfg.EnableHTTPMetadataServer {
-		md := metadata.NewHTTPServer(metadata.HTTPServerConfig{})
+		md := metadata.NewHTTPServer(metadata.HTTPServerConfig{AuthToken: cfg.AuthToken})
 		port, err := serveHTTP("http metadata", net.JoinHostPort(cfg.HTTPMetadataServerHost, strconv.Itoa(cfg.HTTPMetadataServerPort)), md)
 		if err != nil {
 			rpcLis.Close()
@@ -169,6 +176,35 @@ func run(ctx context.Context, cfg master.Config) error {
 	}
 	log.Printf("mooncake_master: stopped")
 	return err
+}
+
+// security loads what the RPC port asks of connections: TLS (--tls_cert_file, --tls_key_file,
+// --tls_ca_file) and the token (MC_AUTH_TOKEN / MC_AUTH_TOKEN_FILE, stored in cfg.AuthToken
+// for the admin and metadata HTTP servers), and logs what is on.
+func security(cfg *master.Config) (api.ServerSecurity, error) {
+	var sec api.ServerSecurity
+	tc, err := tlsconf.Server{CertFile: cfg.TLSCertFile, KeyFile: cfg.TLSKeyFile, CAFile: cfg.TLSCAFile}.Config()
+	if err != nil {
+		return sec, err
+	}
+	sec.TLS = tc
+	token, err := config.Token()
+	if err != nil {
+		return sec, err
+	}
+	cfg.AuthToken, sec.Token = token, token
+	switch {
+	case tc != nil && cfg.TLSCAFile != "":
+		log.Printf("mooncake_master: rpc over TLS; clients must present a certificate signed by %s", cfg.TLSCAFile)
+	case tc != nil:
+		log.Printf("mooncake_master: rpc over TLS")
+	}
+	if token != nil {
+		log.Printf("mooncake_master: clients must prove MC_AUTH_TOKEN (rpc, key-revealing admin routes, http metadata)")
+	} else {
+		log.Printf("mooncake_master: no MC_AUTH_TOKEN: any client that reaches the rpc port is served (docs/security-store.md)")
+	}
+	return sec, nil
 }
 
 func capacityText(n uint64) string {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mooncake-go/mooncake/config"
 	"github.com/mooncake-go/mooncake/engine/metadata"
 	"github.com/mooncake-go/mooncake/internal/cli"
 )
@@ -45,12 +46,16 @@ func run(args []string) error {
 		return cli.Usagef("--path=%q must start with '/'", *path)
 	}
 
+	token, err := config.Token()
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(*host, strconv.Itoa(*port)))
 	if err != nil {
 		return fmt.Errorf("cannot listen on %s:%d: %w", *host, *port, err)
 	}
 	srv := &http.Server{
-		Handler:           metadata.NewHTTPServer(metadata.HTTPServerConfig{Path: *path, MaxValueBytes: *maxValue}),
+		Handler:           metadata.NewHTTPServer(metadata.HTTPServerConfig{Path: *path, MaxValueBytes: *maxValue, AuthToken: token}),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 	}
@@ -60,6 +65,9 @@ func run(args []string) error {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	log.Printf("listening on http://%s%s", ln.Addr(), *path)
+	if token != nil {
+		log.Printf("every request must be signed with MC_AUTH_TOKEN (docs/security-store.md)")
+	}
 
 	select {
 	case err := <-errc:
