@@ -10,6 +10,10 @@ typedef struct mc_replicate_config {
   int32_t with_soft_pin;
   int32_t with_hard_pin;
   const char *preferred_segments;
+  int32_t soft_pin_action;
+  int32_t has_soft_pin_ttl;
+  uint64_t soft_pin_ttl_ms;
+  int32_t prefer_alloc_in_same_node;
 } mc_replicate_config;
 // mc_store_alloc_fn returns len writable bytes for a value (NULL: give up) — see mc_store_get_with.
 typedef void *(*mc_store_alloc_fn)(void *ctx, uint64_t len);
@@ -101,6 +105,15 @@ func replicateConfig(p *C.mc_replicate_config) (api.ReplicateConfig, error) {
 			cfg.PreferredSegments = append(cfg.PreferredSegments, s)
 		}
 	}
+	cfg.SoftPinAction = api.SoftPinAction(p.soft_pin_action)
+	if cfg.SoftPinAction < api.SoftPinPreserve || cfg.SoftPinAction > api.SoftPinDisable {
+		return cfg, api.Errorf(api.INVALID_PARAMS, "soft_pin_action %d is not PRESERVE (0), ENABLE (1) or DISABLE (2)", int(p.soft_pin_action))
+	}
+	if p.has_soft_pin_ttl != 0 {
+		ttl := uint64(p.soft_pin_ttl_ms)
+		cfg.SoftPinTTLMs = &ttl
+	}
+	cfg.PreferAllocInSameNode = p.prefer_alloc_in_same_node != 0
 	return cfg, nil
 }
 
@@ -181,16 +194,53 @@ func mc_store_create(out *C.uint64_t) C.int {
 
 //export mc_store_setup
 func mc_store_setup(h C.uint64_t, local, meta *C.char, segSize, bufSize C.uint64_t, proto, dev, masterAddr *C.char) C.int {
+	return storeSetup(h, client.Config{
+		LocalHostname: goString(local), MetadataServer: goString(meta), GlobalSegmentSize: uint64(segSize),
+		LocalBufferSize: uint64(bufSize), Protocol: goString(proto), DeviceName: goString(dev),
+		MasterServerAddress: goString(masterAddr),
+	})
+}
+
+// setupOptions are the options of mc_store_setup_json (the names of upstream's setup()).
+type setupOptions struct {
+	LocalHostname     string `json:"local_hostname"`
+	MetadataServer    string `json:"metadata_server"`
+	GlobalSegmentSize uint64 `json:"global_segment_size"`
+	LocalBufferSize   uint64 `json:"local_buffer_size"`
+	Protocol          string `json:"protocol"`
+	RDMADevices       string `json:"rdma_devices"`
+	MasterServerAddr  string `json:"master_server_addr"`
+	EnableSSDOffload  bool   `json:"enable_ssd_offload"`
+	SSDOffloadPath    string `json:"ssd_offload_path"`
+}
+
+// mc_store_setup_json is mc_store_setup with its arguments as one JSON object of upstream's
+// setup() names (local_hostname, metadata_server, global_segment_size, local_buffer_size,
+// protocol, rdma_devices, master_server_addr, enable_ssd_offload, ssd_offload_path); unknown
+// names are refused.
+//
+//export mc_store_setup_json
+func mc_store_setup_json(h C.uint64_t, opts *C.char) C.int {
+	var o setupOptions
+	dec := json.NewDecoder(strings.NewReader(goString(opts)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&o); err != nil {
+		return serr(api.Errorf(api.INVALID_PARAMS, "setup options: %v", err))
+	}
+	return storeSetup(h, client.Config{
+		LocalHostname: o.LocalHostname, MetadataServer: o.MetadataServer, GlobalSegmentSize: o.GlobalSegmentSize,
+		LocalBufferSize: o.LocalBufferSize, Protocol: o.Protocol, DeviceName: o.RDMADevices,
+		MasterServerAddress: o.MasterServerAddr, EnableSSDOffload: o.EnableSSDOffload, SSDOffloadPath: o.SSDOffloadPath,
+	})
+}
+
+func storeSetup(h C.uint64_t, base client.Config) C.int {
 	s, ok := stores.get(uint64(h))
 	if !ok {
 		return serr(api.Errorf(api.INVALID_PARAMS, "unknown store handle %d", uint64(h)))
 	}
 	// The store-setup and engine-creation knobs are read now, at setup().
-	cfg := config.StoreClient(client.Config{
-		LocalHostname: goString(local), MetadataServer: goString(meta), GlobalSegmentSize: uint64(segSize),
-		LocalBufferSize: uint64(bufSize), Protocol: goString(proto), DeviceName: goString(dev),
-		MasterServerAddress: goString(masterAddr),
-	})
+	cfg := config.StoreClient(base)
 	if cfg.MasterServerAddress == "" {
 		return serr(api.Errorf(api.INVALID_PARAMS, "master_server_address is empty (want host:port of mooncake_master)"))
 	}

@@ -19,12 +19,20 @@ extern "C" {
 #endif
 
 /* How a put is placed. NULL config = 1 replica, no pins. preferred_segments: comma-separated
- * segment names ("host:port"), tried first; NULL or "" for none. */
+ * segment names ("host:port"), tried first; NULL or "" for none. Zeroed trailing fields keep
+ * the defaults: soft_pin_action 0 PRESERVE (a new key is not pinned unless with_soft_pin; an
+ * upserted key keeps its pin), 1 ENABLE, 2 DISABLE; soft_pin_ttl_ms applies when
+ * has_soft_pin_ttl (else the master's default); prefer_alloc_in_same_node prefers this client's
+ * own segment when preferred_segments is empty. */
 typedef struct mc_replicate_config {
   int32_t replica_num;
   int32_t with_soft_pin;
   int32_t with_hard_pin;
   const char *preferred_segments;
+  int32_t soft_pin_action;
+  int32_t has_soft_pin_ttl;
+  uint64_t soft_pin_ttl_ms;
+  int32_t prefer_alloc_in_same_node;
 } mc_replicate_config;
 
 /* Lifecycle. mc_store_create makes an unconnected handle; mc_store_setup connects it:
@@ -36,6 +44,11 @@ int mc_store_create(uint64_t *out);
 int mc_store_setup(uint64_t store, const char *local_hostname, const char *metadata_server,
                    uint64_t global_segment_size, uint64_t local_buffer_size, const char *protocol,
                    const char *device_name, const char *master_server_address);
+/* mc_store_setup with its arguments as one JSON object, named as upstream's setup():
+ * local_hostname, metadata_server, global_segment_size, local_buffer_size (integers), protocol,
+ * rdma_devices, master_server_addr, enable_ssd_offload, ssd_offload_path. Unknown names are
+ * refused (INVALID_PARAMS). */
+int mc_store_setup_json(uint64_t store, const char *options);
 int mc_store_close(uint64_t store);
 /* 0 healthy, 1 not set up (or unknown handle), 2 master unreachable. */
 int mc_store_health_check(uint64_t store);

@@ -18,6 +18,7 @@ or a list/tuple/dict of tensors, in a self-describing format; ``get_tensor`` reb
 from __future__ import annotations
 
 import ctypes
+import enum
 import json
 import logging
 import re
@@ -27,7 +28,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
 from . import _native
 
-__all__ = ["MooncakeDistributedStore", "ReplicateConfig", "last_error", "parse_size", "ErrorCode"]
+__all__ = ["MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction", "last_error", "parse_size", "ErrorCode"]
 
 log = logging.getLogger("mooncake.store")
 
@@ -61,32 +62,192 @@ class ErrorCode:
 
 class _ReplicateConfigC(ctypes.Structure):
     _fields_ = [("replica_num", _i32), ("with_soft_pin", _i32), ("with_hard_pin", _i32),
-                ("preferred_segments", _cs)]
+                ("preferred_segments", _cs), ("soft_pin_action", _i32), ("has_soft_pin_ttl", _i32),
+                ("soft_pin_ttl_ms", _u64), ("prefer_alloc_in_same_node", _i32)]
+
+
+class SoftPinAction(enum.IntEnum):
+    """What a put does to the key's soft pin (upstream's values). ``PRESERVE``: a new key is not
+    pinned, an upserted key keeps the pin it had; ``ENABLE``: pin it (for ``soft_pin_ttl_ms``, or
+    the master's ``--default_kv_soft_pin_ttl``); ``DISABLE``: an upserted key loses its pin."""
+    PRESERVE = 0
+    ENABLE = 1
+    DISABLE = 2
+
+
+def _check_count(name: str, v) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"ReplicateConfig.{name} must be an int, not {type(v).__name__}")
+    if v < 0:
+        raise ValueError(f"ReplicateConfig.{name} must be >= 0, got {v}")
+    return v
 
 
 class ReplicateConfig:
-    """How a put is placed: ``replica_num`` copies on distinct segments, optional soft/hard pin,
-    and preferred segments (``"host:port"`` names) tried first."""
+    """How a put is placed (upstream's properties; defaults as upstream's).
+
+    Wired to the master: ``replica_num`` (copies on distinct segments), ``with_soft_pin`` /
+    ``soft_pin_action`` / ``soft_pin_ttl_ms`` (soft pins, their TTL), ``with_hard_pin`` (never
+    evicted), ``preferred_segment`` / ``preferred_segments`` (``"host:port"`` segments tried
+    first), ``prefer_alloc_in_same_node`` (this client's own segment first).
+    Accepted and ignored (see docs/store.md): ``nof_replica_num`` (NVMe-oF replicas: no NVMe-oF
+    tier in this build), ``dfs_replica_num`` (objects reach the shared file tier by eviction
+    instead), ``group_ids`` (routing groups; checked for length, then unused: there is one
+    master)."""
+
+    __slots__ = ("_replica_num", "_nof_replica_num", "_dfs_replica_num", "_soft_pin_action",
+                 "_soft_pin_ttl_ms", "with_hard_pin", "preferred_segment", "_preferred_segments",
+                 "_prefer_alloc_in_same_node", "_group_ids")
 
     def __init__(self, replica_num: int = 1, with_soft_pin: bool = False,
                  with_hard_pin: bool = False, preferred_segment: str = "",
-                 preferred_segments: Optional[Sequence[str]] = None):
+                 preferred_segments: Optional[Sequence[str]] = None, *,
+                 nof_replica_num: int = 0, dfs_replica_num: int = 0,
+                 soft_pin_action: Optional[SoftPinAction] = None,
+                 soft_pin_ttl_ms: Optional[int] = None, prefer_alloc_in_same_node: bool = False,
+                 group_ids: Optional[Sequence[str]] = None):
         self.replica_num = replica_num
+        self.nof_replica_num = nof_replica_num
+        self.dfs_replica_num = dfs_replica_num
+        self._soft_pin_action = SoftPinAction.PRESERVE
         self.with_soft_pin = with_soft_pin
+        if soft_pin_action is not None:
+            self.soft_pin_action = soft_pin_action
+        self._soft_pin_ttl_ms = None
+        self.soft_pin_ttl_ms = soft_pin_ttl_ms
         self.with_hard_pin = with_hard_pin
         self.preferred_segment = preferred_segment
-        self.preferred_segments = list(preferred_segments or [])
+        self.preferred_segments = preferred_segments or []
+        self.prefer_alloc_in_same_node = prefer_alloc_in_same_node
+        self.group_ids = group_ids
+
+    @property
+    def replica_num(self) -> int:
+        return self._replica_num
+
+    @replica_num.setter
+    def replica_num(self, v: int):
+        self._replica_num = _check_count("replica_num", v)
+
+    @property
+    def nof_replica_num(self) -> int:
+        return self._nof_replica_num
+
+    @nof_replica_num.setter
+    def nof_replica_num(self, v: int):
+        self._nof_replica_num = _check_count("nof_replica_num", v)
+
+    @property
+    def dfs_replica_num(self) -> int:
+        return self._dfs_replica_num
+
+    @dfs_replica_num.setter
+    def dfs_replica_num(self, v: int):
+        self._dfs_replica_num = _check_count("dfs_replica_num", v)
+
+    @property
+    def soft_pin_action(self) -> SoftPinAction:
+        return self._soft_pin_action
+
+    @soft_pin_action.setter
+    def soft_pin_action(self, v):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"ReplicateConfig.soft_pin_action must be a SoftPinAction, not {type(v).__name__}")
+        try:
+            self._soft_pin_action = SoftPinAction(v)
+        except ValueError:
+            raise ValueError(f"ReplicateConfig.soft_pin_action {v!r} is not PRESERVE (0), ENABLE (1) or DISABLE (2)") from None
+
+    @property
+    def with_soft_pin(self) -> bool:
+        """True when the soft pin is enabled (``soft_pin_action == ENABLE``)."""
+        return self._soft_pin_action == SoftPinAction.ENABLE
+
+    @with_soft_pin.setter
+    def with_soft_pin(self, v: bool):
+        if v:
+            self._soft_pin_action = SoftPinAction.ENABLE
+        elif self._soft_pin_action == SoftPinAction.ENABLE:
+            self._soft_pin_action = SoftPinAction.PRESERVE
+
+    @property
+    def soft_pin_ttl_ms(self) -> Optional[int]:
+        """The soft pin's TTL in ms, or None for the master's default. Needs ``soft_pin_action``
+        ENABLE (a put with a TTL and no pin fails with INVALID_PARAMS)."""
+        return self._soft_pin_ttl_ms
+
+    @soft_pin_ttl_ms.setter
+    def soft_pin_ttl_ms(self, v: Optional[int]):
+        if v is not None:
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise TypeError(f"ReplicateConfig.soft_pin_ttl_ms must be an int or None, not {type(v).__name__}")
+            if v < 0 or v >= 1 << 64:
+                raise TypeError(f"ReplicateConfig.soft_pin_ttl_ms must be in [0, 2**64), got {v}")
+        self._soft_pin_ttl_ms = v
+
+    @property
+    def preferred_segments(self) -> List[str]:
+        return self._preferred_segments
+
+    @preferred_segments.setter
+    def preferred_segments(self, v: Sequence[str]):
+        if isinstance(v, str):
+            raise TypeError("ReplicateConfig.preferred_segments must be a list of str, not a str")
+        v = list(v)
+        for seg in v:
+            if not isinstance(seg, str) or "," in seg:
+                raise ValueError(f"ReplicateConfig.preferred_segments: bad segment name {seg!r}")
+        self._preferred_segments = v
+
+    @property
+    def prefer_alloc_in_same_node(self) -> bool:
+        return self._prefer_alloc_in_same_node
+
+    @prefer_alloc_in_same_node.setter
+    def prefer_alloc_in_same_node(self, v):
+        # upstream's reference shows a string ("True"); accept bools and the usual spellings
+        if isinstance(v, str):
+            low = v.strip().lower()
+            if low not in ("true", "false", "1", "0", "yes", "no", "on", "off", ""):
+                raise ValueError(f"ReplicateConfig.prefer_alloc_in_same_node: {v!r} is not a boolean")
+            v = low in ("true", "1", "yes", "on")
+        self._prefer_alloc_in_same_node = bool(v)
+
+    @property
+    def group_ids(self) -> Optional[List[str]]:
+        return self._group_ids
+
+    @group_ids.setter
+    def group_ids(self, v: Optional[Sequence[str]]):
+        if v is not None:
+            if isinstance(v, str):
+                raise TypeError("ReplicateConfig.group_ids must be a list of str or None, not a str")
+            v = list(v)
+            for g in v:
+                if not isinstance(g, str):
+                    raise TypeError(f"ReplicateConfig.group_ids: {g!r} is not a str")
+        self._group_ids = v
 
     def __repr__(self) -> str:
-        return (f"ReplicateConfig(replica_num={self.replica_num}, with_soft_pin={self.with_soft_pin}, "
-                f"with_hard_pin={self.with_hard_pin}, preferred_segment={self.preferred_segment!r}, "
-                f"preferred_segments={self.preferred_segments!r})")
+        return (f"ReplicateConfig(replica_num={self.replica_num}, soft_pin_action={self.soft_pin_action.name}, "
+                f"soft_pin_ttl_ms={self.soft_pin_ttl_ms}, with_hard_pin={self.with_hard_pin}, "
+                f"preferred_segment={self.preferred_segment!r}, preferred_segments={self.preferred_segments!r}, "
+                f"prefer_alloc_in_same_node={self.prefer_alloc_in_same_node}, nof_replica_num={self.nof_replica_num}, "
+                f"dfs_replica_num={self.dfs_replica_num}, group_ids={self.group_ids!r})")
+
+    __str__ = __repr__
 
     def _c(self) -> _ReplicateConfigC:
         segs = [s for s in ([self.preferred_segment] + list(self.preferred_segments)) if s]
-        return _ReplicateConfigC(int(self.replica_num), int(bool(self.with_soft_pin)),
+        ttl = self._soft_pin_ttl_ms
+        return _ReplicateConfigC(int(self.replica_num), int(self.with_soft_pin),
                                  int(bool(self.with_hard_pin)),
-                                 ",".join(segs).encode() if segs else None)
+                                 ",".join(segs).encode() if segs else None,
+                                 int(self._soft_pin_action), int(ttl is not None), ttl or 0,
+                                 int(self._prefer_alloc_in_same_node))
+
+    def _groups_ok(self, n: int) -> bool:
+        return self._group_ids is None or len(self._group_ids) == n
 
 
 _setup_done = False
@@ -103,6 +264,7 @@ def _lib():
                 sig = {
                     "mc_store_create": (ctypes.c_int, [_P(_u64)]),
                     "mc_store_setup": (ctypes.c_int, [_u64, _cs, _cs, _u64, _u64, _cs, _cs, _cs]),
+                    "mc_store_setup_json": (ctypes.c_int, [_u64, _cs]),
                     "mc_store_close": (ctypes.c_int, [_u64]),
                     "mc_store_health_check": (ctypes.c_int, [_u64]),
                     "mc_store_get_hostname": (ctypes.c_int, [_u64, _cs, _i32]),
@@ -150,20 +312,76 @@ def last_error() -> str:
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgtp]?)(i?)(b?)\s*$", re.IGNORECASE)
 
 
-def parse_size(v: Union[int, str]) -> int:
-    """Parses a size: an int, or a string like ``"4 GB"``, ``"512MB"``, ``"1.5GiB"``, ``"1024"``.
-    Units are binary (1 GB = 1024**3 bytes), as in Mooncake's flags."""
-    if isinstance(v, bool):
-        raise ValueError(f"bad size {v!r}")
+def parse_size(v: Union[int, str], name: str = "size") -> int:
+    """Parses a size: an int, or a string like ``"4 GB"``, ``"512MB"``, ``"1.5GiB"``, ``"80g"``,
+    ``"1024"``. Units are binary (1 GB = 1024**3 bytes), as upstream's. A percentage or an
+    unknown unit raises ValueError naming ``name`` (the setting being parsed)."""
+    if isinstance(v, bool) or not isinstance(v, (int, str)):
+        raise ValueError(f"{name}: bad size {v!r}: want an int or a string such as \"4GB\"")
     if isinstance(v, int):
         if v < 0:
-            raise ValueError(f"size {v} is negative")
+            raise ValueError(f"{name}: size {v} is negative")
         return v
-    m = _SIZE_RE.match(str(v))
+    m = _SIZE_RE.match(v)
     if not m:
-        raise ValueError(f"bad size {v!r}: want a number with an optional unit (KB, MB, GB, TB)")
+        raise ValueError(f"{name}: bad size {v!r}: want a number with an optional unit "
+                         f"(B, KB, MB, GB, TB, PB; K/M/G/T; KiB...), e.g. \"80GB\"")
     mult = 1024 ** " kmgtp".index(m.group(2).lower() or " ")
     return int(float(m.group(1)) * mult)
+
+
+# setup()'s defaults (upstream's).
+DEFAULT_SETUP_GLOBAL_SEGMENT_SIZE = 16 * 1024 * 1024
+DEFAULT_SETUP_LOCAL_BUFFER_SIZE = 1024 * 1024 * 1024
+# the staging buffer the Go client keeps for zero-copy calls from unregistered memory when
+# setup asked for no local buffer (local_buffer_size=0)
+_NO_BUFFER_STAGING = 16 * 1024 * 1024
+
+# setup(dict) keys: upstream's positional names, MooncakeConfig's spellings, and keys that config
+# files carry and that mean nothing here.
+_SETUP_KEYS = {"local_hostname", "metadata_server", "global_segment_size", "local_buffer_size",
+               "protocol", "rdma_devices", "master_server_addr", "engine", "enable_ssd_offload",
+               "ssd_offload_path", "tenant_id"}
+_SETUP_ALIASES = {"device_name": "rdma_devices", "master_server_address": "master_server_addr"}
+_SETUP_IGNORED = {"mode", "enable_egm_store_pool", "egm_numa_nodes"}
+
+
+def _is_mooncake_config(x) -> bool:
+    return type(x).__name__ == "MooncakeConfig" and hasattr(x, "to_setup_dict")
+
+
+def _parse_bool(v, name: str) -> bool:
+    if isinstance(v, bool) or v is None:
+        return bool(v)
+    if isinstance(v, int):
+        return v != 0
+    low = str(v).strip().lower()
+    if low in ("true", "1", "yes", "on"):
+        return True
+    if low in ("false", "0", "no", "off", ""):
+        return False
+    raise ValueError(f"{name}: {v!r} is not a boolean")
+
+
+def _setup_kwargs(d: Dict[str, Any]) -> Dict[str, Any]:
+    """setup()'s keyword arguments from a config dict (upstream's keys)."""
+    known = _SETUP_KEYS | set(_SETUP_ALIASES) | _SETUP_IGNORED
+    unknown = set(d) - known
+    if unknown:
+        raise ValueError(f"setup: unknown option(s) {sorted(unknown)}; known: {sorted(known)}")
+    out: Dict[str, Any] = {}
+    for k, v in d.items():
+        if k in _SETUP_IGNORED:
+            continue
+        key = _SETUP_ALIASES.get(k, k)
+        if key in out:
+            raise ValueError(f"setup: both {k!r} and {key!r} given")
+        if key in ("global_segment_size", "local_buffer_size"):
+            v = parse_size(v, key)
+        elif key == "enable_ssd_offload":
+            v = _parse_bool(v, key)
+        out[key] = v
+    return out
 
 
 def _key(k: Union[str, bytes]) -> bytes:
@@ -323,40 +541,61 @@ class MooncakeDistributedStore:
     def __init__(self):
         self._h = 0
         self._lock = threading.Lock()
+        self._no_buffer = False
 
     # ---- lifecycle ----
-    def setup(self, local_hostname: Union[str, Dict[str, Any]] = "localhost",
-              metadata_server: str = "P2PHANDSHAKE",
-              global_segment_size: Union[int, str] = 3200 * 1024 * 1024,
-              local_buffer_size: Union[int, str] = 512 * 1024 * 1024,
-              protocol: str = "tcp", device_name: str = "",
-              master_server_address: str = "127.0.0.1:50051", enable_ssd_offload: bool = False) -> int:
-        """Connects to the master and contributes ``global_segment_size`` bytes. Accepts the seven
-        upstream positional arguments, or one dict with those names. Returns 0 or a negative code.
+    def setup(self, local_hostname: Any = "localhost", metadata_server: str = "P2PHANDSHAKE",
+              global_segment_size: Union[int, str] = DEFAULT_SETUP_GLOBAL_SEGMENT_SIZE,
+              local_buffer_size: Union[int, str] = DEFAULT_SETUP_LOCAL_BUFFER_SIZE,
+              protocol: str = "tcp", rdma_devices: str = "",
+              master_server_addr: str = "127.0.0.1:50051", engine: Any = None,
+              enable_ssd_offload: bool = False, ssd_offload_path: str = "",
+              tenant_id: str = "default", **aliases) -> int:
+        """Connects to the master and contributes ``global_segment_size`` bytes; 0 or a negative
+        code. Upstream's positional order; sizes are ints or strings ("4GB", "512MB").
 
-        ``enable_ssd_offload=True`` (upstream's client-local SSD offload) is not implemented in
-        this build and returns INVALID_PARAMS; the shared file tier (G3, the master's
-        ``--root_fs_dir``) needs nothing here (docs/multi-tier.md)."""
-        if isinstance(local_hostname, dict):
-            d = dict(local_hostname)
-            known = {"local_hostname", "metadata_server", "global_segment_size", "local_buffer_size",
-                     "protocol", "device_name", "master_server_address", "enable_ssd_offload"}
-            unknown = set(d) - known
-            if unknown:
-                raise ValueError(f"setup: unknown option(s) {sorted(unknown)}; known: {sorted(known)}")
-            return self.setup(d.get("local_hostname", "localhost"), d.get("metadata_server", "P2PHANDSHAKE"),
-                              d.get("global_segment_size", 3200 * 1024 * 1024),
-                              d.get("local_buffer_size", 512 * 1024 * 1024), d.get("protocol", "tcp"),
-                              d.get("device_name", ""), d.get("master_server_address", "127.0.0.1:50051"),
-                              d.get("enable_ssd_offload", False))
-        if enable_ssd_offload:
-            msg = ("setup(enable_ssd_offload=True): client-local SSD offload is not implemented in this build; "
-                   "start mooncake_master with --root_fs_dir for the shared file tier (G3) instead (docs/multi-tier.md)")
-            log.error("MooncakeDistributedStore.setup failed: %s", msg)
-            self._setup_error = msg
+        Also ``setup(config_dict)`` with those names as keys (and ``device_name`` /
+        ``master_server_address``, the MooncakeConfig spellings), or ``setup(MooncakeConfig)``.
+        ``engine`` (a TransferEngine to share) is accepted: this process has one transfer
+        engine, which every store and TransferEngine in it shares anyway. ``local_buffer_size=0``
+        gives a client without a local buffer: the copying calls (put, get, ...) then fail with
+        INVALID_PARAMS, as upstream's; the zero-copy ones (put_from, get_into) work.
+        ``enable_ssd_offload`` goes to the client's configuration (see docs/store.md)."""
+        if isinstance(local_hostname, dict) or _is_mooncake_config(local_hostname):
+            if _is_mooncake_config(local_hostname):
+                d = local_hostname.to_setup_dict()
+            else:
+                d = dict(local_hostname)
+            extra = (metadata_server, global_segment_size, local_buffer_size, protocol, rdma_devices,
+                     master_server_addr, engine, enable_ssd_offload, ssd_offload_path, tenant_id)
+            defaults = ("P2PHANDSHAKE", DEFAULT_SETUP_GLOBAL_SEGMENT_SIZE, DEFAULT_SETUP_LOCAL_BUFFER_SIZE,
+                        "tcp", "", "127.0.0.1:50051", None, False, "", "default")
+            if extra != defaults or aliases:
+                raise TypeError("setup(config): pass the configuration alone, without other arguments")
+            return self.setup(**_setup_kwargs(d))
+        unknown = set(aliases) - {"device_name", "master_server_address"}
+        if unknown:
+            raise TypeError(f"setup() got unexpected keyword argument(s) {sorted(unknown)}")
+        if aliases.get("device_name") is not None:
+            rdma_devices = aliases["device_name"]
+        if aliases.get("master_server_address") is not None:
+            master_server_addr = aliases["master_server_address"]
+        seg = parse_size(global_segment_size, "global_segment_size")
+        buf = parse_size(local_buffer_size, "local_buffer_size")
+        if tenant_id not in (None, "", "default"):
+            log.error("setup(tenant_id=%r): tenant namespaces are not supported in this build (only \"default\")", tenant_id)
+            self._setup_error = f"tenant_id {tenant_id!r} is not supported (only 'default')"
             return ErrorCode.INVALID_PARAMS
-        seg = parse_size(global_segment_size)
-        buf = parse_size(local_buffer_size)
+        if engine is not None and not hasattr(engine, "get_rpc_port"):
+            raise TypeError(f"setup(engine=...): want a mooncake.engine.TransferEngine, got {type(engine).__name__}")
+        opts = {
+            "local_hostname": local_hostname or "", "metadata_server": metadata_server or "",
+            "global_segment_size": seg, "local_buffer_size": buf or _NO_BUFFER_STAGING,
+            "protocol": protocol or "tcp", "rdma_devices": rdma_devices or "",
+            "master_server_addr": master_server_addr or "",
+            # client-local SSD offload: one flag, read by the Go client (store/client Config)
+            "enable_ssd_offload": bool(enable_ssd_offload), "ssd_offload_path": ssd_offload_path or "",
+        }
         l = _lib()
         with self._lock:
             if self._h:
@@ -366,9 +605,7 @@ class MooncakeDistributedStore:
             rc = l.mc_store_create(ctypes.byref(h))
             if rc != 0:
                 return rc
-            rc = l.mc_store_setup(h, (local_hostname or "").encode(), (metadata_server or "").encode(), seg, buf,
-                                  (protocol or "tcp").encode(), (device_name or "").encode(),
-                                  (master_server_address or "").encode())
+            rc = l.mc_store_setup_json(h, json.dumps(opts).encode())
             if rc != 0:
                 msg = last_error()
                 l.mc_store_close(h)
@@ -376,6 +613,7 @@ class MooncakeDistributedStore:
                 self._setup_error = msg
                 return rc
             self._h = h.value
+            self._no_buffer = buf == 0
         return 0
 
     def init_all(self, protocol: str, device_name: str, mount_segment_size: int = 16 * 1024 * 1024) -> int:
@@ -440,8 +678,22 @@ class MooncakeDistributedStore:
     def unregister_buffer(self, buffer_ptr: int) -> int:
         return _lib().mc_store_unregister_buffer(self._h, int(buffer_ptr))
 
+    def _refuse(self, what: str, config: Optional[ReplicateConfig] = None, n: int = 1) -> int:
+        """The code a copying call returns without running (0: go ahead)."""
+        if self._no_buffer and self._h:
+            log.error("%s: this store was set up with local_buffer_size=0, so it has no local buffer to copy "
+                      "through; use the zero-copy calls (put_from, get_into) or set a local_buffer_size", what)
+            return ErrorCode.INVALID_PARAMS
+        if config is not None and not config._groups_ok(n):
+            log.error("%s: ReplicateConfig.group_ids has %d entries for %d object(s)", what, len(config.group_ids), n)
+            return ErrorCode.INVALID_PARAMS
+        return 0
+
     # ---- put ----
     def put(self, key: str, value, config: Optional[ReplicateConfig] = None) -> int:
+        rc = self._refuse("put", config)
+        if rc:
+            return rc
         addr, n, keep = _buffer(value)
         return _lib().mc_store_put(self._h, _key(key), addr, n, _cfg(config))
 
@@ -449,6 +701,9 @@ class MooncakeDistributedStore:
         return self._put_parts(key, [_buffer(p) for p in parts], config)
 
     def _put_parts(self, key, bufs, config, upsert: bool = False) -> int:
+        rc = self._refuse("upsert_parts" if upsert else "put_parts", config)
+        if rc:
+            return rc
         n = len(bufs)
         ptrs = (_vp * max(n, 1))(*[b[0] for b in bufs])
         lens = (_u64 * max(n, 1))(*[b[1] for b in bufs])
@@ -467,6 +722,9 @@ class MooncakeDistributedStore:
         if len(keys) != len(values):
             what = "upsert_batch" if upsert else "put_batch"
             raise ValueError(f"{what}: {len(keys)} keys but {len(values)} values")
+        rc = self._refuse("upsert_batch" if upsert else "put_batch", config, len(keys))
+        if rc:
+            return rc
         n = len(keys)
         karr, keep_k = _keys(keys)
         bufs = [_buffer(v) for v in values]
@@ -482,6 +740,8 @@ class MooncakeDistributedStore:
 
     def put_from(self, key: str, buffer_ptr: int, size: int, config: Optional[ReplicateConfig] = None) -> int:
         """Stores ``size`` bytes at ``buffer_ptr`` (zero-copy when registered with register_buffer)."""
+        if config is not None and not config._groups_ok(1):
+            return self._refuse("put_from", config)
         return _lib().mc_store_put_from(self._h, _key(key), int(buffer_ptr), int(size), _cfg(config))
 
     def batch_put_from(self, keys: Sequence[str], buffer_ptrs: Sequence[int], sizes: Sequence[int],
@@ -491,7 +751,11 @@ class MooncakeDistributedStore:
     def _batch_put_from(self, keys, buffer_ptrs, sizes, config, upsert: bool) -> List[int]:
         n = len(keys)
         if len(buffer_ptrs) != n or len(sizes) != n:
+            log.error("%s: %d keys, %d buffers, %d sizes", "batch_upsert_from" if upsert else "batch_put_from",
+                      n, len(buffer_ptrs), len(sizes))
             return [ErrorCode.INVALID_PARAMS] * n
+        if config is not None and not config._groups_ok(n):
+            return [self._refuse("batch_put_from", config, n)] * n
         karr, keep = _keys(keys)
         out = (_i32 * max(n, 1))()
         l = _lib()
@@ -508,6 +772,9 @@ class MooncakeDistributedStore:
     # failed upsert leaves the old value in place.
     def upsert(self, key: str, value, config: Optional[ReplicateConfig] = None) -> int:
         """Stores value under key, replacing the key's value when it exists. 0 or a negative code."""
+        rc = self._refuse("upsert", config)
+        if rc:
+            return rc
         addr, n, keep = _buffer(value)
         return _lib().mc_store_upsert(self._h, _key(key), addr, n, _cfg(config))
 
@@ -517,6 +784,8 @@ class MooncakeDistributedStore:
 
     def upsert_from(self, key: str, buffer_ptr: int, size: int, config: Optional[ReplicateConfig] = None) -> int:
         """upsert of ``size`` bytes at ``buffer_ptr`` (zero-copy when registered)."""
+        if config is not None and not config._groups_ok(1):
+            return self._refuse("upsert_from", config)
         return _lib().mc_store_upsert_from(self._h, _key(key), int(buffer_ptr), int(size), _cfg(config))
 
     def upsert_batch(self, keys: Sequence[str], values: Sequence, config: Optional[ReplicateConfig] = None) -> int:
@@ -534,6 +803,8 @@ class MooncakeDistributedStore:
     # ---- get ----
     def get(self, key: str) -> bytes:
         """The value of key, or b"" when it is missing or cannot be read."""
+        if self._refuse("get"):
+            return b""
         n = _u64()
         slot = _get_slot
         slot.value = None
@@ -547,6 +818,8 @@ class MooncakeDistributedStore:
         n = len(keys)
         if n == 0:
             return []
+        if self._refuse("get_batch"):
+            return [b""] * n
         karr, keep = _keys(keys)
         outs = (_vp * n)()
         lens = (_u64 * n)()

@@ -80,11 +80,34 @@ func (r Replica) TierName() string {
 
 // ReplicateConfig says how a put is placed. ReplicaNum 0 means 1. PreferredSegments are engine
 // segment names (or mount IDs) tried first, in order.
+//
+// Soft pins: WithSoftPin (or SoftPinAction SoftPinEnable) pins the object for SoftPinTTLMs
+// (nil: the master's --default_kv_soft_pin_ttl; capped by --max_kv_soft_pin_ttl; 0: not
+// pinned). On an upsert, SoftPinPreserve keeps the pin the old value had, SoftPinDisable drops it.
 type ReplicateConfig struct {
-	ReplicaNum        int      `json:"replica_num"`
-	WithSoftPin       bool     `json:"with_soft_pin,omitempty"`
-	WithHardPin       bool     `json:"with_hard_pin,omitempty"`
-	PreferredSegments []string `json:"preferred_segments,omitempty"`
+	ReplicaNum        int           `json:"replica_num"`
+	WithSoftPin       bool          `json:"with_soft_pin,omitempty"`
+	WithHardPin       bool          `json:"with_hard_pin,omitempty"`
+	PreferredSegments []string      `json:"preferred_segments,omitempty"`
+	SoftPinAction     SoftPinAction `json:"soft_pin_action,omitempty"`
+	SoftPinTTLMs      *uint64       `json:"soft_pin_ttl_ms,omitempty"`
+	// PreferAllocInSameNode (a client-side option) prefers the writing client's own segment
+	// when PreferredSegments is empty.
+	PreferAllocInSameNode bool `json:"-"`
+}
+
+// SoftPinAction says what a put does to the key's soft pin (upstream's numbering).
+type SoftPinAction int32
+
+const (
+	SoftPinPreserve SoftPinAction = 0 // a new key is not pinned; an upserted one keeps its pin
+	SoftPinEnable   SoftPinAction = 1
+	SoftPinDisable  SoftPinAction = 2
+)
+
+// SoftPinEnabled reports whether the config asks for a soft pin.
+func (c ReplicateConfig) SoftPinEnabled() bool {
+	return c.WithSoftPin || c.SoftPinAction == SoftPinEnable
 }
 
 // Status is embedded in every response.

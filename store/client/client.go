@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	mrand "math/rand/v2"
 	"net"
 	"regexp"
 	"sort"
@@ -48,6 +49,10 @@ type Config struct {
 	ClusterID           string        // HA cluster to follow ("" : DefaultClusterID) (MC_STORE_CLUSTER_ID)
 	RPCTimeout          time.Duration // per master call (0: DefaultRPCTimeout)
 	PingInterval        time.Duration // heartbeat period (0: 1 s)
+	// EnableSSDOffload / SSDOffloadPath: upstream's client-local SSD offload (setup's
+	// enable_ssd_offload, ssd_offload_path). Not implemented in this build: New refuses it.
+	EnableSSDOffload bool
+	SSDOffloadPath   string
 
 	// The package reads no environment: capi/ and cmd/ fill these from the knobs of package
 	// config named in the comments.
@@ -118,18 +123,42 @@ func EngineConfig(cfg Config) engine.Config {
 	if meta == "" {
 		meta = cfg.Engine.MetadataServer
 	}
+	ec := cfg.Engine
+	if ec.MinRPCPort <= 0 && ec.MaxRPCPort <= 0 {
+		ec.MinRPCPort, ec.MaxRPCPort = StoreMinPort, StoreMaxPort // upstream's store port range
+	}
 	if name != "" && meta != "" && !strings.EqualFold(meta, engine.P2PHandshake) {
 		if _, _, err := net.SplitHostPort(name); err != nil {
-			if l, err := net.Listen("tcp", ":0"); err == nil {
-				port := l.Addr().(*net.TCPAddr).Port
-				l.Close()
+			if port, ok := freePort(ec.MinRPCPort, ec.MaxRPCPort); ok {
 				name = net.JoinHostPort(name, strconv.Itoa(port))
 			}
 		}
 	}
-	ec := cfg.Engine
 	ec.LocalServerName, ec.MetadataServer, ec.Protocol, ec.DeviceName = name, meta, cfg.Protocol, cfg.DeviceName
 	return ec
+}
+
+// StoreMinPort and StoreMaxPort bound the port a store client's engine picks when
+// local_hostname names none (upstream's 12300-14300), unless MC_MIN_RPC_PORT / MC_MAX_RPC_PORT
+// say otherwise.
+const (
+	StoreMinPort = 12300
+	StoreMaxPort = 14300
+)
+
+// freePort finds a port in [lo, hi) that is free now.
+func freePort(lo, hi int) (int, bool) {
+	if lo <= 0 || hi <= lo {
+		lo, hi = StoreMinPort, StoreMaxPort
+	}
+	for i := 0; i < 64; i++ {
+		p := lo + mrand.IntN(hi-lo)
+		if l, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(p))); err == nil {
+			l.Close()
+			return p, true
+		}
+	}
+	return 0, false
 }
 
 // NewWithEngine creates a client over an existing engine (the process-wide one), which the
@@ -150,6 +179,10 @@ func NewWithEngine(ctx context.Context, eng Engine, cfg Config) (*Client, error)
 	}
 	if cfg.MasterServerAddress == "" {
 		return nil, api.Errorf(api.INVALID_PARAMS, "master_server_address is empty (want host:port of mooncake_master)")
+	}
+	if cfg.EnableSSDOffload {
+		return nil, api.Errorf(api.INVALID_PARAMS, "enable_ssd_offload: client-local SSD offload is not implemented in this build; "+
+			"start mooncake_master with --root_fs_dir for the shared file tier (G3) instead (docs/multi-tier.md)")
 	}
 	cc, err := dialMaster(ctx, cfg)
 	if err != nil {
@@ -560,6 +593,15 @@ func (c *Client) put(ctx context.Context, key string, parts []buf, cfg api.Repli
 	return nil
 }
 
+// placement applies the client-side placement options: PreferAllocInSameNode names this
+// client's own segment as the preferred one when the caller named none.
+func (c *Client) placement(cfg api.ReplicateConfig) api.ReplicateConfig {
+	if cfg.PreferAllocInSameNode && len(cfg.PreferredSegments) == 0 && c.segment != nil {
+		cfg.PreferredSegments = []string{c.segment.Name}
+	}
+	return cfg
+}
+
 func (c *Client) revoke(key string) {
 	ctx, cancel := c.rpcCtx(context.Background())
 	defer cancel()
@@ -690,7 +732,7 @@ func (c *Client) batchPut(ctx context.Context, keys []string, bufs [][]buf, cfg 
 		}
 	}
 	rctx, cancel := c.rpcCtx(ctx)
-	resp, err := c.master.BatchPutStart(rctx, &api.BatchPutStartRequest{ClientID: c.id, Keys: keys, Sizes: sizes, Config: cfg, Upsert: upsert})
+	resp, err := c.master.BatchPutStart(rctx, &api.BatchPutStartRequest{ClientID: c.id, Keys: keys, Sizes: sizes, Config: c.placement(cfg), Upsert: upsert})
 	cancel()
 	if err == nil {
 		err = resp.Err()

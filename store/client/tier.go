@@ -67,6 +67,7 @@ func (c *Client) RootFSDir() string { return c.rootFS }
 
 // putStart asks for room, retrying while the master says objects are moving to G3.
 func (c *Client) putStart(ctx context.Context, key string, size uint64, cfg api.ReplicateConfig, upsert bool) (*api.PutStartResponse, error) {
+	cfg = c.placement(cfg)
 	deadline := time.Now().Add(c.cfg.RPCTimeout)
 	backoff := time.Millisecond
 	for {

@@ -35,6 +35,8 @@ type objectJSON struct {
 	Promote      *moveJSON     `json:"promote,omitempty"`
 	DiskHits     int           `json:"disk_hits,omitempty"`
 	Upsert       bool          `json:"upsert,omitempty"`
+	SoftPinTTL   int64         `json:"soft_pin_ttl,omitempty"`
+	KeepPin      bool          `json:"keep_pin,omitempty"`
 }
 
 type retiredJSON struct {
@@ -124,7 +126,7 @@ func encodeObject(o *object) objectJSON {
 	if m := o.promote; m != nil {
 		oj.Promote = &moveJSON{Client: m.client, Seg: m.segID, Addr: m.addr, Started: m.started}
 	}
-	oj.Upsert = o.upsert
+	oj.Upsert, oj.SoftPinTTL, oj.KeepPin = o.upsert, o.softPinTTL, o.keepPin
 	return oj
 }
 
@@ -201,7 +203,7 @@ func (s *State) decodeObject(oj objectJSON) (*object, error) {
 	if m := oj.Promote; m != nil {
 		o.promote = &promoteRec{client: m.Client, segID: m.Seg, addr: m.Addr, started: m.Started}
 	}
-	o.upsert = oj.Upsert
+	o.upsert, o.softPinTTL, o.keepPin = oj.Upsert, oj.SoftPinTTL, oj.KeepPin
 	return o, nil
 }
 

@@ -33,6 +33,10 @@ type object struct {
 	softPinUntil int64
 	hardPin      bool
 	upsert       bool // a put in progress that replaces the key's value (upsert.go)
+	// Until PutEnd: the soft pin to set then (softPin, for softPinTTL ns), or keep the old
+	// value's pin (keepPin, an upsert with SoftPinPreserve).
+	softPinTTL int64
+	keepPin    bool
 	// Storage tiers (tier.go).
 	disk     *diskRec    // the object's G3 file, when it has one
 	offload  *offloadRec // a move to G3 in progress
@@ -320,6 +324,10 @@ func (s *State) putStart(e Entry) Result {
 		return fail(api.INVALID_PARAMS, "value size is 0; empty values cannot be stored")
 	case cfg.ReplicaNum < 0:
 		return fail(api.INVALID_PARAMS, fmt.Sprintf("replica_num %d is negative", cfg.ReplicaNum))
+	case cfg.SoftPinAction < api.SoftPinPreserve || cfg.SoftPinAction > api.SoftPinDisable:
+		return fail(api.INVALID_PARAMS, fmt.Sprintf("soft_pin_action %d is not PRESERVE (0), ENABLE (1) or DISABLE (2)", cfg.SoftPinAction))
+	case cfg.SoftPinTTLMs != nil && !cfg.SoftPinEnabled():
+		return fail(api.INVALID_PARAMS, "soft_pin_ttl_ms is set but the soft pin is not enabled (soft_pin_action ENABLE or with_soft_pin)")
 	}
 	if o, ok := s.pending[e.Key]; ok {
 		if e.ClientID != "" && o.putClient == e.ClientID && o.size == e.Size && o.upsert == e.Upsert &&
@@ -369,7 +377,11 @@ func (s *State) putStart(e Entry) Result {
 	}
 	o := &object{
 		key: e.Key, size: e.Size, replicas: reps, putClient: e.ClientID, putStarted: e.Now,
-		softPin: cfg.WithSoftPin, hardPin: cfg.WithHardPin, upsert: e.Upsert,
+		softPin: cfg.SoftPinEnabled(), hardPin: cfg.WithHardPin, upsert: e.Upsert,
+		keepPin: e.Upsert && !cfg.SoftPinEnabled() && cfg.SoftPinAction == api.SoftPinPreserve,
+	}
+	if o.softPin {
+		o.softPinTTL = s.softPinTTL(cfg)
 	}
 	if _, ok := s.objects[e.Key]; !ok {
 		s.objects[e.Key] = o // an upsert's new version stays out of objects until its PutEnd
@@ -460,20 +472,23 @@ func (s *State) putEnd(e Entry) Result {
 	if r, bad := otherPutter(e, o); bad {
 		return r
 	}
+	if o.softPin {
+		o.softPinUntil = e.Now + o.softPinTTL
+		o.softPin = o.softPinTTL > 0
+	}
 	if cur, ok := s.objects[e.Key]; ok && cur != o {
+		if o.keepPin {
+			o.softPin, o.softPinUntil = cur.softPin, cur.softPinUntil
+		}
 		s.retire(cur, e.Now) // an upsert: the old version goes as the new one becomes readable
 	}
 	s.objects[e.Key] = o
 	o.complete = true
-	o.upsert = false
+	o.upsert, o.keepPin, o.softPinTTL = false, false, 0
 	for i := range o.replicas {
 		o.replicas[i].status = api.ReplicaComplete
 	}
 	o.lastAccess = e.Now
-	if o.softPin {
-		ttl := min(s.cfg.DefaultKVSoftPinTTL, s.cfg.MaxKVSoftPinTTL)
-		o.softPinUntil = e.Now + int64(ttl)
-	}
 	delete(s.pending, e.Key)
 	return Result{}
 }
@@ -626,6 +641,16 @@ func (s *State) tick(now int64) Result {
 		n += int64(freed + sched)
 	}
 	return Result{Count: n}
+}
+
+// softPinTTL is how long cfg's soft pin lasts, in ns: its own TTL or the default, at most the max.
+func (s *State) softPinTTL(cfg api.ReplicateConfig) int64 {
+	ttl := s.cfg.DefaultKVSoftPinTTL
+	if cfg.SoftPinTTLMs != nil {
+		ms := min(*cfg.SoftPinTTLMs, uint64(math.MaxInt64/int64(time.Millisecond)))
+		ttl = time.Duration(ms) * time.Millisecond
+	}
+	return int64(min(ttl, s.cfg.MaxKVSoftPinTTL))
 }
 
 func (s *State) softPinned(o *object, now int64) bool { return o.softPin && o.softPinUntil > now }

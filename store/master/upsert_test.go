@@ -1,6 +1,7 @@
 package master
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -167,5 +168,73 @@ func TestUpsertUnmountAndSnapshot(t *testing.T) {
 	expectCode(t, "unmount s1", h.apply(Entry{Op: OpUnmountSegment, ClientID: "c1", SegmentID: "s1"}), api.OK)
 	if h.s.used != 0 || len(h.s.retired) != 0 {
 		t.Fatalf("used %d retired %v", h.s.used, h.s.retired)
+	}
+}
+
+func TestSoftPinActionAndTTL(t *testing.T) {
+	h := newHarness(t)
+	h.mount("c1", "s1", "host:1", 1<<20, 1<<20)
+	ttl := uint64(5000)
+	put := func(key string, upsert bool, cfg api.ReplicateConfig) Result {
+		r := h.apply(Entry{Op: OpPutStart, ClientID: "c1", Key: key, Size: 10, Config: &cfg, Upsert: upsert})
+		if r.Code == api.OK {
+			expectCode(t, "end "+key, h.apply(Entry{Op: OpPutEnd, ClientID: "c1", Key: key}), api.OK)
+		}
+		return r
+	}
+	pinUntil := func(key string) (bool, int64) {
+		info, _ := h.s.Query(key)
+		if !info.SoftPinned {
+			return false, 0
+		}
+		return true, info.SoftPinUntil.UnixNano() - h.now
+	}
+	expectCode(t, "ttl without pin", put("a", false, api.ReplicateConfig{ReplicaNum: 1, SoftPinTTLMs: &ttl}), api.INVALID_PARAMS)
+	expectCode(t, "bad action", put("a", false, api.ReplicateConfig{ReplicaNum: 1, SoftPinAction: 7}), api.INVALID_PARAMS)
+	expectCode(t, "pin with ttl", put("a", false, api.ReplicateConfig{ReplicaNum: 1, SoftPinAction: api.SoftPinEnable, SoftPinTTLMs: &ttl}), api.OK)
+	if ok, d := pinUntil("a"); !ok || d != int64(5*time.Second) {
+		t.Fatalf("a: pinned=%v for %v, want 5s", ok, time.Duration(d))
+	}
+	expectCode(t, "legacy pin", put("b", false, api.ReplicateConfig{ReplicaNum: 1, WithSoftPin: true}), api.OK)
+	if ok, d := pinUntil("b"); !ok || d != int64(h.s.cfg.DefaultKVSoftPinTTL) {
+		t.Fatalf("b: pinned=%v for %v", ok, time.Duration(d))
+	}
+	huge := uint64(1<<64 - 1)
+	expectCode(t, "capped", put("c", false, api.ReplicateConfig{ReplicaNum: 1, SoftPinAction: api.SoftPinEnable, SoftPinTTLMs: &huge}), api.OK)
+	if ok, d := pinUntil("c"); !ok || d != int64(h.s.cfg.MaxKVSoftPinTTL) {
+		t.Fatalf("c: pinned=%v for %v, want the max", ok, time.Duration(d))
+	}
+	zero := uint64(0)
+	expectCode(t, "zero ttl", put("d", false, api.ReplicateConfig{ReplicaNum: 1, SoftPinAction: api.SoftPinEnable, SoftPinTTLMs: &zero}), api.OK)
+	if ok, _ := pinUntil("d"); ok {
+		t.Fatal("d: a zero TTL pins nothing")
+	}
+	// upserts: PRESERVE keeps a's pin (and its deadline), DISABLE drops it, ENABLE renews it
+	h.advance(time.Second)
+	expectCode(t, "upsert preserve", put("a", true, api.ReplicateConfig{ReplicaNum: 1}), api.OK)
+	if ok, d := pinUntil("a"); !ok || d != int64(4*time.Second) {
+		t.Fatalf("a after PRESERVE: pinned=%v for %v, want the old 4s left", ok, time.Duration(d))
+	}
+	expectCode(t, "upsert enable", put("a", true, api.ReplicateConfig{ReplicaNum: 1, SoftPinAction: api.SoftPinEnable, SoftPinTTLMs: &ttl}), api.OK)
+	if ok, d := pinUntil("a"); !ok || d != int64(5*time.Second) {
+		t.Fatalf("a after ENABLE: pinned=%v for %v", ok, time.Duration(d))
+	}
+	expectCode(t, "upsert disable", put("a", true, api.ReplicateConfig{ReplicaNum: 1, SoftPinAction: api.SoftPinDisable}), api.OK)
+	if ok, _ := pinUntil("a"); ok {
+		t.Fatal("a after DISABLE is still pinned")
+	}
+}
+
+func TestUpstreamFlagNames(t *testing.T) {
+	cfg, err := ParseFlags("m", []string{"--port=7001", "--max_threads=3"})
+	if err != nil || cfg.RPCPort != 7001 || cfg.RPCThreads != 3 {
+		t.Fatalf("--port/--max_threads: %v %+v", err, cfg)
+	}
+	cfg, err = ParseFlags("m", []string{"--rpc_port=7002", "--rpc_thread_num=5"})
+	if err != nil || cfg.RPCPort != 7002 || cfg.RPCThreads != 5 {
+		t.Fatalf("--rpc_port/--rpc_thread_num: %v %+v", err, cfg)
+	}
+	if _, err := ParseFlags("m", []string{"--port=70000"}); err == nil || !strings.Contains(err.Error(), "--port") {
+		t.Fatalf("bad --port: %v", err)
 	}
 }
