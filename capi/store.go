@@ -759,12 +759,13 @@ func mc_store_replica_desc(h C.uint64_t, key *C.char, buf *C.char, buflen C.int3
 		Offset      int64  `json:"offset,omitempty"`
 		Size        uint64 `json:"size"`
 		Status      string `json:"status"`
+		Addr        uint64 `json:"buffer_address,omitempty"`
 	}
 	out := make([]desc, 0, len(reps))
 	for _, r := range reps {
 		d := desc{Tier: r.TierName(), Size: r.Size, Status: r.Status.String(), Path: r.Path, Offset: r.Offset}
 		if !r.IsDisk() {
-			d.SegmentName = r.SegmentName
+			d.SegmentName, d.Addr = r.SegmentName, r.Addr
 		}
 		out = append(out, d)
 	}
@@ -785,4 +786,126 @@ func mc_store_tier_stats(h C.uint64_t, buf *C.char, buflen C.int32_t) C.int {
 	b, _ := json.Marshal(map[string]any{"disk_reads": st.DiskReads, "offloaded": st.Offloaded,
 		"offload_failed": st.OffloadFailed, "promoted": st.Promoted, "root_fs_dir": c.RootFSDir()})
 	return copyOut(string(b), buf, C.int(buflen))
+}
+
+// ---- ranged reads and multi-buffer transfers ----
+
+// mc_store_get_ranges reads n fragments of key's value under one lease: fragment i is sizes[i]
+// bytes from offset srcs[i] of the value to address dsts[i] (inside a registered buffer).
+// results[i] gets the bytes read or a negative code; the call returns 0 when it ran.
+//
+//export mc_store_get_ranges
+func mc_store_get_ranges(h C.uint64_t, key *C.char, n C.int32_t, srcs, dsts, sizes *C.uint64_t, results *C.int64_t) C.int {
+	c, k, err := storeKey(h, key)
+	if err != nil {
+		return serr(err)
+	}
+	if n < 0 || (n > 0 && (srcs == nil || dsts == nil || sizes == nil || results == nil)) {
+		return serr(api.Errorf(api.INVALID_PARAMS, "bad fragment arrays (n=%d)", int(n)))
+	}
+	ss, ds, ls := unsafe.Slice(srcs, int(n)), unsafe.Slice(dsts, int(n)), unsafe.Slice(sizes, int(n))
+	frags := make([]client.Range, int(n))
+	for i := range frags {
+		frags[i] = client.Range{Src: uint64(ss[i]), Dst: uintptr(ds[i]), Size: uint64(ls[i])}
+	}
+	got, errs := c.GetRanges(context.Background(), k, frags)
+	res := unsafe.Slice(results, int(n))
+	for i := range res {
+		if errs[i] != nil {
+			res[i] = C.int64_t(api.CodeOf(errs[i]))
+		} else {
+			res[i] = C.int64_t(got[i])
+		}
+	}
+	if first := firstErr(errs); first != nil {
+		serr(first)
+	}
+	return 0
+}
+
+// mc_store_get_into_buffers reads key's value into n buffers in order; it returns the value's
+// size or a negative code.
+//
+//export mc_store_get_into_buffers
+func mc_store_get_into_buffers(h C.uint64_t, key *C.char, n C.int32_t, addrs, sizes *C.uint64_t) C.int64_t {
+	c, k, err := storeKey(h, key)
+	if err != nil {
+		return C.int64_t(serr(err))
+	}
+	if n < 0 || (n > 0 && (addrs == nil || sizes == nil)) {
+		return C.int64_t(serr(api.Errorf(api.INVALID_PARAMS, "bad buffer arrays (n=%d)", int(n))))
+	}
+	as, sz := cAddrLens(addrs, sizes, n)
+	got, err := c.GetIntoBuffers(context.Background(), k, as, sz)
+	if err != nil {
+		return C.int64_t(serr(err))
+	}
+	return C.int64_t(got)
+}
+
+// mc_store_batch_put_from_buffers stores, for each of the nkeys keys, the concatenation of its
+// counts[i] buffers; addrs and sizes hold every key's buffers one key after the other.
+// results[i] gets each key's status; the call returns 0 when the batch ran.
+//
+//export mc_store_batch_put_from_buffers
+func mc_store_batch_put_from_buffers(h C.uint64_t, keys **C.char, nkeys C.int32_t, counts *C.int32_t, addrs, sizes *C.uint64_t, cfgp *C.mc_replicate_config, results *C.int32_t) C.int {
+	c, ks, cfg, err := batchPutArgs(h, keys, nkeys, cfgp)
+	if err != nil {
+		return serr(err)
+	}
+	if nkeys > 0 && (counts == nil || results == nil) {
+		return serr(api.Errorf(api.INVALID_PARAMS, "NULL count or result array"))
+	}
+	cs := unsafe.Slice(counts, int(nkeys))
+	total := 0
+	for i, n := range cs {
+		if n < 0 {
+			return serr(api.Errorf(api.INVALID_PARAMS, "key %d has %d buffers", i, int(n)))
+		}
+		total += int(n)
+	}
+	if total > 0 && (addrs == nil || sizes == nil) {
+		return serr(api.Errorf(api.INVALID_PARAMS, "NULL address or size array"))
+	}
+	as, sz := cAddrLens(addrs, sizes, C.int32_t(total))
+	all := make([][]uintptr, int(nkeys))
+	allSz := make([][]uint64, int(nkeys))
+	off := 0
+	for i, n := range cs {
+		all[i], allSz[i] = as[off:off+int(n)], sz[off:off+int(n)]
+		off += int(n)
+	}
+	codes(c.BatchPutFromBuffers(context.Background(), ks, all, allSz, cfg), results)
+	return 0
+}
+
+// mc_store_batch_replica_clear drops this client's copies of keys on segment (NULL or "": every
+// copy); cleared[i] is set to 1 for each key cleared, 0 for one skipped. Returns how many were
+// cleared or a negative code.
+//
+//export mc_store_batch_replica_clear
+func mc_store_batch_replica_clear(h C.uint64_t, keys **C.char, n C.int32_t, segment *C.char, cleared *C.int32_t) C.int {
+	c, ks, err := batchArgs(h, keys, n)
+	if err != nil {
+		return serr(err)
+	}
+	if n > 0 && cleared == nil {
+		return serr(api.Errorf(api.INVALID_PARAMS, "cleared is NULL"))
+	}
+	done, err := c.BatchReplicaClear(context.Background(), ks, goString(segment))
+	if err != nil {
+		return serr(err)
+	}
+	set := map[string]bool{}
+	for _, k := range done {
+		set[k] = true
+	}
+	out := unsafe.Slice(cleared, int(n))
+	for i, k := range ks {
+		out[i] = 0
+		if set[k] {
+			out[i] = 1
+		}
+	}
+	return C.int(len(done))
 }

@@ -106,6 +106,22 @@ int mc_store_batch_get(uint64_t store, const char *const *keys, int32_t n, uint8
 int mc_store_batch_get_into(uint64_t store, const char *const *keys, const uint64_t *addrs,
                             const uint64_t *lens, int32_t n, int64_t *results);
 void mc_store_free(void *p);
+/* Ranged reads: n fragments of key's value under one lease, fragment i = sizes[i] bytes from
+ * offset srcs[i] of the value to address dsts[i], which must lie in a buffer registered with
+ * mc_store_register_buffer (bounds checked); results[i] = bytes read or <0. Needs a memory
+ * replica. Returns 0 when it ran. */
+int mc_store_get_ranges(uint64_t store, const char *key, int32_t n, const uint64_t *srcs,
+                        const uint64_t *dsts, const uint64_t *sizes, int64_t *results);
+/* Reads key's value into n buffers in order; returns the value's size or <0
+ * (BUFFER_OVERFLOW when the buffers are too small). */
+int64_t mc_store_get_into_buffers(uint64_t store, const char *key, int32_t n,
+                                  const uint64_t *addrs, const uint64_t *sizes);
+/* Stores, for each of nkeys keys, the concatenation of its counts[i] buffers (addrs/sizes list
+ * every key's buffers one key after another); results[i] per key. */
+int mc_store_batch_put_from_buffers(uint64_t store, const char *const *keys, int32_t nkeys,
+                                    const int32_t *counts, const uint64_t *addrs,
+                                    const uint64_t *sizes, const mc_replicate_config *cfg,
+                                    int32_t *results);
 
 /* Queries and removal. */
 int64_t mc_store_get_size(uint64_t store, const char *key);      /* bytes or <0 */
@@ -116,6 +132,11 @@ int mc_store_batch_remove(uint64_t store, const char *const *keys, int32_t n, in
                           int32_t *results);
 int64_t mc_store_remove_by_regex(uint64_t store, const char *pattern, int32_t force); /* count */
 int64_t mc_store_remove_all(uint64_t store);                                          /* count */
+/* Drops this client's copies of keys on segment ("host:port"; NULL or "" = every copy, the
+ * whole object); cleared[i] = 1 for a key cleared, 0 for one skipped (leased, being written,
+ * another client's, missing). Returns how many were cleared or <0. */
+int mc_store_batch_replica_clear(uint64_t store, const char *const *keys, int32_t n,
+                                 const char *segment, int32_t *cleared);
 
 #ifdef __cplusplus
 }

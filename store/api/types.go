@@ -296,3 +296,17 @@ func (s *Status) StatusCode() ErrorCode { return s.Code }
 
 // Coded is implemented by every response message.
 type Coded interface{ StatusCode() ErrorCode }
+
+// BatchReplicaClearRequest asks to drop the copies of Keys on SegmentName (every copy when
+// empty); see the master's replicaClear.
+type BatchReplicaClearRequest struct {
+	ClientID    string   `json:"client_id"`
+	Keys        []string `json:"keys"`
+	SegmentName string   `json:"segment_name,omitempty"`
+}
+
+// BatchReplicaClearResponse lists the keys that were cleared.
+type BatchReplicaClearResponse struct {
+	Status
+	ClearedKeys []string `json:"cleared_keys"`
+}

@@ -483,6 +483,21 @@ func (s *Server) BatchPutStart(ctx context.Context, r *api.BatchPutStartRequest)
 	return out, nil
 }
 
+// BatchReplicaClear drops the copies of the keys that may go (see State.replicaClear) and
+// lists them; keys that may not are skipped, as upstream's.
+func (s *Server) BatchReplicaClear(ctx context.Context, r *api.BatchReplicaClearRequest) (*api.BatchReplicaClearResponse, error) {
+	results, st := s.batch(ctx, r.ClientID, len(r.Keys), func(i int) Entry {
+		return Entry{Op: OpReplicaClear, Key: r.Keys[i], SegName: r.SegmentName}
+	})
+	out := &api.BatchReplicaClearResponse{Status: st, ClearedKeys: []string{}}
+	for i, res := range results {
+		if res.Code == api.OK && res.Count > 0 {
+			out.ClearedKeys = append(out.ClearedKeys, r.Keys[i])
+		}
+	}
+	return out, nil
+}
+
 func (s *Server) batchStatus(ctx context.Context, r *api.BatchKeysRequest, op Op) *api.BatchStatusResponse {
 	results, st := s.batch(ctx, r.ClientID, len(r.Keys), func(i int) Entry {
 		return Entry{Op: op, Key: r.Keys[i], Force: r.Force}

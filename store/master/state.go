@@ -144,6 +144,7 @@ var entryOps = map[Op]func(*State, Entry) Result{
 	OpRemoveAll:      (*State).removeAll,
 	OpOffloadDone:    (*State).offloadDone,
 	OpPromoteDone:    (*State).promoteDone,
+	OpReplicaClear:   (*State).replicaClear,
 }
 
 func (s *State) apply(e Entry) Result {

@@ -1,6 +1,11 @@
 package master
 
-import "slices"
+import (
+	"fmt"
+	"slices"
+
+	"github.com/mooncake-go/mooncake/store/api"
+)
 
 // Upsert: a put that replaces the key's value when it exists (OpPutStart with Entry.Upsert).
 //
@@ -86,4 +91,45 @@ func (s *State) pendingUpserts() []*object {
 		}
 	}
 	return out
+}
+
+// replicaClear drops e.Key's memory copies on the segment named e.SegName (an engine segment
+// name or a mount id), or the whole object when e.SegName is empty (upstream's
+// BatchReplicaClear). Only the client that wrote the object may clear it, and only when it is
+// complete and no reader holds a lease; the object goes when its last copy does. Count is 1
+// when something was cleared.
+func (s *State) replicaClear(e Entry) Result {
+	o, r := s.lookup(e, "not found")
+	if o == nil {
+		return r
+	}
+	switch {
+	case !o.complete:
+		return fail(api.REPLICA_IS_NOT_READY, fmt.Sprintf("key %q is still being written", e.Key))
+	case e.ClientID != "" && o.putClient != e.ClientID:
+		return fail(api.ILLEGAL_CLIENT, fmt.Sprintf("key %q was written by another client", e.Key))
+	case o.leaseUntil > e.Now:
+		return fail(api.OBJECT_HAS_LEASE, fmt.Sprintf("key %q is leased to a reader", e.Key))
+	case o.offload != nil || o.promote != nil:
+		return fail(api.OBJECT_REPLICA_BUSY, fmt.Sprintf("key %q is moving between tiers", e.Key))
+	}
+	if e.SegName == "" {
+		s.deleteObject(o)
+		return Result{Count: 1}
+	}
+	cleared := false
+	for i := len(o.replicas) - 1; i >= 0; i-- {
+		seg, ok := s.segments[o.replicas[i].segID]
+		if ok && (seg.Name == e.SegName || seg.ID == e.SegName) {
+			s.releaseReplica(o, i)
+			cleared = true
+		}
+	}
+	if !cleared {
+		return fail(api.REPLICA_NOT_FOUND, fmt.Sprintf("key %q has no copy on segment %s", e.Key, e.SegName))
+	}
+	if len(o.replicas) == 0 && o.disk == nil {
+		s.deleteObject(o)
+	}
+	return Result{Count: 1}
 }

@@ -238,3 +238,32 @@ func TestUpstreamFlagNames(t *testing.T) {
 		t.Fatalf("bad --port: %v", err)
 	}
 }
+
+func TestReplicaClear(t *testing.T) {
+	h := newHarness(t)
+	h.mount("c1", "s1", "host:1", 1<<20, 1<<20)
+	h.mount("c2", "s2", "host:2", 1<<30, 1<<20)
+	h.put("c1", "two", 100, api.ReplicateConfig{ReplicaNum: 2})
+	h.put("c1", "one", 100, api.ReplicateConfig{ReplicaNum: 1})
+	h.put("c1", "leased", 100, api.ReplicateConfig{ReplicaNum: 1})
+	h.apply(Entry{Op: OpGrantLease, ClientID: "c2", Key: "leased"})
+	clear := func(client, key, seg string) Result {
+		return h.apply(Entry{Op: OpReplicaClear, ClientID: client, Key: key, SegName: seg})
+	}
+	expectCode(t, "other client", clear("c2", "two", ""), api.ILLEGAL_CLIENT)
+	expectCode(t, "leased", clear("c1", "leased", ""), api.OBJECT_HAS_LEASE)
+	expectCode(t, "missing", clear("c1", "nope", ""), api.OBJECT_NOT_FOUND)
+	expectCode(t, "no copy there", clear("c1", "one", "host:9"), api.REPLICA_NOT_FOUND)
+	expectCode(t, "one segment", clear("c1", "two", "host:2"), api.OK)
+	if info, ok := h.s.Query("two"); !ok || len(info.Replicas) != 1 || info.Replicas[0].SegmentName != "host:1" {
+		t.Fatalf("two after clearing host:2: %+v", info)
+	}
+	expectCode(t, "last copy", clear("c1", "two", "s1"), api.OK)
+	if ok, _ := h.s.Exists("two"); ok {
+		t.Fatal("two survives losing its last copy")
+	}
+	expectCode(t, "whole", clear("c1", "one", ""), api.OK)
+	if ok, _ := h.s.Exists("one"); ok || h.s.used != alignUp(100) {
+		t.Fatalf("one still there or used %d", h.s.used)
+	}
+}
