@@ -313,3 +313,14 @@ def test_mooncake_client_upstream_flags(master):
     assert r.returncode != 0 and "enable_ssd_offload" in r.stderr
     r = subprocess.run([go_command("mooncake_client"), "--help"], capture_output=True, text=True, timeout=60)
     assert "-port int" in r.stderr and "(default 50052)" in r.stderr
+
+
+def test_init_all_from_environment(master, monkeypatch):
+    monkeypatch.setenv("MOONCAKE_MASTER", master.addr)
+    monkeypatch.setenv("MC_LOCAL_HOSTNAME", "127.0.0.1")
+    s = MooncakeDistributedStore()
+    assert s.init_all("tcp", "", 16 * MB) == 0
+    try:
+        assert s.put("ia", b"init_all") == 0 and s.get("ia") == b"init_all"
+    finally:
+        s.close()
