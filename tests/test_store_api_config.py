@@ -10,7 +10,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from datetime import datetime
 
 import pytest
