@@ -140,8 +140,10 @@ def test_client_killed_mid_upsert_keeps_a_whole_value(master, store):
         p.wait()
         v = store.get("k")
         assert len(v) == size and v.count(v[:1]) == size, "a mix of versions is visible"
-        # the dead client's open upsert (if any) goes at its expiry; then upserts work again
-        while master.metric("mooncake_master_pending_tasks") > 0:
+        # the dead client expires (client_ttl): its segment and its open upsert (if any) go;
+        # then upserts work again
+        while master.http("/get_all_segments").split() != [store.get_hostname()] or \
+                master.metric("mooncake_master_pending_tasks") > 0:
             time.sleep(0.1)
         assert store.upsert("k", b"after") == 0 and store.get("k") == b"after"
     finally:
