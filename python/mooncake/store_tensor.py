@@ -545,12 +545,19 @@ class TensorMixin:
         return self.put_parts(key, *bufs, config=config)
 
     def _t_put_many(self, keys: List[str], encs: List[_Encoded], config, upsert: bool, atomic: bool) -> List[int]:
-        """Writes each value; with ``atomic`` a failure removes what this call wrote (puts only)."""
-        codes = [self._t_put(k, e, config, upsert) for k, e in zip(keys, encs)]
+        """Writes each value; with ``atomic`` a failure removes what this call wrote (puts only;
+        keys that existed before the call are left alone: puts are write-once)."""
+        existed = self.batch_is_exist(keys) if atomic and not upsert else [0] * len(keys)
+        codes = []
+        for k, e in zip(keys, encs):
+            codes.append(self._t_put(k, e, config, upsert))
+            if codes[-1] != 0 and atomic:
+                break
         if atomic and not upsert and any(c != 0 for c in codes):
-            for k, c in zip(keys, codes):
-                if c == 0:
+            for k, c, ex in zip(keys, codes, existed):
+                if c == 0 and ex != 1:
                     self.remove(k, True)
+            codes += [codes[-1]] * (len(keys) - len(codes))
         return codes
 
     def _t_get_object(self, key: str):
