@@ -274,6 +274,15 @@ func cBytes(p unsafe.Pointer, n C.uint64_t) []byte {
 
 //export mc_store_put
 func mc_store_put(h C.uint64_t, key *C.char, data unsafe.Pointer, n C.uint64_t, cfgp *C.mc_replicate_config) C.int {
+	return storePut(h, key, data, n, cfgp, false)
+}
+
+//export mc_store_upsert
+func mc_store_upsert(h C.uint64_t, key *C.char, data unsafe.Pointer, n C.uint64_t, cfgp *C.mc_replicate_config) C.int {
+	return storePut(h, key, data, n, cfgp, true)
+}
+
+func storePut(h C.uint64_t, key *C.char, data unsafe.Pointer, n C.uint64_t, cfgp *C.mc_replicate_config, upsert bool) C.int {
 	c, k, cfg, err := putArgs(h, key, cfgp)
 	if err != nil {
 		return serr(err)
@@ -281,11 +290,23 @@ func mc_store_put(h C.uint64_t, key *C.char, data unsafe.Pointer, n C.uint64_t, 
 	if data == nil && n > 0 {
 		return serr(api.Errorf(api.INVALID_PARAMS, "data is NULL"))
 	}
+	if upsert {
+		return serr(c.Upsert(context.Background(), k, cBytes(data, n), cfg))
+	}
 	return serr(c.Put(context.Background(), k, cBytes(data, n), cfg))
 }
 
 //export mc_store_put_parts
 func mc_store_put_parts(h C.uint64_t, key *C.char, parts *unsafe.Pointer, lens *C.uint64_t, n C.int32_t, cfgp *C.mc_replicate_config) C.int {
+	return storePutParts(h, key, parts, lens, n, cfgp, false)
+}
+
+//export mc_store_upsert_parts
+func mc_store_upsert_parts(h C.uint64_t, key *C.char, parts *unsafe.Pointer, lens *C.uint64_t, n C.int32_t, cfgp *C.mc_replicate_config) C.int {
+	return storePutParts(h, key, parts, lens, n, cfgp, true)
+}
+
+func storePutParts(h C.uint64_t, key *C.char, parts *unsafe.Pointer, lens *C.uint64_t, n C.int32_t, cfgp *C.mc_replicate_config, upsert bool) C.int {
 	c, k, cfg, err := putArgs(h, key, cfgp)
 	if err != nil {
 		return serr(err)
@@ -299,6 +320,9 @@ func mc_store_put_parts(h C.uint64_t, key *C.char, parts *unsafe.Pointer, lens *
 	for i := range bs {
 		bs[i] = cBytes(ps[i], ls[i])
 	}
+	if upsert {
+		return serr(c.UpsertParts(context.Background(), k, bs, cfg))
+	}
 	return serr(c.PutParts(context.Background(), k, bs, cfg))
 }
 
@@ -311,8 +335,26 @@ func mc_store_put_from(h C.uint64_t, key *C.char, addr, n C.uint64_t, cfgp *C.mc
 	return serr(c.PutFrom(context.Background(), k, uintptr(addr), uint64(n), cfg))
 }
 
+//export mc_store_upsert_from
+func mc_store_upsert_from(h C.uint64_t, key *C.char, addr, n C.uint64_t, cfgp *C.mc_replicate_config) C.int {
+	c, k, cfg, err := putArgs(h, key, cfgp)
+	if err != nil {
+		return serr(err)
+	}
+	return serr(c.UpsertFrom(context.Background(), k, uintptr(addr), uint64(n), cfg))
+}
+
 //export mc_store_batch_put
 func mc_store_batch_put(h C.uint64_t, keys **C.char, datas *unsafe.Pointer, lens *C.uint64_t, n C.int32_t, cfgp *C.mc_replicate_config, results *C.int32_t) C.int {
+	return storeBatchPut(h, keys, datas, lens, n, cfgp, results, false)
+}
+
+//export mc_store_batch_upsert
+func mc_store_batch_upsert(h C.uint64_t, keys **C.char, datas *unsafe.Pointer, lens *C.uint64_t, n C.int32_t, cfgp *C.mc_replicate_config, results *C.int32_t) C.int {
+	return storeBatchPut(h, keys, datas, lens, n, cfgp, results, true)
+}
+
+func storeBatchPut(h C.uint64_t, keys **C.char, datas *unsafe.Pointer, lens *C.uint64_t, n C.int32_t, cfgp *C.mc_replicate_config, results *C.int32_t, upsert bool) C.int {
 	c, ks, cfg, err := batchPutArgs(h, keys, n, cfgp)
 	if err != nil {
 		return serr(err)
@@ -326,12 +368,25 @@ func mc_store_batch_put(h C.uint64_t, keys **C.char, datas *unsafe.Pointer, lens
 	for i := range vals {
 		vals[i] = cBytes(ds[i], ls[i])
 	}
-	codes(c.BatchPut(context.Background(), ks, vals, cfg), results)
+	if upsert {
+		codes(c.BatchUpsert(context.Background(), ks, vals, cfg), results)
+	} else {
+		codes(c.BatchPut(context.Background(), ks, vals, cfg), results)
+	}
 	return 0
 }
 
 //export mc_store_batch_put_from
 func mc_store_batch_put_from(h C.uint64_t, keys **C.char, addrs, lens *C.uint64_t, n C.int32_t, cfgp *C.mc_replicate_config, results *C.int32_t) C.int {
+	return storeBatchPutFrom(h, keys, addrs, lens, n, cfgp, results, false)
+}
+
+//export mc_store_batch_upsert_from
+func mc_store_batch_upsert_from(h C.uint64_t, keys **C.char, addrs, lens *C.uint64_t, n C.int32_t, cfgp *C.mc_replicate_config, results *C.int32_t) C.int {
+	return storeBatchPutFrom(h, keys, addrs, lens, n, cfgp, results, true)
+}
+
+func storeBatchPutFrom(h C.uint64_t, keys **C.char, addrs, lens *C.uint64_t, n C.int32_t, cfgp *C.mc_replicate_config, results *C.int32_t, upsert bool) C.int {
 	c, ks, cfg, err := batchPutArgs(h, keys, n, cfgp)
 	if err != nil {
 		return serr(err)
@@ -340,7 +395,11 @@ func mc_store_batch_put_from(h C.uint64_t, keys **C.char, addrs, lens *C.uint64_
 		return serr(api.Errorf(api.INVALID_PARAMS, "NULL address, length or result array"))
 	}
 	as, sz := cAddrLens(addrs, lens, n)
-	codes(c.BatchPutFrom(context.Background(), ks, as, sz, cfg), results)
+	if upsert {
+		codes(c.BatchUpsertFrom(context.Background(), ks, as, sz, cfg), results)
+	} else {
+		codes(c.BatchPutFrom(context.Background(), ks, as, sz, cfg), results)
+	}
 	return 0
 }
 

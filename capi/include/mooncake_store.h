@@ -4,7 +4,7 @@
  * contribute). Status: 0 ok, negative Mooncake store error codes (OBJECT_NOT_FOUND -704,
  * INVALID_KEY -400, NO_AVAILABLE_HANDLE -200, OBJECT_HAS_LEASE -706, RPC_FAIL -900, ...), with the
  * message in mooncake_last_error(). Keys are NUL-terminated UTF-8, 1..4096 bytes. A put of a key
- * that already exists succeeds without rewriting it (write-once). Buffer addresses are plain
+ * that already exists succeeds without rewriting it (write-once); an upsert replaces it. Buffer addresses are plain
  * integers (uint64_t) like in the engine section. Every call may block on the network for at
  * most its RPC timeout (10 s) plus the transfer timeout; none holds a lock of the caller's.
  */
@@ -61,6 +61,21 @@ int mc_store_batch_put(uint64_t store, const char *const *keys, const void *cons
 int mc_store_batch_put_from(uint64_t store, const char *const *keys, const uint64_t *addrs,
                             const uint64_t *lens, int32_t n, const mc_replicate_config *cfg,
                             int32_t *results);
+/* Upsert: like the puts above, but a key that exists gets the new value (insert or replace).
+ * The master swaps the versions when the new one is completely written: a reader sees the whole
+ * old value or the whole new one, and a failed upsert leaves the old value in place. */
+int mc_store_upsert(uint64_t store, const char *key, const void *data, uint64_t len,
+                    const mc_replicate_config *cfg);
+int mc_store_upsert_parts(uint64_t store, const char *key, const void *const *parts,
+                          const uint64_t *lens, int32_t n, const mc_replicate_config *cfg);
+int mc_store_upsert_from(uint64_t store, const char *key, uint64_t addr, uint64_t len,
+                         const mc_replicate_config *cfg);
+int mc_store_batch_upsert(uint64_t store, const char *const *keys, const void *const *datas,
+                          const uint64_t *lens, int32_t n, const mc_replicate_config *cfg,
+                          int32_t *results);
+int mc_store_batch_upsert_from(uint64_t store, const char *const *keys, const uint64_t *addrs,
+                               const uint64_t *lens, int32_t n, const mc_replicate_config *cfg,
+                               int32_t *results);
 
 /* Get. mc_store_get returns the value in malloc'd memory (*out, *len; free it with
  * mc_store_free; NULL/0 for an empty result). mc_store_get_into copies into the caller's buffer

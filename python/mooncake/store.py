@@ -118,6 +118,11 @@ def _lib():
                     "mc_store_put_from": (ctypes.c_int, [_u64, _cs, _u64, _u64, cfg]),
                     "mc_store_batch_put": (ctypes.c_int, [_u64, _P(_cs), _P(_vp), _P(_u64), _i32, cfg, _P(_i32)]),
                     "mc_store_batch_put_from": (ctypes.c_int, [_u64, _P(_cs), _P(_u64), _P(_u64), _i32, cfg, _P(_i32)]),
+                    "mc_store_upsert": (ctypes.c_int, [_u64, _cs, _vp, _u64, cfg]),
+                    "mc_store_upsert_parts": (ctypes.c_int, [_u64, _cs, _P(_vp), _P(_u64), _i32, cfg]),
+                    "mc_store_upsert_from": (ctypes.c_int, [_u64, _cs, _u64, _u64, cfg]),
+                    "mc_store_batch_upsert": (ctypes.c_int, [_u64, _P(_cs), _P(_vp), _P(_u64), _i32, cfg, _P(_i32)]),
+                    "mc_store_batch_upsert_from": (ctypes.c_int, [_u64, _P(_cs), _P(_u64), _P(_u64), _i32, cfg, _P(_i32)]),
                     "mc_store_get": (ctypes.c_int, [_u64, _cs, _P(_vp), _P(_u64)]),
                     "mc_store_get_into": (_i64, [_u64, _cs, _u64, _u64]),
                     "mc_store_get_with": (ctypes.c_int, [_u64, _cs, _ALLOC_FN, _vp, _P(_u64)]),
@@ -354,11 +359,13 @@ class MooncakeDistributedStore(TensorMixin):
     def put_parts(self, key: str, *parts, config: Optional[ReplicateConfig] = None) -> int:
         return self._put_parts(key, [_buffer(p) for p in parts], config)
 
-    def _put_parts(self, key, bufs, config) -> int:
+    def _put_parts(self, key, bufs, config, upsert: bool = False) -> int:
         n = len(bufs)
         ptrs = (_vp * max(n, 1))(*[b[0] for b in bufs])
         lens = (_u64 * max(n, 1))(*[b[1] for b in bufs])
-        return _lib().mc_store_put_parts(self._h, _key(key), ptrs, lens, n, _cfg(config))
+        l = _lib()
+        fn = l.mc_store_upsert_parts if upsert else l.mc_store_put_parts
+        return fn(self._h, _key(key), ptrs, lens, n, _cfg(config))
 
     def put_batch(self, keys: Sequence[str], values: Sequence, config: Optional[ReplicateConfig] = None) -> int:
         """Puts values[i] under keys[i]; 0 when every put succeeded, else the first failure's code."""
@@ -367,16 +374,19 @@ class MooncakeDistributedStore(TensorMixin):
             return res
         return next((r for r in res if r != 0), 0)
 
-    def _batch_put(self, keys, values, config):
+    def _batch_put(self, keys, values, config, upsert: bool = False):
         if len(keys) != len(values):
-            raise ValueError(f"put_batch: {len(keys)} keys but {len(values)} values")
+            what = "upsert_batch" if upsert else "put_batch"
+            raise ValueError(f"{what}: {len(keys)} keys but {len(values)} values")
         n = len(keys)
         karr, keep_k = _keys(keys)
         bufs = [_buffer(v) for v in values]
         ptrs = (_vp * max(n, 1))(*[b[0] for b in bufs])
         lens = (_u64 * max(n, 1))(*[b[1] for b in bufs])
         out = (_i32 * max(n, 1))()
-        rc = _lib().mc_store_batch_put(self._h, karr, ptrs, lens, n, _cfg(config), out)
+        l = _lib()
+        fn = l.mc_store_batch_upsert if upsert else l.mc_store_batch_put
+        rc = fn(self._h, karr, ptrs, lens, n, _cfg(config), out)
         if rc != 0:
             return rc
         return list(out[:n])
@@ -387,16 +397,50 @@ class MooncakeDistributedStore(TensorMixin):
 
     def batch_put_from(self, keys: Sequence[str], buffer_ptrs: Sequence[int], sizes: Sequence[int],
                        config: Optional[ReplicateConfig] = None) -> List[int]:
+        return self._batch_put_from(keys, buffer_ptrs, sizes, config, False)
+
+    def _batch_put_from(self, keys, buffer_ptrs, sizes, config, upsert: bool) -> List[int]:
         n = len(keys)
         if len(buffer_ptrs) != n or len(sizes) != n:
             return [ErrorCode.INVALID_PARAMS] * n
         karr, keep = _keys(keys)
         out = (_i32 * max(n, 1))()
-        rc = _lib().mc_store_batch_put_from(self._h, karr, (_u64 * max(n, 1))(*map(int, buffer_ptrs)),
-                                            (_u64 * max(n, 1))(*map(int, sizes)), n, _cfg(config), out)
+        l = _lib()
+        fn = l.mc_store_batch_upsert_from if upsert else l.mc_store_batch_put_from
+        rc = fn(self._h, karr, (_u64 * max(n, 1))(*map(int, buffer_ptrs)),
+                (_u64 * max(n, 1))(*map(int, sizes)), n, _cfg(config), out)
         if rc != 0:
             return [rc] * n
         return list(out[:n])
+
+    # ---- upsert: insert or replace ----
+    # The master keeps the old value readable while the new one is written and swaps them when
+    # it is complete: a reader gets the whole old value or the whole new one, never a mix, and a
+    # failed upsert leaves the old value in place.
+    def upsert(self, key: str, value, config: Optional[ReplicateConfig] = None) -> int:
+        """Stores value under key, replacing the key's value when it exists. 0 or a negative code."""
+        addr, n, keep = _buffer(value)
+        return _lib().mc_store_upsert(self._h, _key(key), addr, n, _cfg(config))
+
+    def upsert_parts(self, key: str, *parts, config: Optional[ReplicateConfig] = None) -> int:
+        """upsert of the concatenation of parts (bytes-like objects)."""
+        return self._put_parts(key, [_buffer(p) for p in parts], config, upsert=True)
+
+    def upsert_from(self, key: str, buffer_ptr: int, size: int, config: Optional[ReplicateConfig] = None) -> int:
+        """upsert of ``size`` bytes at ``buffer_ptr`` (zero-copy when registered)."""
+        return _lib().mc_store_upsert_from(self._h, _key(key), int(buffer_ptr), int(size), _cfg(config))
+
+    def upsert_batch(self, keys: Sequence[str], values: Sequence, config: Optional[ReplicateConfig] = None) -> int:
+        """upsert of values[i] under keys[i]; 0 when every one succeeded, else the first failure's code."""
+        res = self._batch_put(keys, values, config, upsert=True)
+        if isinstance(res, int):
+            return res
+        return next((r for r in res if r != 0), 0)
+
+    def batch_upsert_from(self, keys: Sequence[str], buffer_ptrs: Sequence[int], sizes: Sequence[int],
+                          config: Optional[ReplicateConfig] = None) -> List[int]:
+        """upsert_from for many keys; one code per key."""
+        return self._batch_put_from(keys, buffer_ptrs, sizes, config, True)
 
     # ---- get ----
     def get(self, key: str) -> bytes:

@@ -134,6 +134,9 @@ type PutStartRequest struct {
 	Key      string          `json:"key"`
 	Size     uint64          `json:"size"`
 	Config   ReplicateConfig `json:"config"`
+	// Upsert replaces the key's value when it exists (the old value stays readable until the
+	// new one is complete) instead of answering OBJECT_ALREADY_EXISTS.
+	Upsert bool `json:"upsert,omitempty"`
 }
 
 type PutStartResponse struct {
@@ -191,6 +194,7 @@ type BatchPutStartRequest struct {
 	Keys     []string        `json:"keys"`
 	Sizes    []uint64        `json:"sizes"`
 	Config   ReplicateConfig `json:"config"`
+	Upsert   bool            `json:"upsert,omitempty"` // replace the values of keys that exist
 }
 
 // BatchResponse answers a batch call: the call's own status, and one result per key in the

@@ -529,12 +529,12 @@ func (c *Client) writeReplicas(ctx context.Context, parts []buf, reps []api.Repl
 	return nil
 }
 
-func (c *Client) put(ctx context.Context, key string, parts []buf, cfg api.ReplicateConfig) error {
+func (c *Client) put(ctx context.Context, key string, parts []buf, cfg api.ReplicateConfig, upsert bool) error {
 	var size uint64
 	for _, p := range parts {
 		size += uint64(len(p.b))
 	}
-	ps, err := c.putStart(ctx, key, size, cfg)
+	ps, err := c.putStart(ctx, key, size, cfg, upsert)
 	if err != nil {
 		return err
 	}
@@ -575,37 +575,53 @@ func quote(key string) string {
 
 // Put stores value under key. A key that already exists is left as it is (write-once).
 func (c *Client) Put(ctx context.Context, key string, value []byte, cfg api.ReplicateConfig) error {
-	return c.put(ctx, key, []buf{{b: value}}, cfg)
+	return c.put(ctx, key, []buf{{b: value}}, cfg, false)
 }
 
 // PutParts stores the concatenation of parts under key.
 func (c *Client) PutParts(ctx context.Context, key string, parts [][]byte, cfg api.ReplicateConfig) error {
+	return c.put(ctx, key, partBufs(parts), cfg, false)
+}
+
+func partBufs(parts [][]byte) []buf {
 	bs := make([]buf, len(parts))
 	for i, p := range parts {
 		bs[i] = buf{b: p}
 	}
-	return c.put(ctx, key, bs, cfg)
+	return bs
 }
 
 // PutFrom stores size bytes at addr (zero-copy when the memory was registered).
 func (c *Client) PutFrom(ctx context.Context, key string, addr uintptr, size uint64, cfg api.ReplicateConfig) error {
+	return c.putFrom(ctx, key, addr, size, cfg, false)
+}
+
+func (c *Client) putFrom(ctx context.Context, key string, addr uintptr, size uint64, cfg api.ReplicateConfig, upsert bool) error {
 	if addr == 0 || size == 0 {
 		return api.Errorf(api.INVALID_PARAMS, "put_from needs a non-null buffer and a non-zero size")
 	}
-	return c.put(ctx, key, []buf{{b: memview.Bytes(addr, int(size)), registered: c.registered(addr, size)}}, cfg)
+	return c.put(ctx, key, []buf{{b: memview.Bytes(addr, int(size)), registered: c.registered(addr, size)}}, cfg, upsert)
 }
 
 // BatchPut stores values[i] under keys[i]; one error (or nil) per key.
 func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte, cfg api.ReplicateConfig) []error {
+	return c.batchPut(ctx, keys, valueBufs(values), cfg, false)
+}
+
+func valueBufs(values [][]byte) [][]buf {
 	bufs := make([][]buf, len(values))
 	for i, v := range values {
 		bufs[i] = []buf{{b: v}}
 	}
-	return c.batchPut(ctx, keys, bufs, cfg)
+	return bufs
 }
 
 // BatchPutFrom is PutFrom for many keys.
 func (c *Client) BatchPutFrom(ctx context.Context, keys []string, addrs []uintptr, sizes []uint64, cfg api.ReplicateConfig) []error {
+	return c.batchPutFrom(ctx, keys, addrs, sizes, cfg, false)
+}
+
+func (c *Client) batchPutFrom(ctx context.Context, keys []string, addrs []uintptr, sizes []uint64, cfg api.ReplicateConfig, upsert bool) []error {
 	if len(addrs) != len(keys) || len(sizes) != len(keys) {
 		return fill(len(keys), api.Errorf(api.INVALID_PARAMS, "%d keys, %d buffers, %d sizes", len(keys), len(addrs), len(sizes)))
 	}
@@ -617,7 +633,38 @@ func (c *Client) BatchPutFrom(ctx context.Context, keys []string, addrs []uintpt
 		}
 		bufs[i] = []buf{{b: memview.Bytes(addrs[i], int(sizes[i])), registered: c.registered(addrs[i], sizes[i])}}
 	}
-	return c.batchPut(ctx, keys, bufs, cfg)
+	return c.batchPut(ctx, keys, bufs, cfg, upsert)
+}
+
+// ---- upsert: put that replaces an existing value ----
+//
+// The master keeps the old value readable while the new one is written and swaps them when the
+// write is complete: a reader sees the whole old value or the whole new one. A failed upsert
+// leaves the old value in place.
+
+// Upsert stores value under key, replacing the value the key has.
+func (c *Client) Upsert(ctx context.Context, key string, value []byte, cfg api.ReplicateConfig) error {
+	return c.put(ctx, key, []buf{{b: value}}, cfg, true)
+}
+
+// UpsertParts is Upsert of the concatenation of parts.
+func (c *Client) UpsertParts(ctx context.Context, key string, parts [][]byte, cfg api.ReplicateConfig) error {
+	return c.put(ctx, key, partBufs(parts), cfg, true)
+}
+
+// UpsertFrom is Upsert of size bytes at addr (zero-copy when the memory was registered).
+func (c *Client) UpsertFrom(ctx context.Context, key string, addr uintptr, size uint64, cfg api.ReplicateConfig) error {
+	return c.putFrom(ctx, key, addr, size, cfg, true)
+}
+
+// BatchUpsert is Upsert for many keys; one error (or nil) per key.
+func (c *Client) BatchUpsert(ctx context.Context, keys []string, values [][]byte, cfg api.ReplicateConfig) []error {
+	return c.batchPut(ctx, keys, valueBufs(values), cfg, true)
+}
+
+// BatchUpsertFrom is UpsertFrom for many keys.
+func (c *Client) BatchUpsertFrom(ctx context.Context, keys []string, addrs []uintptr, sizes []uint64, cfg api.ReplicateConfig) []error {
+	return c.batchPutFrom(ctx, keys, addrs, sizes, cfg, true)
 }
 
 func fill(n int, err error) []error {
@@ -628,7 +675,7 @@ func fill(n int, err error) []error {
 	return out
 }
 
-func (c *Client) batchPut(ctx context.Context, keys []string, bufs [][]buf, cfg api.ReplicateConfig) []error {
+func (c *Client) batchPut(ctx context.Context, keys []string, bufs [][]buf, cfg api.ReplicateConfig, upsert bool) []error {
 	errs := make([]error, len(keys))
 	if len(bufs) != len(keys) {
 		return fill(len(keys), api.Errorf(api.INVALID_PARAMS, "%d keys but %d values", len(keys), len(bufs)))
@@ -643,7 +690,7 @@ func (c *Client) batchPut(ctx context.Context, keys []string, bufs [][]buf, cfg 
 		}
 	}
 	rctx, cancel := c.rpcCtx(ctx)
-	resp, err := c.master.BatchPutStart(rctx, &api.BatchPutStartRequest{ClientID: c.id, Keys: keys, Sizes: sizes, Config: cfg})
+	resp, err := c.master.BatchPutStart(rctx, &api.BatchPutStartRequest{ClientID: c.id, Keys: keys, Sizes: sizes, Config: cfg, Upsert: upsert})
 	cancel()
 	if err == nil {
 		err = resp.Err()
@@ -658,7 +705,7 @@ func (c *Client) batchPut(ctx context.Context, keys []string, bufs [][]buf, cfg 
 		case r.Code == api.OBJECT_ALREADY_EXISTS:
 		case r.Retry:
 			// memory is full while objects move to G3: this key waits for room on its own
-			errs[i] = c.put(ctx, keys[i], bufs[i], cfg)
+			errs[i] = c.put(ctx, keys[i], bufs[i], cfg, upsert)
 		case r.Code != api.OK:
 			errs[i] = fmt.Errorf("put %s: %w", quote(keys[i]), r.Err())
 		default:

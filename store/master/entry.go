@@ -42,6 +42,7 @@ type Entry struct {
 	Segment   *api.Segment         `json:"segment,omitempty"`
 	SegmentID string               `json:"segment_id,omitempty"`
 	Force     bool                 `json:"force,omitempty"`
+	Upsert    bool                 `json:"upsert,omitempty"` // OpPutStart: replace the key's value when it exists
 	Pattern   string               `json:"pattern,omitempty"`
 	Batch     []Entry              `json:"batch,omitempty"`
 	Digest    string               `json:"digest,omitempty"` // OpVerify

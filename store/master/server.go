@@ -399,7 +399,7 @@ func (s *Server) Ping(ctx context.Context, r *api.PingRequest) (*api.PingRespons
 
 func (s *Server) PutStart(ctx context.Context, r *api.PutStartRequest) (*api.PutStartResponse, error) {
 	cfg := r.Config
-	res := s.do(ctx, Entry{Op: OpPutStart, ClientID: r.ClientID, Key: r.Key, Size: r.Size, Config: &cfg})
+	res := s.do(ctx, Entry{Op: OpPutStart, ClientID: r.ClientID, Key: r.Key, Size: r.Size, Config: &cfg, Upsert: r.Upsert})
 	return &api.PutStartResponse{Status: res.Status(), Replicas: res.Replicas, Retry: res.Retry}, nil
 }
 
@@ -474,7 +474,7 @@ func (s *Server) BatchPutStart(ctx context.Context, r *api.BatchPutStartRequest)
 	}
 	cfg := r.Config
 	results, st := s.batch(ctx, r.ClientID, len(r.Keys), func(i int) Entry {
-		return Entry{Op: OpPutStart, Key: r.Keys[i], Size: r.Sizes[i], Config: &cfg}
+		return Entry{Op: OpPutStart, Key: r.Keys[i], Size: r.Sizes[i], Config: &cfg, Upsert: r.Upsert}
 	})
 	out := &api.BatchPutStartResponse{Status: st}
 	for _, res := range results {
