@@ -9,7 +9,6 @@ import json
 import os
 import struct
 import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -18,7 +17,7 @@ torch = pytest.importorskip("torch")
 
 from test_store import Master, new_store, run_peer, start_master, MB  # noqa: E402,F401
 from mooncake.store import (  # noqa: E402
-    ErrorCode, MooncakeDistributedStore, ParallelAxis, ReadTarget, ReplicateConfig, TensorParallelism)
+    ErrorCode, ParallelAxis, ReadTarget, ReplicateConfig, TensorParallelism)
 from mooncake.store_tensor import serialize_tensor_into, tensor_object_size  # noqa: E402
 
 # Deterministic tensors both processes can build: every dtype the issue names, in several
@@ -52,7 +51,9 @@ CASES_SRC = textwrap.dedent("""
     def same(a, b):
         return a.dtype == b.dtype and list(a.shape) == list(b.shape) and raw(a) == raw(b)
 """)
-exec(CASES_SRC)  # defines cases, raw, same here too
+_ns: dict = {}
+exec(CASES_SRC, _ns)
+cases, raw, same = _ns["cases"], _ns["raw"], _ns["same"]
 
 
 @pytest.fixture
@@ -419,17 +420,12 @@ def test_parallelism_bad_arguments(store):
 
 # ---- upsert -----------------------------------------------------------------------------------
 
-needs_upsert = pytest.mark.skipif(not hasattr(MooncakeDistributedStore, "upsert_parts"),
-                                  reason="the store's byte-level upsert calls are not in this build")
-
-
-@needs_upsert
 def test_upsert_family_replaces_values(master, store):
     t = cases(9)
     assert store.upsert_tensor("u/a", t["f32"]) == 0
     assert store.upsert_tensor("u/a", t["bf16"]) == 0
     assert same(store.get_tensor("u/a"), t["bf16"])
-    assert store.upsert_pub_tensor("u/b", t["i8"], ReplicateConfig(replica_num=2)) == 0
+    assert store.upsert_pub_tensor("u/b", t["i8"], ReplicateConfig(with_soft_pin=True)) == 0
     assert store.batch_upsert_tensor(["u/a", "u/c"], [t["bool"], t["i64"]]) == [0, 0]
     assert store.batch_upsert_pub_tensor(["u/b"], [t["f16_T"]], ReplicateConfig()) == [0]
     buf = Registered(store, 1 << 16)
