@@ -78,8 +78,7 @@ class BufferLease:
         if self._released:
             return
         if self._exporter is not None:
-            view, self._view = self._view, None
-            del view
+            self._view = None  # ours was the last reference we hold
             # every live view (the one we gave out, its slices, arrays over it) keeps the
             # exporter referenced through their shared managed buffer
             if sys.getrefcount(self._exporter) > 2:

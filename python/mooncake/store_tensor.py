@@ -602,8 +602,9 @@ class TensorMixin:
             return [self._t_put(k, e, config, True) for k, e in zip(keys, encs)]
         if n == 0:
             return []
-        res = self._batch_put(keys, [e.tobytes() for e in encs], config)
-        return [res] * n if isinstance(res, int) else res
+        blobs = [e.tobytes() for e in encs]
+        ptrs = [ctypes.cast(ctypes.c_char_p(b), ctypes.c_void_p).value for b in blobs]
+        return self.batch_put_from(keys, ptrs, [len(b) for b in blobs], config)
 
     def batch_put_tensor(self, keys: Sequence[str], tensors: Sequence, config=None) -> List[int]:
         return self._t_batch_put(keys, tensors, config, False, "batch_put_tensor")
