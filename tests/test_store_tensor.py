@@ -529,10 +529,9 @@ def test_safetensors_files_read_by_the_safetensors_package(store, tmp_path):
     assert all(same(got[k], d[k]) for k in d)
 
 
-# ---- CUDA without CUDA ------------------------------------------------------------------------
+# ---- devices --------------------------------------------------------------------------------
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown where CUDA is absent")
-def test_cuda_calls_name_what_is_missing(store):
-    from mooncake.store_tensor import _require_cuda
-    with pytest.raises(RuntimeError, match=r"needs CUDA, but torch.cuda.is_available\(\) is False"):
-        _require_cuda("get_tensor_into_cuda")
+def test_cuda_calls_refuse_other_devices(store):
+    assert store.put_tensor("dev/x", torch.ones(3)) == 0
+    with pytest.raises(ValueError, match="device meta"):
+        store.get_tensor_into_cuda("dev/x", torch.empty(3, device="meta"))
