@@ -13,7 +13,8 @@ bounds the number of active leases and ``max_bytes`` their total size-class byte
 when a bound is reached, ``acquire`` waits for a release (``block``, ``timeout``; defaults from
 ``block_on_exhaustion`` / ``default_timeout``) or raises. Differences from upstream: the pool's
 memory is its own (allocated and registered by the pool) rather than carved from the store's
-setup-time local buffer, so there is no separate "overflow" path.
+setup-time local buffer, so there is no separate "overflow" path; ``alignment`` (of each region's
+start) defaults to 4096 bytes rather than upstream's 8 MiB.
 
 ``RegisteredBufferPool`` / ``RegisteredBufferLease`` are upstream's older names for the same
 classes. This module imports neither torch nor the native library.
