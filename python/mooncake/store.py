@@ -17,7 +17,8 @@ Beyond put/get: ``upsert*`` (insert or replace, swapped atomically by the master
 upstream's reference with what it does here.
 
 Tensors: ``put_tensor`` stores a tensor (any dtype and shape, CPU or CUDA — read back on the CPU),
-or a list/tuple/dict of tensors, in a self-describing format; ``get_tensor`` rebuilds it.
+or a list/tuple/dict of tensors, in a self-describing format; ``get_tensor`` rebuilds it. The
+tensor calls (TP, parallelism, safetensors, CUDA) live in ``mooncake.store_tensor.TensorMixin``.
 """
 
 from __future__ import annotations
@@ -33,11 +34,12 @@ import time
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
 from . import _native
+from .store_tensor import ParallelAxis, ReadTarget, TensorMixin, TensorParallelism
 
 __all__ = ["MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction", "last_error", "parse_size", "ErrorCode",
            "BufferHandle", "ReplicaDescriptor", "ReplicaStatus", "MemoryDescriptor", "DiskDescriptor",
            "BufferDescriptor", "LocalDiskDescriptor", "MooncakeHostMemAllocator", "TaskType", "TaskStatus",
-           "QueryTaskResponse"]
+           "QueryTaskResponse", "ParallelAxis", "TensorParallelism", "ReadTarget"]
 
 log = logging.getLogger("mooncake.store")
 
@@ -459,98 +461,6 @@ def _cfg(config: Optional[ReplicateConfig]):
     return ctypes.byref(config._c()) if config is not None else None
 
 
-# ---- tensor format -------------------------------------------------------------------------
-# b"MCT1" | u32 header length | header JSON | padding to 64 | tensor bytes, each at a 64-aligned
-# offset. The header is a tree: {"t": [dtype, shape, offset, nbytes]} for a tensor,
-# {"l": [...]} list, {"u": [...]} tuple, {"d": [[key, node], ...]} dict (string keys).
-_MAGIC = b"MCT1"
-_ALIGN = 64
-
-
-def _flatten(obj, tensors: list):
-    import torch
-    if isinstance(obj, torch.Tensor):
-        t = obj.detach()
-        if t.device.type != "cpu":
-            t = t.cpu()
-        t = t.contiguous()
-        tensors.append(t)
-        return {"t": [str(t.dtype).replace("torch.", ""), list(t.shape), 0, t.numel() * t.element_size()]}
-    if isinstance(obj, list):
-        return {"l": [_flatten(x, tensors) for x in obj]}
-    if isinstance(obj, tuple):
-        return {"u": [_flatten(x, tensors) for x in obj]}
-    if isinstance(obj, dict):
-        for k in obj:
-            if not isinstance(k, str):
-                raise TypeError(f"put_tensor: dict keys must be str, got {type(k).__name__}")
-        return {"d": [[k, _flatten(v, tensors)] for k, v in obj.items()]}
-    raise TypeError(f"put_tensor: expected a tensor or a list/tuple/dict of tensors, got {type(obj).__name__}")
-
-
-def _encode_tensors(obj):
-    tensors: list = []
-    tree = _flatten(obj, tensors)
-    # assign offsets
-    leaves = []
-
-    def walk(n):
-        if "t" in n:
-            leaves.append(n)
-        for v in n.get("l", []) + n.get("u", []):
-            walk(v)
-        for _, v in n.get("d", []):
-            walk(v)
-    walk(tree)
-    # header size depends on offsets; iterate to a fixed point (offsets are relative to data start)
-    off = 0
-    for leaf in leaves:
-        leaf["t"][2] = off
-        off += (leaf["t"][3] + _ALIGN - 1) // _ALIGN * _ALIGN
-    header = json.dumps(tree, separators=(",", ":")).encode()
-    head_len = 8 + len(header)
-    pad = (-head_len) % _ALIGN
-    prefix = _MAGIC + struct.pack("<I", len(header)) + header + b"\0" * pad
-    parts = [prefix]
-    pos = 0
-    for leaf, t in zip(leaves, tensors):
-        start = leaf["t"][2]
-        if start > pos:
-            parts.append(b"\0" * (start - pos))
-        n = leaf["t"][3]
-        if n:
-            parts.append((t.data_ptr(), n, t))
-        pos = start + n
-    return parts
-
-
-def _decode_tensors(data: bytes):
-    import torch
-    if len(data) < 8 or data[:4] != _MAGIC:
-        raise ValueError("the value was not stored by put_tensor")
-    (hl,) = struct.unpack("<I", data[4:8])
-    tree = json.loads(data[8:8 + hl])
-    base = 8 + hl + ((-(8 + hl)) % _ALIGN)
-    data_addr = ctypes.cast(ctypes.c_char_p(data), _vp).value
-
-    def build(n):
-        if "t" in n:
-            dtype_name, shape, off, nbytes = n["t"]
-            dtype = getattr(torch, dtype_name)
-            t = torch.empty(shape, dtype=dtype)
-            if nbytes:
-                if base + off + nbytes > len(data) or t.numel() * t.element_size() != nbytes:
-                    raise ValueError("truncated or inconsistent tensor value")
-                ctypes.memmove(t.data_ptr(), data_addr + base + off, nbytes)
-            return t
-        if "l" in n:
-            return [build(x) for x in n["l"]]
-        if "u" in n:
-            return tuple(build(x) for x in n["u"])
-        return {k: build(v) for k, v in n["d"]}
-    return build(tree)
-
-
 # ---- BufferHandle: a value in library-owned memory ----------------------------------------
 
 class BufferHandle:
@@ -880,17 +790,7 @@ def _tasks(store: "MooncakeDistributedStore") -> _TaskRunner:
 
 
 # The tensor methods live in store_tensor.TensorMixin when that module is present.
-try:
-    from .store_tensor import TensorMixin as _TensorMixin
-except ModuleNotFoundError as _e:
-    if _e.name != f"{__package__}.store_tensor":
-        raise
-
-    class _TensorMixin:  # type: ignore[no-redef]
-        pass
-
-
-class MooncakeDistributedStore(_TensorMixin):
+class MooncakeDistributedStore(TensorMixin):
     """A client of Mooncake Store. Call ``setup`` first, ``close`` at the end."""
 
     def __init__(self):
@@ -1538,31 +1438,3 @@ class MooncakeDistributedStore(_TensorMixin):
     def remove_all(self) -> int:
         """Removes every key (pinned and leased ones too); returns how many."""
         return _lib().mc_store_remove_all(self._h)
-
-    # ---- tensors ----
-    def put_tensor(self, key: str, tensor, config: Optional[ReplicateConfig] = None) -> int:
-        """Stores a tensor, or a list/tuple/dict of tensors. 0 or a negative code."""
-        parts = _encode_tensors(tensor)
-        bufs = [p if isinstance(p, tuple) else _buffer(p) for p in parts]
-        return self._put_parts(key, bufs, config)
-
-    def get_tensor(self, key: str):
-        """The tensor (or list/tuple/dict of tensors) stored by put_tensor, or None on a miss."""
-        data = self.get(key)
-        if not data:
-            return None
-        return _decode_tensors(data)
-
-    def batch_put_tensor(self, keys: Sequence[str], tensors: Sequence,
-                         config: Optional[ReplicateConfig] = None) -> List[int]:
-        if len(keys) != len(tensors):
-            raise ValueError(f"batch_put_tensor: {len(keys)} keys but {len(tensors)} tensors")
-        blobs = []
-        for t in tensors:
-            parts = _encode_tensors(t)
-            blobs.append(b"".join(p if isinstance(p, bytes) else ctypes.string_at(p[0], p[1]) for p in parts))
-        res = self._batch_put(keys, blobs, config)
-        return [res] * len(keys) if isinstance(res, int) else res
-
-    def batch_get_tensor(self, keys: Sequence[str]) -> list:
-        return [(_decode_tensors(v) if v else None) for v in self.get_batch(keys)]

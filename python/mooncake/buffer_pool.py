@@ -1,0 +1,248 @@
+"""``mooncake.buffer_pool``: registered scratch buffers for the store's zero-copy calls.
+
+``BufferPool(store)`` hands out leases of host memory that is registered with the store
+(``register_buffer``), for ``get_into`` / ``put_from`` / ``get_into_ranges`` and the tensor
+``*_into`` / ``*_from`` calls. Memory is kept in size classes (powers of two from
+``min_size_class``) and reused: registering happens once per region, not once per call.
+
+A lease has ``ptr`` (the address to pass to the store), ``size`` (the size asked for),
+``buffer`` (a writable ``memoryview`` of ``size`` bytes) and ``release()``; it is a context
+manager. Rules, as upstream's: ``release()`` raises BufferError while views of ``buffer`` (slices,
+numpy arrays over it) are alive; ``close()`` raises while leases are active. ``max_regions``
+bounds the number of active leases and ``max_bytes`` their total size-class bytes (0: no bound);
+when a bound is reached, ``acquire`` waits for a release (``block``, ``timeout``; defaults from
+``block_on_exhaustion`` / ``default_timeout``) or raises. Differences from upstream: the pool's
+memory is its own (allocated and registered by the pool) rather than carved from the store's
+setup-time local buffer, so there is no separate "overflow" path; ``alignment`` (of each region's
+start) defaults to 4096 bytes rather than upstream's 8 MiB.
+
+``RegisteredBufferPool`` / ``RegisteredBufferLease`` are upstream's older names for the same
+classes. This module imports neither torch nor the native library.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+import threading
+import time
+from typing import Dict, List, Optional
+
+__all__ = ["BufferPool", "BufferLease", "RegisteredBufferPool", "RegisteredBufferLease"]
+
+
+class _Region:
+    __slots__ = ("mem", "ptr", "capacity", "cached")
+
+    def __init__(self, capacity: int, alignment: int, cached: bool):
+        self.mem = (ctypes.c_char * (capacity + alignment))()
+        base = ctypes.addressof(self.mem)
+        self.ptr = (base + alignment - 1) // alignment * alignment
+        self.capacity = capacity
+        self.cached = cached
+
+
+class BufferLease:
+    """One leased, registered buffer (see the module docstring)."""
+
+    def __init__(self, pool: "BufferPool", region: _Region, size: int):
+        self._pool, self._region, self._size = pool, region, size
+        self._view: Optional[memoryview] = None
+        self._exporter = None
+        self._released = False
+
+    @property
+    def ptr(self) -> int:
+        self._live()
+        return self._region.ptr
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    @property
+    def buffer(self) -> memoryview:
+        """A writable memoryview of ``size`` bytes over the leased memory."""
+        self._live()
+        if self._view is None:
+            self._exporter = (ctypes.c_ubyte * self._size).from_address(self._region.ptr)
+            self._view = memoryview(self._exporter).cast("B")
+        return self._view
+
+    def _live(self) -> None:
+        if self._released:
+            raise ValueError("this BufferLease was released; acquire a new one")
+
+    def release(self) -> None:
+        """Returns the memory to the pool. Raises BufferError while views of ``buffer`` are
+        alive (delete them first); releasing twice is a no-op."""
+        if self._released:
+            return
+        if self._exporter is not None:
+            self._view = None  # ours was the last reference we hold
+            # every live view (the one we gave out, its slices, arrays over it) keeps the
+            # exporter referenced through their shared managed buffer
+            if sys.getrefcount(self._exporter) > 2:
+                raise BufferError("BufferLease.release(): views of lease.buffer are still alive; "
+                                  "delete them (and arrays made from them) first")
+            self._exporter = None
+        self._released = True
+        self._pool._give_back(self._region, self)
+
+    def __enter__(self) -> "BufferLease":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        state = "released" if self._released else f"ptr=0x{self._region.ptr:x}"
+        return f"BufferLease(size={self._size}, {state})"
+
+
+class BufferPool:
+    """Registered buffers leased by size class. ``store`` is a set-up MooncakeDistributedStore
+    (anything with ``register_buffer`` / ``unregister_buffer``)."""
+
+    def __init__(self, store, max_bytes: int = 0, min_size_class: int = 64 * 1024,
+                 max_size_class: Optional[int] = None, alignment: int = 4096,
+                 block_on_exhaustion: bool = True, default_timeout: Optional[float] = None,
+                 max_regions: Optional[int] = None, prewarm_size: Optional[int] = None,
+                 prewarm_count: int = 0):
+        if not hasattr(store, "register_buffer") or not hasattr(store, "unregister_buffer"):
+            raise TypeError(f"BufferPool: store must be a MooncakeDistributedStore, got {type(store).__name__}")
+        for name, v in (("max_bytes", max_bytes), ("min_size_class", min_size_class), ("alignment", alignment)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"BufferPool: {name} must be a non-negative int, got {v!r}")
+        if min_size_class < 1:
+            raise ValueError("BufferPool: min_size_class must be >= 1")
+        if alignment < 1 or alignment & (alignment - 1):
+            raise ValueError(f"BufferPool: alignment must be a power of two, got {alignment}")
+        if max_size_class is not None and max_size_class < min_size_class:
+            raise ValueError(f"BufferPool: max_size_class {max_size_class} < min_size_class {min_size_class}")
+        if max_regions is not None and max_regions < 1:
+            raise ValueError(f"BufferPool: max_regions must be >= 1 or None, got {max_regions}")
+        self._store = store
+        self.max_bytes = max_bytes
+        self.min_size_class = min_size_class
+        self.max_size_class = max_size_class
+        self.alignment = alignment
+        self.block_on_exhaustion = block_on_exhaustion
+        self.default_timeout = default_timeout
+        self.max_regions = max_regions
+        self._cv = threading.Condition()
+        self._free: Dict[int, List[_Region]] = {}
+        self._active: Dict[int, BufferLease] = {}
+        self._active_bytes = 0
+        self._regions: List[_Region] = []
+        self._closed = False
+        if prewarm_size is not None and prewarm_count > 0:
+            self.prewarm(prewarm_size, prewarm_count)
+
+    # ---- sizes ----
+    def _class_of(self, size: int) -> int:
+        c = self.min_size_class
+        while c < size:
+            c *= 2
+        if self.max_size_class is not None and c > self.max_size_class:
+            return size  # too big to cache: an exact region, freed on release
+        return c
+
+    # ---- leases ----
+    def acquire(self, size: int, block: Optional[bool] = None, timeout: Optional[float] = None) -> BufferLease:
+        """A lease of at least ``size`` bytes. When ``max_regions`` / ``max_bytes`` are reached it
+        waits for a release (``block``; default ``block_on_exhaustion``) up to ``timeout``
+        seconds (default ``default_timeout``; None waits as long as needed), else raises
+        RuntimeError (no wait) or TimeoutError."""
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"BufferPool.acquire: size must be a positive int, got {size!r}")
+        block = self.block_on_exhaustion if block is None else block
+        timeout = self.default_timeout if timeout is None else timeout
+        cls = self._class_of(size)
+        if self.max_bytes and cls > self.max_bytes:
+            raise ValueError(f"BufferPool.acquire: {size} bytes (size class {cls}) exceed max_bytes={self.max_bytes}")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cv:
+            while True:
+                if self._closed:
+                    raise RuntimeError("BufferPool is closed")
+                full_regions = self.max_regions is not None and len(self._active) >= self.max_regions
+                full_bytes = bool(self.max_bytes) and self._active_bytes + cls > self.max_bytes
+                if not (full_regions or full_bytes):
+                    break
+                why = (f"{len(self._active)} active leases (max_regions={self.max_regions})" if full_regions
+                       else f"{self._active_bytes} bytes leased + {cls} > max_bytes={self.max_bytes}")
+                if not block:
+                    raise RuntimeError(f"BufferPool exhausted: {why}")
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"BufferPool: no buffer within {timeout}s: {why}")
+                self._cv.wait(left)
+            free = self._free.get(cls)
+            region = free.pop() if free else None
+            if region is None:
+                region = _Region(cls, self.alignment,
+                                 cached=self.max_size_class is None or cls <= self.max_size_class)
+                rc = self._store.register_buffer(region.ptr, cls)
+                if rc != 0:
+                    raise RuntimeError(f"BufferPool: register_buffer({cls} bytes) failed with {rc}")
+                self._regions.append(region)
+            lease = BufferLease(self, region, size)
+            self._active[id(lease)] = lease
+            self._active_bytes += cls
+            return lease
+
+    def buffer(self, size: int, block: Optional[bool] = None, timeout: Optional[float] = None) -> BufferLease:
+        """Like acquire; meant for ``with pool.buffer(n) as lease:``."""
+        return self.acquire(size, block, timeout)
+
+    def _give_back(self, region: _Region, lease: BufferLease) -> None:
+        with self._cv:
+            self._active.pop(id(lease), None)
+            self._active_bytes -= region.capacity
+            if region.cached and not self._closed:
+                self._free.setdefault(region.capacity, []).append(region)
+            else:
+                self._store.unregister_buffer(region.ptr)
+                self._regions.remove(region)
+            self._cv.notify_all()
+
+    def prewarm(self, size: int, count: int) -> None:
+        """Allocates and registers ``count`` regions for ``size`` ahead of use."""
+        leases = [self.acquire(size, block=False) for _ in range(int(count))]
+        for lease in leases:
+            lease.release()
+
+    @property
+    def active_leases(self) -> int:
+        with self._cv:
+            return len(self._active)
+
+    @property
+    def registered_bytes(self) -> int:
+        with self._cv:
+            return sum(r.capacity for r in self._regions)
+
+    def close(self) -> None:
+        """Unregisters and frees every region. Raises RuntimeError while leases are active."""
+        with self._cv:
+            if self._closed:
+                return
+            if self._active:
+                raise RuntimeError(f"BufferPool.close(): {len(self._active)} lease(s) still active; release them first")
+            for r in self._regions:
+                self._store.unregister_buffer(r.ptr)
+            self._regions.clear()
+            self._free.clear()
+            self._closed = True
+            self._cv.notify_all()
+
+    def __enter__(self) -> "BufferPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+RegisteredBufferPool = BufferPool
+RegisteredBufferLease = BufferLease

@@ -1,0 +1,158 @@
+"""mooncake.BufferPool: registered scratch buffers for the zero-copy store calls, against a real
+mooncake_master and a second client process."""
+
+from __future__ import annotations
+
+import ctypes
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from test_store import Master, new_store, run_peer  # noqa: E402
+import mooncake  # noqa: E402
+from mooncake.buffer_pool import BufferLease, BufferPool, RegisteredBufferLease, RegisteredBufferPool  # noqa: E402
+
+
+@pytest.fixture
+def master():
+    m = Master("--client_ttl=2")
+    yield m
+    m.stop()
+
+
+@pytest.fixture
+def store(master):
+    s = new_store(master)
+    yield s
+    s.close()
+
+
+def test_package_top_exports_without_torch():
+    assert mooncake.BufferPool is BufferPool and mooncake.RegisteredBufferPool is BufferPool
+    assert RegisteredBufferPool is BufferPool and RegisteredBufferLease is BufferLease
+    out = subprocess.run([sys.executable, "-c", "import sys, mooncake; mooncake.BufferPool; "
+                          "print('torch' in sys.modules, 'mooncake.store' in sys.modules)"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "False"]
+
+
+def test_leases_move_values_both_ways(master, store):
+    pool = BufferPool(store)
+    value = bytes(range(256)) * 1000
+    with pool.buffer(len(value)) as lease:
+        assert lease.size == len(value) and lease.ptr % pool.alignment == 0
+        lease.buffer[:] = value
+        assert store.put_from("bp/a", lease.ptr, lease.size) == 0
+    peer = run_peer(master, """
+        from mooncake import BufferPool
+        pool = BufferPool(s)
+        with pool.buffer(1 << 20) as lease:
+            n = s.get_into("bp/a", lease.ptr, lease.size)
+            assert n == 256000, n
+            assert bytes(lease.buffer[:n]) == bytes(range(256)) * 1000
+            lease.buffer[:5] = b"peer!"
+            assert s.put_from("bp/b", lease.ptr, 5) == 0
+        pool.close()
+        print("GOT", s.get("bp/b"))
+    """)
+    assert "GOT b'peer!'" in peer.output
+    lease = pool.acquire(100)
+    n = store.get_into("bp/a", lease.ptr, lease.size)
+    assert n < 0  # 100 bytes cannot hold the 256000-byte value
+    lease.release()
+    with pool.buffer(300000) as lease:
+        n = store.get_into("bp/a", lease.ptr, lease.size)
+        view = lease.buffer[:n]
+        assert bytes(view) == value
+        del view
+    pool.close()
+
+
+def test_regions_are_reused_by_size_class(store):
+    pool = BufferPool(store, min_size_class=4096)
+    a = pool.acquire(3000)
+    ptr = a.ptr
+    a.release()
+    b = pool.acquire(4096)  # same class: same registered region
+    assert b.ptr == ptr and pool.registered_bytes == 4096
+    c = pool.acquire(5000)  # next class
+    assert c.ptr != ptr and pool.registered_bytes == 4096 + 8192
+    b.release()
+    c.release()
+    a.release()  # twice: no-op
+    with pytest.raises(ValueError, match="released"):
+        a.ptr
+    pool.prewarm(10000, 2)
+    assert pool.registered_bytes == 4096 + 8192 + 16384 * 2 and pool.active_leases == 0
+    big = BufferPool(store, min_size_class=4096, max_size_class=8192)
+    x = big.acquire(100000)  # above max_size_class: exact, freed on release
+    assert big.registered_bytes == 100000
+    x.release()
+    assert big.registered_bytes == 0
+    big.close()
+    pool.close()
+
+
+def test_limits_block_raise_and_wake(store):
+    pool = BufferPool(store, max_regions=1, min_size_class=4096)
+    first = pool.acquire(10)
+    with pytest.raises(RuntimeError, match=r"exhausted: 1 active leases \(max_regions=1\)"):
+        pool.acquire(10, block=False)
+    with pytest.raises(TimeoutError, match="no buffer within 0.05s"):
+        pool.acquire(10, timeout=0.05)
+    got = []
+    waiting = threading.Thread(target=lambda: got.append(pool.acquire(10)))
+    waiting.start()
+    first.release()
+    waiting.join(30)
+    assert not waiting.is_alive() and got[0].ptr == first._region.ptr
+    got[0].release()
+    pool.close()
+    capped = BufferPool(store, max_bytes=8192, min_size_class=4096, block_on_exhaustion=False)
+    a = capped.acquire(4096)
+    b = capped.acquire(4000)
+    with pytest.raises(RuntimeError, match=r"8192 bytes leased \+ 4096 > max_bytes=8192"):
+        capped.acquire(1)
+    with pytest.raises(ValueError, match="exceed max_bytes"):
+        capped.acquire(10000)
+    a.release()
+    b.release()
+    capped.close()
+
+
+def test_release_and_close_refuse_while_in_use(store):
+    pool = BufferPool(store)
+    lease = pool.acquire(64)
+    view = lease.buffer[:8]
+    with pytest.raises(BufferError, match="still alive"):
+        lease.release()
+    arr = (ctypes.c_ubyte * 8).from_buffer(view)  # an array made from a view counts too
+    del view
+    with pytest.raises(BufferError):
+        lease.release()
+    with pytest.raises(RuntimeError, match="1 lease\\(s\\) still active"):
+        pool.close()
+    del arr
+    lease.release()
+    pool.close()
+    pool.close()  # twice: no-op
+    with pytest.raises(RuntimeError, match="closed"):
+        pool.acquire(1)
+
+
+def test_bad_arguments(store):
+    with pytest.raises(TypeError, match="MooncakeDistributedStore"):
+        BufferPool(object())
+    with pytest.raises(ValueError, match="power of two"):
+        BufferPool(store, alignment=3000)
+    with pytest.raises(ValueError, match="max_regions must be >= 1"):
+        BufferPool(store, max_regions=0)
+    with pytest.raises(ValueError, match="max_size_class 10 < min_size_class"):
+        BufferPool(store, max_size_class=10)
+    pool = BufferPool(store)
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="size must be a positive int"):
+            pool.acquire(bad)
+    pool.close()
