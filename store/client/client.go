@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log"
 	"net"
+	"net/http"
 	"regexp"
 	"sort"
 	"strconv"
@@ -55,6 +56,7 @@ type Config struct {
 	Prefault Prefault      // populate the mounted segment up front: auto (zero), on, off (MC_STORE_PREFAULT)
 	HA       ha.Options    // Redis password / database of an HA master address (MC_REDIS_PASSWORD, MC_REDIS_DB_INDEX)
 	Engine   engine.Config // the rest of the engine New creates (EngineConfig sets its name, metadata, protocol and device)
+	Offload  OffloadConfig // SSD offload: setup(enable_ssd_offload=True) and the MOONCAKE_OFFLOAD_* knobs (offload.go)
 }
 
 const (
@@ -92,6 +94,10 @@ type Client struct {
 	rootFS string         // the master's G3 directory ("" = no G3 tier)
 	bg     sync.WaitGroup // background workers other than the heartbeat (the G3 offload loop)
 	tiers  tierCounters
+	local  *localDisk // SSD offload (offload.go); nil when off
+	// httpc reads other clients' local disks (a client without SSD offload of its own).
+	httpOnce sync.Once
+	httpc    *http.Client
 }
 
 // New creates a client with its own transfer engine (closed by Close).
@@ -151,6 +157,9 @@ func NewWithEngine(ctx context.Context, eng Engine, cfg Config) (*Client, error)
 	if cfg.MasterServerAddress == "" {
 		return nil, api.Errorf(api.INVALID_PARAMS, "master_server_address is empty (want host:port of mooncake_master)")
 	}
+	if cfg.Offload.Enable && cfg.GlobalSegmentSize == 0 {
+		return nil, api.Errorf(api.INVALID_PARAMS, "enable_ssd_offload needs a global segment (global_segment_size > 0): offloaded objects move from it")
+	}
 	cc, err := dialMaster(ctx, cfg)
 	if err != nil {
 		return nil, api.Errorf(api.INVALID_PARAMS, "%v", err)
@@ -187,6 +196,12 @@ func NewWithEngine(ctx context.Context, eng Engine, cfg Config) (*Client, error)
 			memview.Populate(base, cfg.GlobalSegmentSize, true)
 		}
 		c.segment = &api.Segment{ID: c.id + "/0", Name: eng.SegmentName(), Base: uint64(base), Size: cfg.GlobalSegmentSize}
+		if cfg.Offload.Enable {
+			if err := c.startLocalDisk(cfg.Offload, offloadHost(eng.SegmentName(), cfg.LocalHostname)); err != nil {
+				return fail(err)
+			}
+			c.segment.OffloadEndpoint = c.local.endpoint
+		}
 		if err := c.mount(ctx); err != nil {
 			return fail(err)
 		}
@@ -194,7 +209,14 @@ func NewWithEngine(ctx context.Context, eng Engine, cfg Config) (*Client, error)
 	hctx, stop := context.WithCancel(context.Background())
 	c.stop = stop
 	go c.heartbeat(hctx)
-	if c.rootFS != "" && c.segment != nil {
+	if c.local != nil {
+		c.bg.Add(1)
+		go func() {
+			defer c.bg.Done()
+			c.localHousekeeping(hctx)
+		}()
+	}
+	if (c.rootFS != "" || c.local != nil) && c.segment != nil {
 		c.bg.Add(1)
 		go func() {
 			defer c.bg.Done()
@@ -323,6 +345,9 @@ func (c *Client) Close() error {
 }
 
 func (c *Client) release() {
+	if c.local != nil {
+		c.local.close()
+	}
 	if c.segment != nil {
 		c.eng.FreeShared(uintptr(c.segment.Base))
 	}
@@ -702,8 +727,13 @@ func (c *Client) orderReplicas(reps []api.Replica) []api.Replica {
 	out := append([]api.Replica(nil), reps...)
 	me := c.eng.SegmentName()
 	rank := func(r api.Replica) int {
-		if r.IsDisk() {
-			return 4 // memory copies first
+		switch {
+		case r.IsLocalDisk() && c.local != nil && r.Endpoint == c.local.endpoint:
+			return 4 // memory copies first, then this host's own disk
+		case r.IsDisk():
+			return 5
+		case r.IsLocalDisk():
+			return 6 // another client's disk: a round trip to it
 		}
 		if r.SegmentName == me {
 			return 0
@@ -739,7 +769,7 @@ func (c *Client) readInto(ctx context.Context, key string, g *api.GetReplicaList
 	}
 	var errs []error
 	for _, r := range c.orderReplicas(g.Replicas) {
-		if r.IsDisk() {
+		if r.IsFile() {
 			if err := c.readDisk(ctx, key, g, r, dst); err != nil {
 				errs = append(errs, err)
 				continue

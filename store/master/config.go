@@ -63,6 +63,8 @@ type Config struct {
 	DFSFullPolicy               string // --dfs_full_policy: refuse | evict_oldest, when a move would overflow the G3 tier
 	PromotionOnHit              bool   // --promotion_on_hit: copy an object read from disk back into memory
 	PromotionAdmissionThreshold int    // --promotion_admission_threshold: disk reads before a promotion
+	EnableOffload               bool   // --enable_offload: objects may move to the local disk of clients set up with enable_ssd_offload
+	OffloadOnEvict              bool   // --offload_on_evict: write to local disk only when evicting (else also right after each put)
 }
 
 // HotStandbyConfig is upstream's HotStandbyConfig. A standby here follows the HA oplog
@@ -298,6 +300,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DFSFullPolicy, "dfs_full_policy", c.DFSFullPolicy, "when the G3 tier is full: refuse (objects stay in memory) or evict_oldest (drop the oldest G3 objects)")
 	fs.BoolVar(&c.PromotionOnHit, "promotion_on_hit", c.PromotionOnHit, "copy an object read from disk back into memory after --promotion_admission_threshold reads")
 	fs.IntVar(&c.PromotionAdmissionThreshold, "promotion_admission_threshold", c.PromotionAdmissionThreshold, "disk reads of an object before it is promoted to memory")
+	fs.BoolVar(&c.EnableOffload, "enable_offload", c.EnableOffload, "SSD offload: objects move to the local disk of clients set up with enable_ssd_offload")
+	fs.BoolVar(&c.OffloadOnEvict, "offload_on_evict", c.OffloadOnEvict, "SSD offload: write objects to local disk only when they are evicted (default: also after each put)")
 	fs.StringVar(&c.ConfigPath, "config_path", c.ConfigPath, "JSON or YAML file of flag_name: value; command-line flags override it")
 }
 

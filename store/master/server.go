@@ -50,6 +50,8 @@ type Server struct {
 	ha       *haState      // nil without --enable_ha
 	haLog    ha.OpLog      // set by RunHA
 	wake     chan struct{} // closed (and replaced) when moves to G3 are handed out (long polls wait on it)
+	// localGarbage: files on clients' local disks to delete, per client (offload_server.go).
+	localGarbage map[string][]string
 }
 
 var _ api.MasterServer = (*Server)(nil)
@@ -90,13 +92,14 @@ func (s *Server) Propose(ctx context.Context, e Entry) (Result, error) {
 		return Result{}, err
 	}
 	s.removeFiles(res.Garbage)
+	s.queueLocalGarbage(res.LocalGarbage)
 	return res, nil
 }
 
 // afterCommit removes the G3 files an entry proposed without waiting (timers) left behind,
 // once the entry is durable.
 func (s *Server) afterCommit(ctx context.Context, res Result, wait func(context.Context) error) {
-	if len(res.Garbage) == 0 {
+	if len(res.Garbage) == 0 && len(res.LocalGarbage) == 0 {
 		return
 	}
 	go func() {
@@ -104,6 +107,7 @@ func (s *Server) afterCommit(ctx context.Context, res Result, wait func(context.
 			return
 		}
 		s.removeFiles(res.Garbage)
+		s.queueLocalGarbage(res.LocalGarbage)
 	}()
 }
 

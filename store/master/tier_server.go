@@ -30,9 +30,10 @@ func (s *Server) FetchOffloadTasks(ctx context.Context, r *api.OffloadTasksReque
 		s.mu.Lock()
 		tasks := s.state.OffloadTasks(r.ClientID)
 		wake := s.wake
+		remove := s.takeLocalGarbage(r.ClientID)
 		s.mu.Unlock()
-		if len(tasks) > 0 || wait <= 0 {
-			return &api.OffloadTasksResponse{RootFSDir: s.cfg.RootFSDir, Tasks: tasks}, nil
+		if len(tasks) > 0 || len(remove) > 0 || wait <= 0 {
+			return &api.OffloadTasksResponse{RootFSDir: s.cfg.RootFSDir, Tasks: tasks, Remove: remove}, nil
 		}
 		select {
 		case <-wake:

@@ -33,6 +33,7 @@ func run(args []string) error {
 	meta := fs.String("metadata_server", engine.P2PHandshake, "metadata server: P2PHANDSHAKE, http://h:p/metadata, etcd://h:p, redis://h:p")
 	segSize := fs.String("global_segment_size", "4 GB", "memory contributed to the store")
 	bufSize := fs.String("local_buffer_size", "16 MB", "staging buffer")
+	offload := fs.Bool("enable_offload", false, "SSD offload to MOONCAKE_OFFLOAD_FILE_STORAGE_PATH (with mooncake_master --enable_offload)")
 	if err := fs.Parse(args); err != nil {
 		return cli.Usagef("bad command line: %w", err)
 	}
@@ -64,6 +65,9 @@ func run(args []string) error {
 		GlobalSegmentSize: seg, LocalBufferSize: buf, Protocol: *protocol, DeviceName: *devices,
 		MasterServerAddress: *master,
 	})
+	if *offload {
+		cfg.Offload = config.StoreOffload("")
+	}
 	c, err := client.New(ctx, cfg)
 	if err != nil {
 		return err
