@@ -108,6 +108,8 @@ def _lib():
                     "mc_store_get_hostname": (ctypes.c_int, [_u64, _cs, _i32]),
                     "mc_store_replica_desc": (ctypes.c_int, [_u64, _cs, _cs, _i32]),
                     "mc_store_tier_stats": (ctypes.c_int, [_u64, _cs, _i32]),
+                    "mc_store_enable_ssd_offload": (ctypes.c_int, [_u64, _cs]),
+                    "mc_store_offload_rpc_read_count": (ctypes.c_int, [_u64, _P(_u64)]),
                     "mc_store_register_buffer": (ctypes.c_int, [_u64, _u64, _u64]),
                     "mc_store_unregister_buffer": (ctypes.c_int, [_u64, _u64]),
                     "mc_store_put": (ctypes.c_int, [_u64, _cs, _vp, _u64, cfg]),
@@ -329,9 +331,9 @@ class MooncakeDistributedStore:
         """Connects to the master and contributes ``global_segment_size`` bytes. Accepts the seven
         upstream positional arguments, or one dict with those names. Returns 0 or a negative code.
 
-        ``enable_ssd_offload=True`` (upstream's client-local SSD offload) is not implemented in
-        this build and returns INVALID_PARAMS; the shared file tier (G3, the master's
-        ``--root_fs_dir``) needs nothing here (docs/multi-tier.md)."""
+        ``enable_ssd_offload=True`` keeps evicted objects on this host's disk, in
+        ``MOONCAKE_OFFLOAD_FILE_STORAGE_PATH`` (master ``--enable_offload``); the shared file
+        tier (G3, the master's ``--root_fs_dir``) needs nothing here (docs/multi-tier.md)."""
         if isinstance(local_hostname, dict):
             d = dict(local_hostname)
             known = {"local_hostname", "metadata_server", "global_segment_size", "local_buffer_size",
@@ -344,12 +346,6 @@ class MooncakeDistributedStore:
                               d.get("local_buffer_size", 512 * 1024 * 1024), d.get("protocol", "tcp"),
                               d.get("device_name", ""), d.get("master_server_address", "127.0.0.1:50051"),
                               d.get("enable_ssd_offload", False))
-        if enable_ssd_offload:
-            msg = ("setup(enable_ssd_offload=True): client-local SSD offload is not implemented in this build; "
-                   "start mooncake_master with --root_fs_dir for the shared file tier (G3) instead (docs/multi-tier.md)")
-            log.error("MooncakeDistributedStore.setup failed: %s", msg)
-            self._setup_error = msg
-            return ErrorCode.INVALID_PARAMS
         seg = parse_size(global_segment_size)
         buf = parse_size(local_buffer_size)
         l = _lib()
@@ -361,7 +357,9 @@ class MooncakeDistributedStore:
             rc = l.mc_store_create(ctypes.byref(h))
             if rc != 0:
                 return rc
-            rc = l.mc_store_setup(h, (local_hostname or "").encode(), (metadata_server or "").encode(), seg, buf,
+            if enable_ssd_offload:
+                rc = l.mc_store_enable_ssd_offload(h, b"")
+            rc = rc or l.mc_store_setup(h, (local_hostname or "").encode(), (metadata_server or "").encode(), seg, buf,
                                   (protocol or "tcp").encode(), (device_name or "").encode(),
                                   (master_server_address or "").encode())
             if rc != 0:
@@ -427,6 +425,14 @@ class MooncakeDistributedStore:
         ``offloaded`` / ``offload_failed`` (objects this client wrote to G3), ``promoted``
         (objects copied back into memory) and ``root_fs_dir`` (the master's G3 directory)."""
         return json.loads(_native.read_string(_lib().mc_store_tier_stats, self._h))
+
+    def get_offload_rpc_read_count(self) -> int:
+        """Gets this client served by asking another client to read its local disk (SSD offload)."""
+        n = _u64()
+        rc = _lib().mc_store_offload_rpc_read_count(self._h, ctypes.byref(n))
+        if rc < 0:
+            raise _native.MooncakeError(rc, _native.last_error())
+        return n.value
 
     # ---- buffers ----
     def register_buffer(self, buffer_ptr: int, size: int) -> int:

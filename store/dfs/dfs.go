@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -389,4 +390,34 @@ func WriteBucket(root, rel string, entries []Entry, opt Options) ([]Placed, erro
 		return nil, api.Errorf(api.FILE_WRITE_FAIL, "rename %s: %v", tmp, err)
 	}
 	return out, nil
+}
+
+// SweepTemps removes the temporary files under root (a writer's "<file>.<pid>.tmp", see
+// Write) last modified more than olderThan ago: the leftovers of writers killed mid-write.
+// Removing one a slow writer still holds is safe: its rename then fails and the move is
+// reported as failed, so no reference to a partial file can arise. It returns how many it
+// removed.
+func SweepTemps(root string, olderThan time.Duration) (int, error) {
+	cutoff := time.Now().Add(-olderThan)
+	n := 0
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // removed while we walked
+			}
+			return err
+		}
+		if d.IsDir() || !d.Type().IsRegular() || !strings.HasSuffix(d.Name(), ".tmp") {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil || info.ModTime().After(cutoff) {
+			return nil
+		}
+		if os.Remove(p) == nil {
+			n++
+		}
+		return nil
+	})
+	return n, err
 }

@@ -223,6 +223,9 @@ func (s *Server) VerifyOnce(ctx context.Context) {
 
 // Run drives the timers (client expiry, eviction, stale puts) until ctx ends.
 func (s *Server) Run(ctx context.Context) {
+	if s.cfg.RootFSDir != "" {
+		go s.sweepTempsLoop(ctx)
+	}
 	period := min(100*time.Millisecond, s.cfg.ClientTTL/4)
 	t := time.NewTicker(period)
 	defer t.Stop()
