@@ -142,3 +142,30 @@ def test_offload_holder_killed(offload):
             assert s.get(f"x{i}") == value(i)
     assert codes.count(ErrorCode.OBJECT_NOT_FOUND) >= failed
     s.unregister_buffer(addr)
+
+
+def test_offload_bad_setup_is_a_clear_error(tmp_path, monkeypatch):
+    m = Master("--enable_offload")
+    try:
+        s = MooncakeDistributedStore()
+        # A pure client has nothing to offload.
+        assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 4 * MB, "tcp", "", m.addr, enable_ssd_offload=True) == -600
+        assert "needs a global segment" in s._setup_error
+        # The directory must exist (upstream's rule): nothing is created behind the user's back.
+        missing = tmp_path / "nope"
+        monkeypatch.setenv("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", str(missing))
+        assert s.setup("127.0.0.1", "P2PHANDSHAKE", 4 * MB, 4 * MB, "tcp", "", m.addr, enable_ssd_offload=True) == -600
+        assert str(missing) in s._setup_error and not missing.exists()
+        monkeypatch.setenv("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", "relative/dir")
+        assert s.setup("127.0.0.1", "P2PHANDSHAKE", 4 * MB, 4 * MB, "tcp", "", m.addr, enable_ssd_offload=True) == -600
+        assert "not an absolute path" in s._setup_error
+        # A good one works, and close() removes this client's files.
+        good = tmp_path / "ssd"
+        good.mkdir()
+        monkeypatch.setenv("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", str(good))
+        assert s.setup("127.0.0.1", "P2PHANDSHAKE", 4 * MB, 4 * MB, "tcp", "", m.addr, enable_ssd_offload=True) == 0
+        assert len(os.listdir(good)) == 1 and s.get_tier_stats()["offload_dir"].startswith(str(good))
+        assert s.close() == 0
+        assert os.listdir(good) == []
+    finally:
+        m.stop()
