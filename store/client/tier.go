@@ -89,7 +89,7 @@ func (c *Client) putStart(ctx context.Context, key string, size uint64, cfg api.
 			return ps, nil
 		case <-t.C:
 		}
-		backoff = min(backoff*2, 20*time.Millisecond)
+		backoff = min(backoff*2, 5*time.Millisecond) // moves free room every few ms: poll soon
 	}
 }
 
@@ -389,4 +389,56 @@ func tierName(t api.OffloadTask) string {
 		return "local disk"
 	}
 	return "G3"
+}
+
+// readBuckets reads, for a batch get, the objects whose only copy is in a G3 bucket file
+// shared with others of the batch: one dfs.ReadMany per file (large reads, several files at
+// once) instead of a header and a payload read per object. It returns the rest of todo
+// (objects with a memory copy, a file of their own, a promotion to fill, or a failed read,
+// which readInto then reports or retries on its own).
+func (c *Client) readBuckets(keys []string, results []api.GetReplicaListResponse, bufs []buf, todo []int, errs []error) []int {
+	if c.rootFS == "" {
+		return todo
+	}
+	groups := map[string][]int{}
+	var rest []int
+	for _, i := range todo {
+		g := &results[i]
+		if len(g.Replicas) == 1 && g.Replicas[0].IsDisk() && g.Promote == nil && strings.HasSuffix(g.Replicas[0].Path, ".mcbkt") {
+			groups[g.Replicas[0].Path] = append(groups[g.Replicas[0].Path], i)
+			continue
+		}
+		rest = append(rest, i)
+	}
+	var (
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, batchReadParallel)
+	)
+	for path, idx := range groups {
+		if len(idx) == 1 {
+			rest = append(rest, idx[0])
+			continue
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			items := make([]dfs.Item, len(idx))
+			for j, i := range idx {
+				r := results[i].Replicas[0]
+				items[j] = dfs.Item{Offset: r.Offset, Key: keys[i], Sum: r.Checksum, Dst: bufs[i].b}
+			}
+			for j, err := range dfs.ReadMany(c.rootFS, path, items, dfs.Options{}) {
+				i := idx[j]
+				if err != nil {
+					errs[i] = fmt.Errorf("get %s: %w", quote(keys[i]), err)
+					continue
+				}
+				c.tiers.diskReads.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return rest
 }

@@ -167,3 +167,46 @@ func TestSweepTempsRemovesOnlyStaleTemporaries(t *testing.T) {
 		t.Fatalf("the object file after the sweep: %q, %v", got, err)
 	}
 }
+
+func TestReadManyReadsABucketInSpans(t *testing.T) {
+	root := t.TempDir()
+	var entries []Entry
+	for i := range 12 {
+		entries = append(entries, Entry{Key: string(rune('a' + i)), Data: bytes.Repeat([]byte{byte(i + 1)}, 1000*(i+1))})
+	}
+	placed, err := WriteBucket(root, "b.mcbkt", entries, Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every other object, in reverse order, plus one with a wrong checksum.
+	var items []Item
+	for i := 10; i >= 0; i -= 2 {
+		items = append(items, Item{Offset: placed[i].Offset, Key: entries[i].Key, Sum: placed[i].Sum, Dst: make([]byte, len(entries[i].Data))})
+	}
+	items = append(items, Item{Offset: placed[1].Offset, Key: entries[1].Key, Sum: placed[1].Sum + 1, Dst: make([]byte, len(entries[1].Data))})
+	errs := ReadMany(root, "b.mcbkt", items, Options{})
+	for j, it := range items[:len(items)-1] {
+		i := 10 - 2*j
+		if errs[j] != nil || !bytes.Equal(it.Dst, entries[i].Data) {
+			t.Fatalf("object %d: %v", i, errs[j])
+		}
+	}
+	if api.CodeOf(errs[len(items)-1]) != api.CHECKSUM_MISMATCH {
+		t.Fatalf("wrong checksum read as %v", errs[len(items)-1])
+	}
+	// A torn bucket: the objects before the tear still read, the torn one is FILE_READ_FAIL.
+	if err := os.Truncate(filepath.Join(root, "b.mcbkt"), placed[11].Offset+HeaderSize+10); err != nil {
+		t.Fatal(err)
+	}
+	items = []Item{
+		{Offset: placed[10].Offset, Key: entries[10].Key, Sum: placed[10].Sum, Dst: make([]byte, len(entries[10].Data))},
+		{Offset: placed[11].Offset, Key: entries[11].Key, Sum: placed[11].Sum, Dst: make([]byte, len(entries[11].Data))},
+	}
+	errs = ReadMany(root, "b.mcbkt", items, Options{})
+	if errs[0] != nil || !bytes.Equal(items[0].Dst, entries[10].Data) || api.CodeOf(errs[1]) != api.FILE_READ_FAIL {
+		t.Fatalf("torn bucket: %v", errs)
+	}
+	if errs := ReadMany(root, "gone.mcbkt", items, Options{}); api.CodeOf(errs[0]) != api.FILE_NOT_FOUND || api.CodeOf(errs[1]) != api.FILE_NOT_FOUND {
+		t.Fatalf("missing bucket: %v", errs)
+	}
+}

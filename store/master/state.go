@@ -666,7 +666,7 @@ func (s *State) evictPass(now int64) (freed, scheduled int) {
 			s.counters.EvictedBytes += o.size * uint64(len(o.replicas))
 			s.deleteObject(o)
 			freed++
-		case s.offloading() < 2*quota && s.startOffload(o, now, false): // two passes in flight: one is written while the other is reported
+		case s.moveRoom(quota) && s.startOffload(o, now, false):
 			scheduled++
 		}
 	}

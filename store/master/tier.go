@@ -64,6 +64,24 @@ func (s *State) offloading() int {
 	return n
 }
 
+// minInFlight is the least a client may have moving to a disk tier at once: two 8 MiB bucket
+// files (one written while the other is reported), so that small objects move in large writes
+// even when the eviction quota is a few objects.
+const minInFlight = 2 * dfs.BucketBytes
+
+// moveRoom reports whether an eviction pass may start another move: up to two passes' worth
+// of objects (one written while the other is reported), or minInFlight bytes.
+func (s *State) moveRoom(quota int) bool {
+	n, bytes := 0, uint64(0)
+	for _, o := range s.moving {
+		if o.offload != nil && !o.offload.keep {
+			n++
+			bytes += o.size
+		}
+	}
+	return n < 2*quota || bytes < minInFlight
+}
+
 func (s *State) dfsFullNote() string {
 	if c := s.cfg.GlobalFileSegmentSize; c > 0 && s.dfsUsed+s.dfsReserved >= c*9/10 {
 		return fmt.Sprintf("; the G3 tier is full (%d of %d bytes, --dfs_full_policy=%s)", s.dfsUsed, c, s.cfg.DFSFullPolicy)
