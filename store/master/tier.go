@@ -70,7 +70,8 @@ func (s *State) offloading() int {
 const minInFlight = 2 * dfs.BucketBytes
 
 // moveRoom reports whether an eviction pass may start another move: up to two passes' worth
-// of objects (one written while the other is reported), or minInFlight bytes.
+// of objects (one written while the other is reported), or minInFlight bytes (at most an
+// eighth of the memory, so that a small store is not emptied ahead of need).
 func (s *State) moveRoom(quota int) bool {
 	n, bytes := 0, uint64(0)
 	for _, o := range s.moving {
@@ -79,7 +80,7 @@ func (s *State) moveRoom(quota int) bool {
 			bytes += o.size
 		}
 	}
-	return n < 2*quota || bytes < minInFlight
+	return n < 2*quota || bytes < min(minInFlight, s.capacity/8)
 }
 
 func (s *State) dfsFullNote() string {
