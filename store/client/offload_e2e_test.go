@@ -95,6 +95,7 @@ func TestSSDOffload(t *testing.T) {
 	m, c := buildBinaries(t)
 	bins := [2]string{m, c}
 	t.Run("WorkingSetLargerThanMemory", func(t *testing.T) { offloadWorkingSet(t, bins) })
+	t.Run("CopyAfterPut", func(t *testing.T) { offloadCopyAfterPut(t, bins) })
 	t.Run("HolderKilled", func(t *testing.T) { offloadHolderKilled(t, bins) })
 	t.Run("MasterFailover", func(t *testing.T) { offloadFailover(t, bins) })
 }
@@ -329,4 +330,48 @@ func offloadFailover(t *testing.T, bins [2]string) {
 		}
 	}
 	t.Logf("%d of %d objects on local disk before the primary was killed; all %d readable under the new leader", before, n, n+32)
+}
+
+// offloadCopyAfterPut: --enable_offload without --offload_on_evict copies every object to its
+// holder's disk right after its put: objects still in memory have a local-disk replica too,
+// and a working set 3x the memory reads back byte for byte.
+func offloadCopyAfterPut(t *testing.T, bins [2]string) {
+	oc := startOffloadCluster(t, bins, "8MB")
+	ctx := context.Background()
+	const n, size = 192, 256 << 10
+	for i := range n {
+		if err := oc.me.Put(ctx, fmt.Sprintf("c%03d", i), tierValue(i, size), api.ReplicateConfig{}); err != nil {
+			t.Fatalf("put %d: %v", i, err)
+		}
+	}
+	both, localOnly := 0, 0
+	deadline := time.Now().Add(30 * time.Second)
+	for i := n - 8; i < n; i++ { // the last puts: their copies may still be on the way
+		for {
+			if mem, local, _ := oc.kinds(fmt.Sprintf("c%03d", i)); local == 1 || mem == 0 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	for i := range n {
+		mem, local, _ := oc.kinds(fmt.Sprintf("c%03d", i))
+		switch {
+		case mem == 1 && local == 1:
+			both++
+		case mem == 0 && local == 1:
+			localOnly++
+		default:
+			t.Fatalf("c%03d has %d memory and %d local-disk replicas", i, mem, local)
+		}
+	}
+	if both == 0 || localOnly == 0 {
+		t.Fatalf("%d objects in memory and on disk, %d only on disk: want some of each", both, localOnly)
+	}
+	for i := range n {
+		got, err := oc.me.Get(ctx, fmt.Sprintf("c%03d", i))
+		if err != nil || !bytes.Equal(got, tierValue(i, size)) {
+			t.Fatalf("get c%03d: %v", i, err)
+		}
+	}
 }

@@ -355,7 +355,7 @@ func (s *State) putStart(e Entry) Result {
 	reps, ok := s.allocate(e, cfg)
 	for !ok {
 		if freed, _ := s.evictPass(e.Now); freed == 0 {
-			if s.tiered() && (s.offloading() > 0 || s.leasedInMemory(e.Now) > 0) {
+			if s.tiered() && (s.offloadingAny() > 0 || s.leasedInMemory(e.Now) > 0) {
 				r := fail(api.NO_AVAILABLE_HANDLE, fmt.Sprintf(
 					"no space for %d replica(s) of %d bytes yet: %d object(s) are moving to the G3 tier, %d are leased to readers; retry",
 					cfg.ReplicaNum, e.Size, s.offloading(), s.leasedInMemory(e.Now)))
