@@ -926,8 +926,6 @@ func (c *Client) batchGet(ctx context.Context, keys []string, dst func(i int, si
 		bufs[i] = b
 		todo = append(todo, i)
 	}
-	// Objects that live only in one G3 bucket file are read together (tier.go).
-	todo = c.readBuckets(keys, resp.Results, bufs, todo, errs)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, batchReadParallel)
 	for _, i := range todo {

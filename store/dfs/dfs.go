@@ -1,7 +1,6 @@
 package dfs
 
 import (
-	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -11,7 +10,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -431,80 +429,4 @@ func checkHeader(h []byte, rel, key string, size int, sum uint32) error {
 		return api.Errorf(api.CHECKSUM_MISMATCH, "G3 file %s of key %q: header names another object", rel, key)
 	}
 	return nil
-}
-
-// Item is one object ReadMany reads from a bucket file: its header offset, key, the
-// checksum the master recorded, and the buffer of its exact size.
-type Item struct {
-	Offset int64
-	Key    string
-	Sum    uint32
-	Dst    []byte
-}
-
-// Span limits of ReadMany: objects closer than maxGap are read in one pread chain of at most
-// maxSpan bytes (the gap bytes are read and dropped: cheaper than another request).
-const (
-	maxGap  = 1 << 20
-	maxSpan = 16 << 20
-)
-
-// ReadMany reads several objects of one file (a bucket) with as few large reads as their
-// offsets allow, verifying each like ReadAt; errs[i] is items[i]'s error.
-func ReadMany(root, rel string, items []Item, opt Options) []error {
-	errs := make([]error, len(items))
-	path := filepath.Join(root, rel)
-	f, err := os.Open(path)
-	if err != nil {
-		for i, it := range items {
-			if errors.Is(err, fs.ErrNotExist) {
-				errs[i] = api.Errorf(api.FILE_NOT_FOUND, "G3 file %s of key %q is missing", rel, it.Key)
-			} else {
-				errs[i] = api.Errorf(api.FILE_OPEN_FAIL, "open G3 file %s: %v", rel, err)
-			}
-		}
-		return errs
-	}
-	defer f.Close()
-	order := make([]int, len(items))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(items[a].Offset, items[b].Offset) })
-	end := func(i int) int64 {
-		return items[i].Offset + HeaderSize + int64((len(items[i].Dst)+align-1)&^(align-1))
-	}
-	io := opt.io()
-	for lo := 0; lo < len(order); {
-		hi, start, stop := lo+1, items[order[lo]].Offset, end(order[lo])
-		for hi < len(order) {
-			next := order[hi]
-			if items[next].Offset < stop || items[next].Offset-stop > maxGap || end(next)-start > maxSpan {
-				break
-			}
-			stop = end(next)
-			hi++
-		}
-		buf := alignedBuf(int(stop - start))
-		rerr := blocks(len(buf), func(o, e int) error { return io.ReadAt(f, buf[o:e], start+int64(o)) })
-		for _, i := range order[lo:hi] {
-			it := items[i]
-			if rerr != nil {
-				// A short span (a torn file): each object on its own, so the intact ones still read.
-				errs[i] = ReadAt(root, rel, it.Offset, it.Key, it.Sum, it.Dst, opt)
-				continue
-			}
-			off := it.Offset - start
-			if err := checkHeader(buf[off:off+HeaderSize], rel, it.Key, len(it.Dst), it.Sum); err != nil {
-				errs[i] = err
-				continue
-			}
-			copy(it.Dst, buf[off+HeaderSize:])
-			if Checksum(it.Dst) != it.Sum {
-				errs[i] = api.Errorf(api.CHECKSUM_MISMATCH, "G3 file %s of key %q: payload checksum mismatch", rel, it.Key)
-			}
-		}
-		lo = hi
-	}
-	return errs
 }
