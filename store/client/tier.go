@@ -94,17 +94,23 @@ func (c *Client) putStart(ctx context.Context, key string, size uint64, cfg api.
 }
 
 func (c *Client) readDisk(ctx context.Context, key string, g *api.GetReplicaListResponse, r api.Replica, dst buf) error {
-	if r.IsLocalDisk() {
-		if err := c.readLocal(ctx, key, r, dst.b); err != nil {
-			return err
+	var err error
+	switch {
+	case r.IsLocalDisk():
+		err = c.readLocal(ctx, key, r, dst.b)
+	case c.rootFS == "":
+		err = api.Errorf(api.FILE_NOT_FOUND, "the object lives in the G3 tier but the master named no root_fs_dir")
+	default:
+		err = dfs.ReadAt(c.rootFS, r.Path, r.Offset, key, r.Checksum, dst.b, dfs.Options{})
+	}
+	if err != nil {
+		if g.Promote != nil {
+			// Nothing to copy: give the promotion's replica back now rather than at its timeout.
+			rctx, cancel := c.rpcCtx(ctx)
+			c.master.PromoteDone(rctx, &api.OffloadDoneRequest{ClientID: c.id, Key: key, Error: err.Error()})
+			cancel()
 		}
-	} else {
-		if c.rootFS == "" {
-			return api.Errorf(api.FILE_NOT_FOUND, "the object lives in the G3 tier but the master named no root_fs_dir")
-		}
-		if err := dfs.ReadAt(c.rootFS, r.Path, r.Offset, key, r.Checksum, dst.b, dfs.Options{}); err != nil {
-			return err
-		}
+		return err
 	}
 	c.tiers.diskReads.Add(1)
 	if p := g.Promote; p != nil {

@@ -89,7 +89,11 @@ func (s *State) clientDisksGone(client string) {
 		}
 		s.counters.LocalDiskLost++
 		s.dropDisk(o)
-		if len(o.replicas) == 0 {
+		switch {
+		case s.inMemory(o):
+		case o.promote != nil:
+			s.cancelPromote(o) // its source is gone: the object goes with the promotion's replica
+		case len(o.replicas) == 0:
 			s.deleteObject(o)
 		}
 	}

@@ -110,3 +110,27 @@ func TestOffloadAfterPutKeepsMemory(t *testing.T) {
 		t.Fatal("b survived eviction without a tier to move to")
 	}
 }
+
+func TestHolderGoneDuringPromotionRemovesTheObject(t *testing.T) {
+	h := offloadHarness(t, func(c *Config) { c.OffloadOnEvict, c.PromotionOnHit, c.PromotionAdmissionThreshold = true, true, 1 })
+	h.mountOffload("c1", "s1", "host1", "host1:9000", 1<<20, 8192)
+	h.mount("c2", "s2", "host2", 1<<30, 8192)
+	expectCode(t, "put", h.put("c1", "a", 1024, api.ReplicateConfig{PreferredSegments: []string{"s1"}}), api.OK)
+	if !h.s.startOffload(h.s.objects["a"], h.now, false) {
+		t.Fatal("no move to local disk")
+	}
+	h.finishMoves("c1")
+	// A reader on c2 hits the local-only object and is handed a promotion replica.
+	g := h.apply(Entry{Op: OpGrantLease, ClientID: "c2", Key: "a"})
+	if g.Promote == nil {
+		t.Fatalf("no promotion: %+v", g)
+	}
+	// The holder dies before the reader reports: the object has no source any more.
+	expectCode(t, "expire c1", h.apply(Entry{Op: OpExpireClient, ClientID: "c1"}), api.OK)
+	if ok, _ := h.s.Exists("a"); ok {
+		t.Fatal("a survived its holder with only an unfilled promotion replica")
+	}
+	if st := h.s.Stats(h.now); st.Used != 0 || st.Moving != 0 {
+		t.Fatalf("after the holder expired: %+v", st)
+	}
+}
