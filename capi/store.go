@@ -39,8 +39,9 @@ import (
 // validates its arguments, runs the operation and maps errors to Mooncake's store codes.
 
 type storeHandle struct {
-	mu sync.RWMutex
-	c  *client.Client // nil until setup
+	mu      sync.RWMutex
+	c       *client.Client        // nil until setup
+	offload *client.OffloadConfig // SSD offload asked for before setup (mc_store_enable_ssd_offload)
 }
 
 var stores handles[*storeHandle]
@@ -198,7 +199,7 @@ func mc_store_setup(h C.uint64_t, local, meta *C.char, segSize, bufSize C.uint64
 		LocalHostname: goString(local), MetadataServer: goString(meta), GlobalSegmentSize: uint64(segSize),
 		LocalBufferSize: uint64(bufSize), Protocol: goString(proto), DeviceName: goString(dev),
 		MasterServerAddress: goString(masterAddr),
-	})
+	}, false, "")
 }
 
 // setupOptions are the options of mc_store_setup_json (the names of upstream's setup()).
@@ -230,11 +231,13 @@ func mc_store_setup_json(h C.uint64_t, opts *C.char) C.int {
 	return storeSetup(h, client.Config{
 		LocalHostname: o.LocalHostname, MetadataServer: o.MetadataServer, GlobalSegmentSize: o.GlobalSegmentSize,
 		LocalBufferSize: o.LocalBufferSize, Protocol: o.Protocol, DeviceName: o.RDMADevices,
-		MasterServerAddress: o.MasterServerAddr, EnableSSDOffload: o.EnableSSDOffload, SSDOffloadPath: o.SSDOffloadPath,
-	})
+		MasterServerAddress: o.MasterServerAddr,
+	}, o.EnableSSDOffload, o.SSDOffloadPath)
 }
 
-func storeSetup(h C.uint64_t, base client.Config) C.int {
+// storeSetup sets up store h; ssdOffload (setup's enable_ssd_offload, with its directory or ""
+// for MOONCAKE_OFFLOAD_FILE_STORAGE_PATH) does what mc_store_enable_ssd_offload does.
+func storeSetup(h C.uint64_t, base client.Config, ssdOffload bool, offloadPath string) C.int {
 	s, ok := stores.get(uint64(h))
 	if !ok {
 		return serr(api.Errorf(api.INVALID_PARAMS, "unknown store handle %d", uint64(h)))
@@ -253,6 +256,11 @@ func storeSetup(h C.uint64_t, base client.Config) C.int {
 	defer s.mu.Unlock()
 	if s.c != nil {
 		return serr(api.Errorf(api.INVALID_PARAMS, "the store is already set up; close it first"))
+	}
+	if s.offload != nil {
+		cfg.Offload = *s.offload
+	} else if ssdOffload {
+		cfg.Offload = config.StoreOffload(offloadPath)
 	}
 	eng, err := storeEngine(cfg)
 	if err != nil {
@@ -759,6 +767,8 @@ func mc_store_replica_desc(h C.uint64_t, key *C.char, buf *C.char, buflen C.int3
 	}
 	type desc struct {
 		Tier        string `json:"tier"`
+		Kind        string `json:"kind"`               // = tier: "memory", "disk" (G3) or "local_disk" (SSD offload)
+		Endpoint    string `json:"endpoint,omitempty"` // local_disk: the holding client's offload read server
 		SegmentName string `json:"segment_name,omitempty"`
 		Path        string `json:"path,omitempty"`
 		Offset      int64  `json:"offset,omitempty"`
@@ -768,7 +778,7 @@ func mc_store_replica_desc(h C.uint64_t, key *C.char, buf *C.char, buflen C.int3
 	}
 	out := make([]desc, 0, len(reps))
 	for _, r := range reps {
-		d := desc{Tier: r.TierName(), Size: r.Size, Status: r.Status.String(), Path: r.Path, Offset: r.Offset}
+		d := desc{Tier: r.TierName(), Kind: r.TierName(), Endpoint: r.Endpoint, Size: r.Size, Status: r.Status.String(), Path: r.Path, Offset: r.Offset}
 		if !r.IsDisk() {
 			d.SegmentName, d.Addr = r.SegmentName, r.Addr
 		}
@@ -789,7 +799,8 @@ func mc_store_tier_stats(h C.uint64_t, buf *C.char, buflen C.int32_t) C.int {
 	}
 	st := c.TierStats()
 	b, _ := json.Marshal(map[string]any{"disk_reads": st.DiskReads, "offloaded": st.Offloaded,
-		"offload_failed": st.OffloadFailed, "promoted": st.Promoted, "root_fs_dir": c.RootFSDir()})
+		"offload_failed": st.OffloadFailed, "promoted": st.Promoted, "root_fs_dir": c.RootFSDir(),
+		"offload_rpc_reads": st.OffloadRPCReads, "offload_dir": c.OffloadDir()})
 	return copyOut(string(b), buf, C.int(buflen))
 }
 
@@ -967,4 +978,40 @@ func mc_store_unmount_segments(h C.uint64_t, ids **C.char, n C.int32_t, free C.i
 		return serr(err)
 	}
 	return serr(c.UnmountSegments(context.Background(), ks, free != 0))
+}
+
+// mc_store_enable_ssd_offload asks for SSD offload (client-local disk) at the next setup of h:
+// path is the offload directory ("" or NULL: MOONCAKE_OFFLOAD_FILE_STORAGE_PATH); the other
+// MOONCAKE_OFFLOAD_* knobs are read now. Call it between mc_store_create and mc_store_setup.
+//
+//export mc_store_enable_ssd_offload
+func mc_store_enable_ssd_offload(h C.uint64_t, path *C.char) C.int {
+	s, ok := stores.get(uint64(h))
+	if !ok {
+		return serr(api.Errorf(api.INVALID_PARAMS, "unknown store handle %d", uint64(h)))
+	}
+	cfg := config.StoreOffload(goString(path))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.c != nil {
+		return serr(api.Errorf(api.INVALID_PARAMS, "enable_ssd_offload after setup: close the store and set it up again"))
+	}
+	s.offload = &cfg
+	return 0
+}
+
+// mc_store_offload_rpc_read_count stores in *out how many gets this client served by asking
+// another client to read its local disk (upstream's get_offload_rpc_read_count).
+//
+//export mc_store_offload_rpc_read_count
+func mc_store_offload_rpc_read_count(h C.uint64_t, out *C.uint64_t) C.int {
+	c, err := storeClient(h)
+	if err != nil {
+		return serr(err)
+	}
+	if out == nil {
+		return serr(api.Errorf(api.INVALID_PARAMS, "offload_rpc_read_count: null output"))
+	}
+	*out = C.uint64_t(c.OffloadRPCReadCount())
+	return 0
 }

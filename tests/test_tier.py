@@ -114,9 +114,3 @@ def test_g3_working_set_8x_memory(g3, python_exe):
             s.get_replica_desc(disk[3])
     finally:
         s.close()
-
-
-def test_ssd_offload_is_a_clear_error():
-    s = MooncakeDistributedStore()
-    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 4 * MB, "tcp", "", "127.0.0.1:1", enable_ssd_offload=True) == -600
-    assert "not implemented" in s._setup_error

@@ -288,6 +288,8 @@ def _lib():
                     "mc_store_get_hostname": (ctypes.c_int, [_u64, _cs, _i32]),
                     "mc_store_replica_desc": (ctypes.c_int, [_u64, _cs, _cs, _i32]),
                     "mc_store_tier_stats": (ctypes.c_int, [_u64, _cs, _i32]),
+                    "mc_store_enable_ssd_offload": (ctypes.c_int, [_u64, _cs]),
+                    "mc_store_offload_rpc_read_count": (ctypes.c_int, [_u64, _P(_u64)]),
                     "mc_store_register_buffer": (ctypes.c_int, [_u64, _u64, _u64]),
                     "mc_store_unregister_buffer": (ctypes.c_int, [_u64, _u64]),
                     "mc_store_put": (ctypes.c_int, [_u64, _cs, _vp, _u64, cfg]),
@@ -817,7 +819,10 @@ class MooncakeDistributedStore(TensorMixin):
         engine, which every store and TransferEngine in it shares anyway. ``local_buffer_size=0``
         gives a client without a local buffer: the copying calls (put, get, ...) then fail with
         INVALID_PARAMS, as upstream's; the zero-copy ones (put_from, get_into) work.
-        ``enable_ssd_offload`` goes to the client's configuration (see docs/store.md)."""
+        ``enable_ssd_offload=True`` keeps evicted objects on this host's disk, in
+        ``ssd_offload_path`` or else ``MOONCAKE_OFFLOAD_FILE_STORAGE_PATH`` (master
+        ``--enable_offload``); the shared file tier (G3, the master's ``--root_fs_dir``) needs
+        nothing here (docs/multi-tier.md)."""
         if isinstance(local_hostname, dict) or _is_mooncake_config(local_hostname):
             if _is_mooncake_config(local_hostname):
                 d = local_hostname.to_setup_dict()
@@ -963,6 +968,14 @@ class MooncakeDistributedStore(TensorMixin):
         ``offloaded`` / ``offload_failed`` (objects this client wrote to G3), ``promoted``
         (objects copied back into memory) and ``root_fs_dir`` (the master's G3 directory)."""
         return json.loads(_native.read_string(_lib().mc_store_tier_stats, self._h))
+
+    def get_offload_rpc_read_count(self) -> int:
+        """Gets this client served by asking another client to read its local disk (SSD offload)."""
+        n = _u64()
+        rc = _lib().mc_store_offload_rpc_read_count(self._h, ctypes.byref(n))
+        if rc < 0:
+            raise _native.MooncakeError(rc, _native.last_error())
+        return n.value
 
     # ---- buffers ----
     def register_buffer(self, buffer_ptr: int, size: int) -> int:

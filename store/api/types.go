@@ -40,6 +40,9 @@ type Segment struct {
 	Base     uint64 `json:"base"`
 	Size     uint64 `json:"size"`
 	ClientID string `json:"client_id,omitempty"`
+	// OffloadEndpoint is set by a client with SSD offload (setup(enable_ssd_offload=True)):
+	// the host:port where it serves reads of the objects on its local disk.
+	OffloadEndpoint string `json:"offload_endpoint,omitempty"`
 }
 
 // Replica is where one copy of an object lives: Size bytes at the absolute address Addr inside
@@ -58,6 +61,7 @@ type Replica struct {
 	Path        string        `json:"path,omitempty"`
 	Offset      int64         `json:"offset,omitempty"` // of the object in Path (bucket files)
 	Checksum    uint32        `json:"checksum,omitempty"`
+	Endpoint    string        `json:"endpoint,omitempty"` // local_disk: the holding client's offload read server
 }
 
 // Replica kinds.
@@ -69,6 +73,12 @@ const (
 
 // IsDisk reports whether the replica is a G3 file.
 func (r Replica) IsDisk() bool { return r.Kind == KindDisk }
+
+// IsLocalDisk reports whether the replica is a file on a client's local disk (SSD offload).
+func (r Replica) IsLocalDisk() bool { return r.Kind == KindLocalDisk }
+
+// IsFile reports whether the replica is a file of either disk tier.
+func (r Replica) IsFile() bool { return r.Kind == KindDisk || r.Kind == KindLocalDisk }
 
 // TierName is the replica's kind, "memory" when unset.
 func (r Replica) TierName() string {
@@ -265,12 +275,15 @@ type OffloadTask struct {
 	Size      uint64 `json:"size"`
 	SegmentID string `json:"segment_id"`
 	Addr      uint64 `json:"addr"`
+	Local     bool   `json:"local,omitempty"` // write to the client's SSD offload directory, not G3
 }
 
 type OffloadTasksResponse struct {
 	Status
 	RootFSDir string        `json:"root_fs_dir,omitempty"`
 	Tasks     []OffloadTask `json:"tasks,omitempty"`
+	// Remove lists files in the client's SSD offload directory no object references any more.
+	Remove []string `json:"remove,omitempty"`
 }
 
 // OffloadDoneRequest reports a task's end: the file is in place with payload checksum

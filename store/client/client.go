@@ -9,6 +9,7 @@ import (
 	"log"
 	mrand "math/rand/v2"
 	"net"
+	"net/http"
 	"regexp"
 	"sort"
 	"strconv"
@@ -51,10 +52,6 @@ type Config struct {
 	ClusterID           string        // HA cluster to follow ("" : DefaultClusterID) (MC_STORE_CLUSTER_ID)
 	RPCTimeout          time.Duration // per master call (0: DefaultRPCTimeout)
 	PingInterval        time.Duration // heartbeat period (0: 1 s)
-	// EnableSSDOffload / SSDOffloadPath: upstream's client-local SSD offload (setup's
-	// enable_ssd_offload, ssd_offload_path). Not implemented in this build: New refuses it.
-	EnableSSDOffload bool
-	SSDOffloadPath   string
 
 	// The package reads no environment: capi/ and cmd/ fill these from the knobs of package
 	// config named in the comments.
@@ -70,6 +67,7 @@ type Config struct {
 	MasterTLS     bool
 	SecurityError error
 	TLS           tlsconf.Client
+	Offload       OffloadConfig // SSD offload: setup(enable_ssd_offload=True) and the MOONCAKE_OFFLOAD_* knobs (offload.go)
 	Engine        engine.Config // the rest of the engine New creates (EngineConfig sets its name, metadata, protocol and device)
 }
 
@@ -110,6 +108,10 @@ type Client struct {
 	rootFS string         // the master's G3 directory ("" = no G3 tier)
 	bg     sync.WaitGroup // background workers other than the heartbeat (the G3 offload loop)
 	tiers  tierCounters
+	local  *localDisk // SSD offload (offload.go); nil when off
+	// httpc reads other clients' local disks (a client without SSD offload of its own).
+	httpOnce sync.Once
+	httpc    *http.Client
 }
 
 // New creates a client with its own transfer engine (closed by Close).
@@ -196,9 +198,8 @@ func NewWithEngine(ctx context.Context, eng Engine, cfg Config) (*Client, error)
 	if cfg.SecurityError != nil {
 		return nil, api.Errorf(api.INVALID_PARAMS, "%v", cfg.SecurityError)
 	}
-	if cfg.EnableSSDOffload {
-		return nil, api.Errorf(api.INVALID_PARAMS, "enable_ssd_offload: client-local SSD offload is not implemented in this build; "+
-			"start mooncake_master with --root_fs_dir for the shared file tier (G3) instead (docs/multi-tier.md)")
+	if cfg.Offload.Enable && cfg.GlobalSegmentSize == 0 {
+		return nil, api.Errorf(api.INVALID_PARAMS, "enable_ssd_offload needs a global segment (global_segment_size > 0): offloaded objects move from it")
 	}
 	cc, err := dialMaster(ctx, cfg)
 	if err != nil {
@@ -236,6 +237,12 @@ func NewWithEngine(ctx context.Context, eng Engine, cfg Config) (*Client, error)
 			memview.Populate(base, cfg.GlobalSegmentSize, true)
 		}
 		c.segment = &api.Segment{ID: c.id + "/0", Name: eng.SegmentName(), Base: uint64(base), Size: cfg.GlobalSegmentSize}
+		if cfg.Offload.Enable {
+			if err := c.startLocalDisk(cfg.Offload, offloadHost(eng.SegmentName(), cfg.LocalHostname)); err != nil {
+				return fail(err)
+			}
+			c.segment.OffloadEndpoint = c.local.endpoint
+		}
 		if err := c.mount(ctx); err != nil {
 			return fail(err)
 		}
@@ -243,7 +250,14 @@ func NewWithEngine(ctx context.Context, eng Engine, cfg Config) (*Client, error)
 	hctx, stop := context.WithCancel(context.Background())
 	c.stop = stop
 	go c.heartbeat(hctx)
-	if c.rootFS != "" && c.segment != nil {
+	if c.local != nil {
+		c.bg.Add(1)
+		go func() {
+			defer c.bg.Done()
+			c.localHousekeeping(hctx)
+		}()
+	}
+	if (c.rootFS != "" || c.local != nil) && c.segment != nil {
 		c.bg.Add(1)
 		go func() {
 			defer c.bg.Done()
@@ -376,6 +390,9 @@ func (c *Client) Close() error {
 }
 
 func (c *Client) release() {
+	if c.local != nil {
+		c.local.close()
+	}
 	if c.segment != nil {
 		c.eng.FreeShared(uintptr(c.segment.Base))
 	}
@@ -811,8 +828,13 @@ func (c *Client) orderReplicas(reps []api.Replica) []api.Replica {
 	out := append([]api.Replica(nil), reps...)
 	me := c.eng.SegmentName()
 	rank := func(r api.Replica) int {
-		if r.IsDisk() {
-			return 4 // memory copies first
+		switch {
+		case r.IsLocalDisk() && c.local != nil && r.Endpoint == c.local.endpoint:
+			return 4 // memory copies first, then this host's own disk
+		case r.IsDisk():
+			return 5
+		case r.IsLocalDisk():
+			return 6 // another client's disk: a round trip to it
 		}
 		if r.SegmentName == me {
 			return 0
@@ -848,7 +870,7 @@ func (c *Client) readInto(ctx context.Context, key string, g *api.GetReplicaList
 	}
 	var errs []error
 	for _, r := range c.orderReplicas(g.Replicas) {
-		if r.IsDisk() {
+		if r.IsFile() {
 			if err := c.readDisk(ctx, key, g, r, dst); err != nil {
 				errs = append(errs, err)
 				continue

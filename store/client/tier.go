@@ -32,6 +32,7 @@ const offloadWorkers = 4
 
 type tierCounters struct {
 	diskReads, offloaded, offloadFailed, promoted atomic.Uint64
+	offloadRPCReads                               atomic.Uint64 // reads of another client's local disk (offload.go)
 }
 
 // TierStats are the client's tier counters.
@@ -40,12 +41,14 @@ type TierStats struct {
 	Offloaded     uint64 // objects this client wrote to G3
 	OffloadFailed uint64
 	Promoted      uint64 // objects this client copied back into memory
+	// OffloadRPCReads: gets served by another client's SSD offload read server.
+	OffloadRPCReads uint64
 }
 
 // TierStats returns the client's tier counters.
 func (c *Client) TierStats() TierStats {
 	return TierStats{DiskReads: c.tiers.diskReads.Load(), Offloaded: c.tiers.offloaded.Load(),
-		OffloadFailed: c.tiers.offloadFailed.Load(), Promoted: c.tiers.promoted.Load()}
+		OffloadFailed: c.tiers.offloadFailed.Load(), Promoted: c.tiers.promoted.Load(), OffloadRPCReads: c.tiers.offloadRPCReads.Load()}
 }
 
 // ReplicaDesc describes where key's copies live (memory, G3 disk), without taking a lease.
@@ -87,15 +90,27 @@ func (c *Client) putStart(ctx context.Context, key string, size uint64, cfg api.
 			return ps, nil
 		case <-t.C:
 		}
-		backoff = min(backoff*2, 20*time.Millisecond)
+		backoff = min(backoff*2, 5*time.Millisecond) // moves free room every few ms: poll soon
 	}
 }
 
 func (c *Client) readDisk(ctx context.Context, key string, g *api.GetReplicaListResponse, r api.Replica, dst buf) error {
-	if c.rootFS == "" {
-		return api.Errorf(api.FILE_NOT_FOUND, "the object lives in the G3 tier but the master named no root_fs_dir")
+	var err error
+	switch {
+	case r.IsLocalDisk():
+		err = c.readLocal(ctx, key, r, dst.b)
+	case c.rootFS == "":
+		err = api.Errorf(api.FILE_NOT_FOUND, "the object lives in the G3 tier but the master named no root_fs_dir")
+	default:
+		err = dfs.ReadAt(c.rootFS, r.Path, r.Offset, key, r.Checksum, dst.b, dfs.Options{})
 	}
-	if err := dfs.ReadAt(c.rootFS, r.Path, r.Offset, key, r.Checksum, dst.b, dfs.Options{}); err != nil {
+	if err != nil {
+		if g.Promote != nil {
+			// Nothing to copy: give the promotion's replica back now rather than at its timeout.
+			rctx, cancel := c.rpcCtx(ctx)
+			c.master.PromoteDone(rctx, &api.OffloadDoneRequest{ClientID: c.id, Key: key, Error: err.Error()})
+			cancel()
+		}
 		return err
 	}
 	c.tiers.diskReads.Add(1)
@@ -132,8 +147,12 @@ func (c *Client) offloadLoop(ctx context.Context) {
 		// generation for answers already in flight.
 		older, recent = recent, map[string]bool{}
 		mu.Unlock()
+		wait := 2 * time.Second
+		if c.local != nil {
+			wait = min(wait, c.local.beat)
+		}
 		rctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout+2*time.Second)
-		resp, err := c.master.FetchOffloadTasks(rctx, &api.OffloadTasksRequest{ClientID: c.id, WaitMs: 2000})
+		resp, err := c.master.FetchOffloadTasks(rctx, &api.OffloadTasksRequest{ClientID: c.id, WaitMs: wait.Milliseconds()})
 		cancel()
 		if err == nil {
 			err = resp.Err()
@@ -144,10 +163,16 @@ func (c *Client) offloadLoop(ctx context.Context) {
 			}
 			continue
 		}
-		// New tasks, as jobs: a large object alone, small ones packed into bucket files.
+		c.removeLocal(resp.Remove)
+		// New tasks, as jobs: a large object alone, small ones packed into bucket files (one
+		// bucket per tier: G3, local disk).
 		var jobs [][]api.OffloadTask
-		var bucket []api.OffloadTask
-		var bucketBytes uint64
+		buckets := map[bool][]api.OffloadTask{}
+		bucketBytes := map[bool]uint64{}
+		maxKeys, maxBytes := map[bool]int{false: 1 << 30, true: 1 << 30}, map[bool]uint64{false: dfs.BucketBytes, true: dfs.BucketBytes}
+		if c.local != nil {
+			maxKeys[true], maxBytes[true] = c.local.keys, c.local.bytes
+		}
 		for _, t := range resp.Tasks {
 			id := t.Key + "\x00" + t.Path
 			mu.Lock()
@@ -161,15 +186,18 @@ func (c *Client) offloadLoop(ctx context.Context) {
 				jobs = append(jobs, []api.OffloadTask{t})
 				continue
 			}
-			if len(bucket) > 0 && bucketBytes+t.Size > dfs.BucketBytes {
-				jobs = append(jobs, bucket)
-				bucket, bucketBytes = nil, 0
+			b := buckets[t.Local]
+			if len(b) > 0 && (bucketBytes[t.Local]+t.Size > maxBytes[t.Local] || len(b) >= maxKeys[t.Local]) {
+				jobs = append(jobs, b)
+				b, bucketBytes[t.Local] = nil, 0
 			}
-			bucket = append(bucket, t)
-			bucketBytes += t.Size
+			buckets[t.Local] = append(b, t)
+			bucketBytes[t.Local] += t.Size
 		}
-		if len(bucket) > 0 {
-			jobs = append(jobs, bucket)
+		for _, local := range []bool{false, true} {
+			if len(buckets[local]) > 0 {
+				jobs = append(jobs, buckets[local])
+			}
 		}
 		started := 0
 		for _, job := range jobs {
@@ -224,39 +252,61 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// tierRoot is the directory a task writes under: G3, or this client's SSD offload directory.
+func (c *Client) tierRoot(t api.OffloadTask) (string, error) {
+	if !t.Local {
+		if c.rootFS == "" {
+			return "", api.Errorf(api.INVALID_PARAMS, "move of %s to G3, but the master named no root_fs_dir", quote(t.Key))
+		}
+		return c.rootFS, nil
+	}
+	if c.local == nil {
+		return "", api.Errorf(api.INVALID_PARAMS, "move of %s to local disk, but this client has no SSD offload", quote(t.Key))
+	}
+	return c.local.dir, nil
+}
+
 // offloadOne writes one object from this client's segment to its G3 file and reports it.
 func (c *Client) offloadOne(ctx context.Context, t api.OffloadTask) {
 	seg := c.segment
+	root, rerr := c.tierRoot(t)
 	var sum uint32
 	var werr error
 	switch {
+	case rerr != nil:
+		werr = rerr
 	case seg == nil || t.SegmentID != seg.ID || t.Addr < seg.Base || t.Addr+t.Size > seg.Base+seg.Size:
 		werr = api.Errorf(api.INVALID_PARAMS, "offload of %s names memory outside this client's segment", quote(t.Key))
 	default:
 		data := memview.Bytes(uintptr(t.Addr), int(t.Size))
 		// No fdatasync per file: G3 is a cache, and a file a crash tears is caught by its
 		// checksum on read (a clean error for that key), never returned as data.
-		sum, werr = dfs.Write(c.rootFS, t.Path, t.Key, data, dfs.Options{Direct: true, NoSync: true})
+		sum, werr = dfs.Write(root, t.Path, t.Key, data, dfs.Options{Direct: true, NoSync: true})
 		if werr == dfs.ErrExists {
 			return // a repeat of a move already written and reported
 		}
 	}
 	if werr != nil {
 		c.tiers.offloadFailed.Add(1)
-		log.Printf("mooncake store client: move of %s to G3 failed: %v", quote(t.Key), werr)
+		log.Printf("mooncake store client: move of %s to %s failed: %v", quote(t.Key), tierName(t), werr)
 	}
 	if !c.reportOffload(ctx, &api.OffloadDoneRequest{ClientID: c.id, Key: t.Key, Path: t.Path, Checksum: sum}, werr) && werr == nil {
 		// The move was cancelled (object removed, client expired): the file is no one's.
-		dfs.Remove(c.rootFS, t.Path)
+		dfs.Remove(root, t.Path)
 	}
 }
 
 // offloadBucket writes small objects into one bucket file and reports each.
 func (c *Client) offloadBucket(ctx context.Context, tasks []api.OffloadTask) {
 	seg := c.segment
+	root, rerr := c.tierRoot(tasks[0])
 	entries := make([]dfs.Entry, 0, len(tasks))
 	var ok []api.OffloadTask
 	for _, t := range tasks {
+		if rerr != nil {
+			c.reportOffload(ctx, &api.OffloadDoneRequest{ClientID: c.id, Key: t.Key, Path: t.Path}, rerr)
+			continue
+		}
 		if seg == nil || t.SegmentID != seg.ID || t.Addr < seg.Base || t.Addr+t.Size > seg.Base+seg.Size {
 			c.reportOffload(ctx, &api.OffloadDoneRequest{ClientID: c.id, Key: t.Key, Path: t.Path}, api.Errorf(api.INVALID_PARAMS,
 				"offload of %s names memory outside this client's segment", quote(t.Key)))
@@ -269,13 +319,13 @@ func (c *Client) offloadBucket(ctx context.Context, tasks []api.OffloadTask) {
 		return
 	}
 	file := strings.TrimSuffix(ok[0].Path, ".mcobj") + ".mcbkt"
-	placed, werr := dfs.WriteBucket(c.rootFS, file, entries, dfs.Options{Direct: true, NoSync: true})
+	placed, werr := dfs.WriteBucket(root, file, entries, dfs.Options{Direct: true, NoSync: true})
 	if werr == dfs.ErrExists {
 		return // a repeat of moves already written and reported
 	}
 	if werr != nil {
 		c.tiers.offloadFailed.Add(uint64(len(ok)))
-		log.Printf("mooncake store client: move of %d objects to G3 bucket %s failed: %v", len(ok), file, werr)
+		log.Printf("mooncake store client: move of %d objects to %s bucket %s failed: %v", len(ok), tierName(ok[0]), file, werr)
 	}
 	req := &api.BatchOffloadDoneRequest{ClientID: c.id}
 	for i, t := range ok {
@@ -304,7 +354,7 @@ func (c *Client) offloadBucket(ctx context.Context, tasks []api.OffloadTask) {
 			}
 			c.tiers.offloaded.Add(uint64(accepted))
 			if werr == nil && accepted == 0 {
-				dfs.Remove(c.rootFS, file) // every move was cancelled: the bucket is no one's
+				dfs.Remove(root, file) // every move was cancelled: the bucket is no one's
 			}
 			return
 		}
@@ -339,4 +389,11 @@ func (c *Client) reportOffload(ctx context.Context, req *api.OffloadDoneRequest,
 	}
 	log.Printf("mooncake store client: could not report the move of %s to G3: master unreachable", quote(req.Key))
 	return true // unknown: the master may have recorded it, so the file stays
+}
+
+func tierName(t api.OffloadTask) string {
+	if t.Local {
+		return "local disk"
+	}
+	return "G3"
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -265,17 +266,8 @@ func ReadAt(root, rel string, off int64, key string, sum uint32, dst []byte, opt
 	if err := io.ReadAt(f, h, off); err != nil {
 		return api.Errorf(api.FILE_READ_FAIL, "G3 file %s of key %q: header unreadable (torn file?): %v", rel, key, err)
 	}
-	switch {
-	case string(h[:8]) != magic || binary.LittleEndian.Uint32(h[8:]) != version:
-		return api.Errorf(api.CHECKSUM_MISMATCH, "G3 file %s of key %q: not an object file", rel, key)
-	case crc32.Checksum(h[:HeaderSize-4], castagnoli) != binary.LittleEndian.Uint32(h[HeaderSize-4:]):
-		return api.Errorf(api.CHECKSUM_MISMATCH, "G3 file %s of key %q: header checksum mismatch", rel, key)
-	}
-	size := binary.LittleEndian.Uint64(h[12:])
-	fsum := binary.LittleEndian.Uint32(h[20:])
-	klen := binary.LittleEndian.Uint32(h[24:])
-	if int(klen) > HeaderSize-36 || string(h[32:32+klen]) != key || size != uint64(len(dst)) || fsum != sum {
-		return api.Errorf(api.CHECKSUM_MISMATCH, "G3 file %s of key %q: header names another object", rel, key)
+	if err := checkHeader(h, rel, key, len(dst), sum); err != nil {
+		return err
 	}
 	err = blocks(len(dst), func(o, end int) error { return io.ReadAt(f, dst[o:end], off+int64(HeaderSize+o)) })
 	if err != nil {
@@ -389,4 +381,52 @@ func WriteBucket(root, rel string, entries []Entry, opt Options) ([]Placed, erro
 		return nil, api.Errorf(api.FILE_WRITE_FAIL, "rename %s: %v", tmp, err)
 	}
 	return out, nil
+}
+
+// SweepTemps removes the temporary files under root (a writer's "<file>.<pid>.tmp", see
+// Write) last modified more than olderThan ago: the leftovers of writers killed mid-write.
+// Removing one a slow writer still holds is safe: its rename then fails and the move is
+// reported as failed, so no reference to a partial file can arise. It returns how many it
+// removed.
+func SweepTemps(root string, olderThan time.Duration) (int, error) {
+	cutoff := time.Now().Add(-olderThan)
+	n := 0
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // removed while we walked
+			}
+			return err
+		}
+		if d.IsDir() || !d.Type().IsRegular() || !strings.HasSuffix(d.Name(), ".tmp") {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil || info.ModTime().After(cutoff) {
+			return nil
+		}
+		if os.Remove(p) == nil {
+			n++
+		}
+		return nil
+	})
+	return n, err
+}
+
+// checkHeader verifies an object's header block: magic, version, its own checksum, and that it
+// names key with size bytes of payload checksum sum.
+func checkHeader(h []byte, rel, key string, size int, sum uint32) error {
+	switch {
+	case string(h[:8]) != magic || binary.LittleEndian.Uint32(h[8:]) != version:
+		return api.Errorf(api.CHECKSUM_MISMATCH, "G3 file %s of key %q: not an object file", rel, key)
+	case crc32.Checksum(h[:HeaderSize-4], castagnoli) != binary.LittleEndian.Uint32(h[HeaderSize-4:]):
+		return api.Errorf(api.CHECKSUM_MISMATCH, "G3 file %s of key %q: header checksum mismatch", rel, key)
+	}
+	fsize := binary.LittleEndian.Uint64(h[12:])
+	fsum := binary.LittleEndian.Uint32(h[20:])
+	klen := binary.LittleEndian.Uint32(h[24:])
+	if int(klen) > HeaderSize-36 || string(h[32:32+klen]) != key || fsize != uint64(size) || fsum != sum {
+		return api.Errorf(api.CHECKSUM_MISMATCH, "G3 file %s of key %q: header names another object", rel, key)
+	}
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/mooncake-go/mooncake/store/api"
 )
@@ -130,5 +131,39 @@ func TestBucketRoundTrip(t *testing.T) {
 	}
 	if _, err := WriteBucket(root, "b/x.mcbkt", entries, Options{NoSync: true}); err != ErrExists {
 		t.Fatalf("rewrite: %v", err)
+	}
+}
+
+func TestSweepTempsRemovesOnlyStaleTemporaries(t *testing.T) {
+	root := t.TempDir()
+	rel := PathFor("k", 1)
+	if _, err := Write(root, rel, "k", []byte("value"), Options{NoSync: true}); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(root, filepath.Dir(rel))
+	stale := filepath.Join(dir, "x-2.mcobj.123.tmp")
+	fresh := filepath.Join(dir, "x-3.mcobj.124.tmp")
+	for _, p := range []string{stale, fresh} {
+		if err := os.WriteFile(p, []byte("partial"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(stale, old, old); err != nil {
+		t.Fatal(err)
+	}
+	n, err := SweepTemps(root, 10*time.Minute)
+	if err != nil || n != 1 {
+		t.Fatalf("SweepTemps = %d, %v; want 1 removed", n, err)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Fatalf("stale temporary still there: %v", err)
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Fatalf("fresh temporary removed: %v", err)
+	}
+	got := make([]byte, 5)
+	if err := Read(root, rel, "k", Checksum([]byte("value")), got, Options{}); err != nil || string(got) != "value" {
+		t.Fatalf("the object file after the sweep: %q, %v", got, err)
 	}
 }

@@ -47,18 +47,23 @@ type retiredJSON struct {
 }
 
 type diskJSON struct {
-	Path   string `json:"path"`
-	Offset int64  `json:"offset,omitempty"`
-	Sum    uint32 `json:"sum"`
-	At     int64  `json:"at"`
+	Path     string `json:"path"`
+	Offset   int64  `json:"offset,omitempty"`
+	Sum      uint32 `json:"sum"`
+	At       int64  `json:"at"`
+	Client   string `json:"client,omitempty"`   // SSD offload: the client whose local disk holds it
+	Endpoint string `json:"endpoint,omitempty"` // and its offload read server
 }
 
 type moveJSON struct {
-	Client  string `json:"client"`
-	Seg     string `json:"seg"`
-	Addr    uint64 `json:"addr"`
-	Path    string `json:"path,omitempty"`
-	Started int64  `json:"started"`
+	Client   string `json:"client"`
+	Seg      string `json:"seg"`
+	Addr     uint64 `json:"addr"`
+	Path     string `json:"path,omitempty"`
+	Started  int64  `json:"started"`
+	Local    bool   `json:"local,omitempty"`
+	Keep     bool   `json:"keep,omitempty"`
+	Endpoint string `json:"endpoint,omitempty"`
 }
 
 type segmentJSON struct {
@@ -77,6 +82,7 @@ type stateJSON struct {
 	DFSUsed     uint64        `json:"dfs_used,omitempty"`
 	DFSReserved uint64        `json:"dfs_reserved,omitempty"`
 	DFSGen      uint64        `json:"dfs_gen,omitempty"`
+	LocalUsed   uint64        `json:"local_used,omitempty"`
 	Segments    []segmentJSON `json:"segments"` // in segIDs order
 	Objects     []objectJSON  `json:"objects"`  // sorted by key
 	// Upserts are the upserts in progress beside a readable old version, sorted by key.
@@ -89,7 +95,7 @@ type stateJSON struct {
 // lists are stored exactly.
 func (s *State) Encode() ([]byte, error) {
 	out := stateJSON{Format: stateFormat, Applied: s.applied, Capacity: s.capacity, Used: s.used, Counters: s.counters,
-		DFSUsed: s.dfsUsed, DFSReserved: s.dfsReserved, DFSGen: s.dfsGen}
+		DFSUsed: s.dfsUsed, DFSReserved: s.dfsReserved, DFSGen: s.dfsGen, LocalUsed: s.localUsed}
 	for _, id := range s.segIDs {
 		seg := s.segments[id]
 		sj := segmentJSON{Segment: seg.Segment, AllocSize: seg.alloc.size, AllocUsed: seg.alloc.used}
@@ -118,10 +124,11 @@ func encodeObject(o *object) objectJSON {
 	}
 	oj.DiskHits = o.diskHits
 	if d := o.disk; d != nil {
-		oj.Disk = &diskJSON{Path: d.path, Offset: d.offset, Sum: d.sum, At: d.at}
+		oj.Disk = &diskJSON{Path: d.path, Offset: d.offset, Sum: d.sum, At: d.at, Client: d.client, Endpoint: d.endpoint}
 	}
 	if m := o.offload; m != nil {
-		oj.Offload = &moveJSON{Client: m.client, Seg: m.segID, Addr: m.addr, Path: m.path, Started: m.started}
+		oj.Offload = &moveJSON{Client: m.client, Seg: m.segID, Addr: m.addr, Path: m.path, Started: m.started,
+			Local: m.local, Keep: m.keep, Endpoint: m.endpoint}
 	}
 	if m := o.promote; m != nil {
 		oj.Promote = &moveJSON{Client: m.client, Seg: m.segID, Addr: m.addr, Started: m.started}
@@ -141,7 +148,7 @@ func DecodeState(cfg Config, b []byte) (*State, error) {
 	}
 	s := NewState(cfg)
 	s.applied, s.capacity, s.used, s.counters = in.Applied, in.Capacity, in.Used, in.Counters
-	s.dfsUsed, s.dfsReserved, s.dfsGen = in.DFSUsed, in.DFSReserved, in.DFSGen
+	s.dfsUsed, s.dfsReserved, s.dfsGen, s.localUsed = in.DFSUsed, in.DFSReserved, in.DFSGen, in.LocalUsed
 	for _, sj := range in.Segments {
 		if sj.Segment.ID == "" {
 			return nil, fmt.Errorf("decode master state: segment without an id")
@@ -194,11 +201,12 @@ func (s *State) decodeObject(oj objectJSON) (*object, error) {
 	}
 	o.diskHits = oj.DiskHits
 	if d := oj.Disk; d != nil {
-		o.disk = &diskRec{path: d.Path, offset: d.Offset, sum: d.Sum, at: d.At}
-		s.fileRefs[d.Path]++
+		o.disk = &diskRec{path: d.Path, offset: d.Offset, sum: d.Sum, at: d.At, client: d.Client, endpoint: d.Endpoint}
+		s.fileRefs[o.disk.ref()]++
 	}
 	if m := oj.Offload; m != nil {
-		o.offload = &offloadRec{client: m.Client, segID: m.Seg, addr: m.Addr, path: m.Path, started: m.Started}
+		o.offload = &offloadRec{client: m.Client, segID: m.Seg, addr: m.Addr, path: m.Path, started: m.Started,
+			local: m.Local, keep: m.Keep, endpoint: m.Endpoint}
 	}
 	if m := oj.Promote; m != nil {
 		o.promote = &promoteRec{client: m.Client, segID: m.Seg, addr: m.Addr, started: m.Started}

@@ -23,6 +23,7 @@ type Config struct {
 	RPCThreads int    // --max_threads or --rpc_thread_num (gRPC stream workers; 0 = one goroutine per stream)
 
 	MetricsPort           int  // --metrics_port (admin HTTP: /metrics, /health, ...)
+	MetricsPortSet        bool // --metrics_port was given: a busy port is an error (else the next free one is used)
 	EnableMetricReporting bool // --enable_metric_reporting (log a summary periodically)
 
 	EnableHTTPMetadataServer bool   // --enable_http_metadata_server
@@ -73,6 +74,9 @@ type Config struct {
 	TLSKeyFile  string      // --tls_key_file: the certificate's private key (PEM)
 	TLSCAFile   string      // --tls_ca_file: require client certificates signed by these CAs (PEM)
 	AuthToken   *auth.Token // clients (RPC) and admin HTTP callers must prove this token; nil = open
+
+	EnableOffload  bool // --enable_offload: objects may move to the local disk of clients set up with enable_ssd_offload
+	OffloadOnEvict bool // --offload_on_evict: write to local disk only when evicting (else also right after each put)
 }
 
 // HotStandbyConfig is upstream's HotStandbyConfig. A standby here follows the HA oplog
@@ -116,10 +120,10 @@ func DefaultConfig() Config {
 		DFSFullPolicy:               "refuse",
 		PromotionAdmissionThreshold: 2,
 		HotStandby: HotStandbyConfig{
-			VerificationInterval:     10 * time.Second,
+			VerificationInterval:     30 * time.Second, // upstream's HotStandbyConfig defaults
 			MaxReplicationLagEntries: 1000,
 			EnableVerification:       true,
-			EnableSnapshotBootstrap:  true,
+			EnableSnapshotBootstrap:  false, // --enable_snapshot_restore also bootstraps a standby, as upstream's supervisor does
 			EnableOplogFollowing:     true,
 			OplogPollInterval:        1000 * time.Millisecond,
 		},
@@ -319,6 +323,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TLSCertFile, "tls_cert_file", c.TLSCertFile, "serve the RPC port (gRPC and framed) over TLS with this PEM certificate (with --tls_key_file)")
 	fs.StringVar(&c.TLSKeyFile, "tls_key_file", c.TLSKeyFile, "PEM private key of --tls_cert_file")
 	fs.StringVar(&c.TLSCAFile, "tls_ca_file", c.TLSCAFile, "PEM CAs: when set, RPC clients must present a certificate they signed (MC_TLS_CERT_FILE/MC_TLS_KEY_FILE)")
+	fs.BoolVar(&c.EnableOffload, "enable_offload", c.EnableOffload, "SSD offload: objects move to the local disk of clients set up with enable_ssd_offload")
+	fs.BoolVar(&c.OffloadOnEvict, "offload_on_evict", c.OffloadOnEvict, "SSD offload: write objects to local disk only when they are evicted (default: also after each put)")
 	fs.StringVar(&c.ConfigPath, "config_path", c.ConfigPath, "JSON or YAML file of flag_name: value; command-line flags override it")
 }
 
@@ -343,6 +349,7 @@ func ParseFlags(name string, args []string) (Config, error) {
 			return cfg, err
 		}
 	}
+	fs.Visit(func(f *flag.Flag) { cfg.MetricsPortSet = cfg.MetricsPortSet || f.Name == "metrics_port" })
 	return cfg, cfg.Validate()
 }
 

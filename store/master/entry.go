@@ -66,6 +66,8 @@ type Result struct {
 	Retry    bool         // NO_AVAILABLE_HANDLE that a retry will likely get past (moves to G3 in progress)
 	Promote  *api.Replica // grant_lease: a memory replica the reader should fill from disk, then report
 	Garbage  []string     // G3 files no longer referenced (see State.Apply)
+	// LocalGarbage: files on clients' local disks (SSD offload) no longer referenced.
+	LocalGarbage []LocalFile
 }
 
 // Err is the result as a Go error (nil when OK).

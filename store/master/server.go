@@ -57,6 +57,8 @@ type Server struct {
 	ha       *haState      // nil without --enable_ha
 	haLog    ha.OpLog      // set by RunHA
 	wake     chan struct{} // closed (and replaced) when moves to G3 are handed out (long polls wait on it)
+	// localGarbage: files on clients' local disks to delete, per client (offload_server.go).
+	localGarbage map[string][]string
 }
 
 var _ api.MasterServer = (*Server)(nil)
@@ -97,13 +99,14 @@ func (s *Server) Propose(ctx context.Context, e Entry) (Result, error) {
 		return Result{}, err
 	}
 	s.removeFiles(res.Garbage)
+	s.queueLocalGarbage(res.LocalGarbage)
 	return res, nil
 }
 
 // afterCommit removes the G3 files an entry proposed without waiting (timers) left behind,
 // once the entry is durable.
 func (s *Server) afterCommit(ctx context.Context, res Result, wait func(context.Context) error) {
-	if len(res.Garbage) == 0 {
+	if len(res.Garbage) == 0 && len(res.LocalGarbage) == 0 {
 		return
 	}
 	go func() {
@@ -111,6 +114,7 @@ func (s *Server) afterCommit(ctx context.Context, res Result, wait func(context.
 			return
 		}
 		s.removeFiles(res.Garbage)
+		s.queueLocalGarbage(res.LocalGarbage)
 	}()
 }
 
@@ -224,8 +228,23 @@ func (s *Server) VerifyOnce(ctx context.Context) {
 	}
 }
 
+// verifyFirst writes the first verification entry as soon as the leader's state has one to
+// verify; later ones follow every --verification_interval_sec (VerifyOnce). A standby thus
+// reports "verification OK" soon after the first change, not an interval later.
+func (s *Server) verifyFirst(ctx context.Context) {
+	s.mu.Lock()
+	first := s.state.VerifiedAt() == 0 && s.state.Applied() > 0
+	s.mu.Unlock()
+	if first {
+		s.VerifyOnce(ctx)
+	}
+}
+
 // Run drives the timers (client expiry, eviction, stale puts) until ctx ends.
 func (s *Server) Run(ctx context.Context) {
+	if s.cfg.RootFSDir != "" {
+		go s.sweepTempsLoop(ctx)
+	}
 	period := min(100*time.Millisecond, s.cfg.ClientTTL/4)
 	t := time.NewTicker(period)
 	defer t.Stop()
@@ -250,6 +269,9 @@ func (s *Server) Run(ctx context.Context) {
 		case <-t.C:
 			s.CheckClients(ctx)
 			s.TickOnce(ctx)
+			if verify != nil {
+				s.verifyFirst(ctx)
+			}
 		case <-report:
 			log.Printf("mooncake_master: %s", s.metrics.Summary())
 		}

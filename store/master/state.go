@@ -67,6 +67,9 @@ type Counters struct {
 	DFSEvictedBytes   uint64 `json:"dfs_evicted_bytes,omitempty"`
 	DiskReads         uint64 `json:"disk_reads,omitempty"` // gets of objects with no memory copy
 	Promotions        uint64 `json:"promotions,omitempty"` // objects copied back into memory
+	// SSD offload (offload.go).
+	LocalOffloadedObjects uint64 `json:"local_offloaded_objects,omitempty"` // objects written to a client's local disk
+	LocalDiskLost         uint64 `json:"local_disk_lost,omitempty"`         // local-disk replicas dropped with their client
 }
 
 // State is the master's metadata: segments, objects and clients. It changes only through Apply;
@@ -95,6 +98,9 @@ type State struct {
 	moving      map[string]*object // objects with an offload or a promotion in progress
 	fileRefs    map[string]int     // G3 file -> objects stored in it (derived from objects)
 	garbage     []string           // G3 files of dropped objects, handed to the caller of Apply
+	// SSD offload (offload.go).
+	localUsed    uint64      // bytes of objects on clients' local disks
+	localGarbage []LocalFile // local-disk files of dropped objects, handed to the caller of Apply
 }
 
 // NewState returns an empty state using cfg's store policy (leases, pins, eviction, allocation).
@@ -126,6 +132,9 @@ func (s *State) Apply(e Entry) Result {
 	r := s.apply(e)
 	if len(s.garbage) > 0 {
 		r.Garbage, s.garbage = s.garbage, nil
+	}
+	if len(s.localGarbage) > 0 {
+		r.LocalGarbage, s.localGarbage = s.localGarbage, nil
 	}
 	return r
 }
@@ -288,6 +297,7 @@ func (s *State) dropSegment(seg *segment) {
 		s.clients[seg.ClientID] = ids
 	} else {
 		delete(s.clients, seg.ClientID)
+		s.clientDisksGone(seg.ClientID)
 	}
 }
 
@@ -361,7 +371,7 @@ func (s *State) putStart(e Entry) Result {
 	reps, ok := s.allocate(e, cfg)
 	for !ok {
 		if freed, _ := s.evictPass(e.Now); freed == 0 {
-			if s.cfg.RootFSDir != "" && (s.offloading() > 0 || s.leasedInMemory(e.Now) > 0) {
+			if s.tiered() && (s.offloadingAny() > 0 || s.leasedInMemory(e.Now) > 0) {
 				r := fail(api.NO_AVAILABLE_HANDLE, fmt.Sprintf(
 					"no space for %d replica(s) of %d bytes yet: %d object(s) are moving to the G3 tier, %d are leased to readers; retry",
 					cfg.ReplicaNum, e.Size, s.offloading(), s.leasedInMemory(e.Now)))
@@ -491,6 +501,7 @@ func (s *State) putEnd(e Entry) Result {
 	}
 	o.lastAccess = e.Now
 	delete(s.pending, e.Key)
+	s.offloadAfterPut(o, e.Now)
 	return Result{}
 }
 
@@ -670,7 +681,7 @@ func (s *State) evictPass(now int64) (freed, scheduled int) {
 		}
 		// A leased object keeps its memory copy; with G3 it may still start its move (the
 		// copy goes when the file is in place and the lease is over).
-		if o.leaseUntil > now && (s.cfg.RootFSDir == "" || o.disk != nil) {
+		if o.leaseUntil > now && (o.disk != nil || !s.canOffload(o)) {
 			continue
 		}
 		if s.softPinned(o, now) {
@@ -700,15 +711,15 @@ func (s *State) evictPass(now int64) (freed, scheduled int) {
 	victims := append(plain, soft...)[:min(quota, total)]
 	for _, o := range victims {
 		switch {
-		case s.cfg.RootFSDir == "":
+		case o.disk != nil:
+			s.dropMemory(o)
+			freed++
+		case !s.canOffload(o):
 			s.counters.EvictedObjects++
 			s.counters.EvictedBytes += o.size * uint64(len(o.replicas))
 			s.deleteObject(o)
 			freed++
-		case o.disk != nil:
-			s.dropMemory(o)
-			freed++
-		case s.offloading() < 2*quota && s.startOffload(o, now): // two passes in flight: one is written while the other is reported
+		case s.moveRoom(quota) && s.startOffload(o, now, false):
 			scheduled++
 		}
 	}
@@ -817,13 +828,14 @@ type Stats struct {
 	Counters                                             Counters
 	DFSUsed, DFSReserved                                 uint64
 	DiskOnly, Moving                                     int
+	LocalDiskUsed                                        uint64 // bytes on clients' local disks (SSD offload)
 }
 
 // Stats summarises the state at time now.
 func (s *State) Stats(now int64) Stats {
 	st := Stats{PendingPuts: len(s.pending), Segments: len(s.segments), Clients: len(s.clients),
 		Capacity: s.capacity, Used: s.used, Counters: s.counters,
-		DFSUsed: s.dfsUsed, DFSReserved: s.dfsReserved, Moving: len(s.moving)}
+		DFSUsed: s.dfsUsed, DFSReserved: s.dfsReserved, Moving: len(s.moving), LocalDiskUsed: s.localUsed}
 	for _, o := range s.objects {
 		if !o.complete {
 			continue

@@ -28,6 +28,9 @@ type diskRec struct {
 	offset int64  // of the object's header in the file
 	sum    uint32
 	at     int64 // when the file was recorded: the G3 tier's eviction order
+	// SSD offload (offload.go): the client whose local disk holds the file ("" = G3) and its
+	// offload read server.
+	client, endpoint string
 }
 
 type offloadRec struct {
@@ -35,6 +38,9 @@ type offloadRec struct {
 	addr          uint64
 	path          string
 	started       int64
+	local         bool   // to the client's local disk (SSD offload), not G3
+	keep          bool   // a copy made right after the put: the memory copy stays
+	endpoint      string // local: the client's offload read server
 }
 
 type promoteRec struct {
@@ -51,11 +57,30 @@ func (s *State) inMemory(o *object) bool {
 func (s *State) offloading() int {
 	n := 0
 	for _, o := range s.moving {
-		if o.offload != nil {
+		if o.offload != nil && !o.offload.keep {
 			n++
 		}
 	}
 	return n
+}
+
+// minInFlight is the least a client may have moving to a disk tier at once: two 8 MiB bucket
+// files (one written while the other is reported), so that small objects move in large writes
+// even when the eviction quota is a few objects.
+const minInFlight = 2 * dfs.BucketBytes
+
+// moveRoom reports whether an eviction pass may start another move: up to two passes' worth
+// of objects (one written while the other is reported), or minInFlight bytes (at most an
+// eighth of the memory, so that a small store is not emptied ahead of need).
+func (s *State) moveRoom(quota int) bool {
+	n, bytes := 0, uint64(0)
+	for _, o := range s.moving {
+		if o.offload != nil && !o.offload.keep {
+			n++
+			bytes += o.size
+		}
+	}
+	return n < 2*quota || bytes < min(minInFlight, s.capacity/8)
 }
 
 func (s *State) dfsFullNote() string {
@@ -66,6 +91,9 @@ func (s *State) dfsFullNote() string {
 }
 
 func (s *State) diskReplica(o *object) api.Replica {
+	if o.disk.client != "" {
+		return s.localReplica(o)
+	}
 	return api.Replica{SegmentID: "dfs", SegmentName: "dfs", Size: o.size, Status: api.ReplicaComplete,
 		Kind: api.KindDisk, Path: o.disk.path, Offset: o.disk.offset, Checksum: o.disk.sum}
 }
@@ -90,11 +118,20 @@ func (s *State) dropMemory(o *object) {
 
 // dropDisk forgets o's G3 file (handed out as garbage).
 func (s *State) dropDisk(o *object) {
-	if s.fileRefs[o.disk.path]--; s.fileRefs[o.disk.path] <= 0 {
-		delete(s.fileRefs, o.disk.path)
-		s.garbage = append(s.garbage, o.disk.path)
+	ref := o.disk.ref()
+	if s.fileRefs[ref]--; s.fileRefs[ref] <= 0 {
+		delete(s.fileRefs, ref)
+		if o.disk.client == "" {
+			s.garbage = append(s.garbage, o.disk.path)
+		} else if _, alive := s.clients[o.disk.client]; alive {
+			s.localGarbage = append(s.localGarbage, LocalFile{Client: o.disk.client, Path: o.disk.path})
+		}
 	}
-	s.dfsUsed -= o.size
+	if o.disk.client != "" {
+		s.localUsed -= o.size
+	} else {
+		s.dfsUsed -= o.size
+	}
 	o.disk = nil
 	o.diskHits = 0
 }
@@ -106,7 +143,9 @@ func (s *State) endMove(o *object) {
 }
 
 func (s *State) cancelOffload(o *object) {
-	s.dfsReserved -= o.size
+	if !o.offload.local {
+		s.dfsReserved -= o.size
+	}
 	o.offload = nil
 	s.endMove(o)
 }
@@ -118,6 +157,9 @@ func (s *State) cancelPromote(o *object) {
 	}
 	o.promote = nil
 	s.endMove(o)
+	if len(o.replicas) == 0 && o.disk == nil {
+		s.deleteObject(o) // its disk copy went while it was being promoted
+	}
 }
 
 // dropTiers is deleteObject's part for the tiers (memory replicas are released there).
@@ -126,7 +168,9 @@ func (s *State) dropTiers(o *object) {
 		s.dropDisk(o)
 	}
 	if o.offload != nil {
-		s.dfsReserved -= o.size
+		if !o.offload.local {
+			s.dfsReserved -= o.size
+		}
 		o.offload = nil
 	}
 	o.promote = nil
@@ -184,7 +228,7 @@ func (s *State) dfsRoom(need uint64, now int64) bool {
 	}
 	var old []*object
 	for _, o := range s.objects {
-		if o.disk != nil && o.leaseUntil <= now && o.promote == nil {
+		if o.disk != nil && o.disk.client == "" && o.leaseUntil <= now && o.promote == nil {
 			old = append(old, o)
 		}
 	}
@@ -215,9 +259,21 @@ func (s *State) dfsRoom(need uint64, now int64) bool {
 	return fits()
 }
 
-// startOffload hands o (complete, in memory, no G3 file) to the client of its first memory
-// copy. It returns false, counting a refusal, when the G3 tier has no room.
-func (s *State) startOffload(o *object, now int64) bool {
+// startOffload hands o (complete, in memory, no file) to the client of a memory copy: to its
+// local disk when that client has SSD offload (offload.go), else to G3. It returns false when
+// neither tier can take it (counting a refusal when the G3 tier has no room). keep marks a copy
+// made right after the put (--enable_offload without --offload_on_evict): the memory copy stays.
+func (s *State) startOffload(o *object, now int64, keep bool) bool {
+	if r, seg := s.localTarget(o); seg != nil {
+		s.dfsGen++
+		o.offload = &offloadRec{client: seg.ClientID, segID: r.segID, addr: r.addr, path: dfs.PathFor(o.key, s.dfsGen),
+			started: now, local: true, keep: keep, endpoint: seg.OffloadEndpoint}
+		s.moving[o.key] = o
+		return true
+	}
+	if s.cfg.RootFSDir == "" || keep {
+		return false
+	}
 	if !s.dfsRoom(o.size, now) {
 		s.counters.DFSRefused++
 		return false
@@ -251,15 +307,22 @@ func (s *State) offloadDone(e Entry) Result {
 		s.cancelOffload(o)
 		return Result{}
 	}
-	s.dfsReserved -= o.size
-	s.dfsUsed += o.size
+	off := o.offload
 	o.disk = &diskRec{path: file, offset: e.Offset, sum: e.Checksum, at: e.Now}
-	s.fileRefs[file]++
+	if off.local {
+		o.disk.client, o.disk.endpoint = off.client, off.endpoint
+		s.localUsed += o.size
+		s.counters.LocalOffloadedObjects++
+	} else {
+		s.dfsReserved -= o.size
+		s.dfsUsed += o.size
+	}
+	s.fileRefs[o.disk.ref()]++
 	o.offload = nil
 	s.endMove(o)
 	s.counters.OffloadedObjects++
 	s.counters.OffloadedBytes += o.size
-	if o.leaseUntil <= e.Now && o.promote == nil {
+	if !off.keep && o.leaseUntil <= e.Now && o.promote == nil {
 		s.dropMemory(o)
 	}
 	return Result{}
@@ -321,7 +384,8 @@ func (s *State) OffloadTasks(clientID string) []api.OffloadTask {
 	for _, key := range sortedMapKeys(s.moving) {
 		o := s.moving[key]
 		if o.offload != nil && o.offload.client == clientID {
-			out = append(out, api.OffloadTask{Key: o.key, Path: o.offload.path, Size: o.size, SegmentID: o.offload.segID, Addr: o.offload.addr})
+			out = append(out, api.OffloadTask{Key: o.key, Path: o.offload.path, Size: o.size, SegmentID: o.offload.segID,
+				Addr: o.offload.addr, Local: o.offload.local})
 		}
 	}
 	return out

@@ -30,9 +30,10 @@ func (s *Server) FetchOffloadTasks(ctx context.Context, r *api.OffloadTasksReque
 		s.mu.Lock()
 		tasks := s.state.OffloadTasks(r.ClientID)
 		wake := s.wake
+		remove := s.takeLocalGarbage(r.ClientID)
 		s.mu.Unlock()
-		if len(tasks) > 0 || wait <= 0 {
-			return &api.OffloadTasksResponse{RootFSDir: s.cfg.RootFSDir, Tasks: tasks}, nil
+		if len(tasks) > 0 || len(remove) > 0 || wait <= 0 {
+			return &api.OffloadTasksResponse{RootFSDir: s.cfg.RootFSDir, Tasks: tasks, Remove: remove}, nil
 		}
 		select {
 		case <-wake:
@@ -112,4 +113,32 @@ func (s *Server) dfsCapacity() uint64 {
 		return s.cfg.GlobalFileSegmentSize
 	}
 	return dfs.FSCapacity(s.cfg.RootFSDir)
+}
+
+// tempSweepPeriod is how often the serving master looks for temporary files writers killed
+// mid-write left in the G3 directory (and once at start).
+const tempSweepPeriod = 10 * time.Minute
+
+// sweepTempsLoop removes stale temporary files under --root_fs_dir: at start and every
+// tempSweepPeriod, those not modified for twice the move timeout (at least a minute). A
+// temporary file is never referenced by the state (a file is recorded only after its rename),
+// so removing one loses nothing.
+func (s *Server) sweepTempsLoop(ctx context.Context) {
+	age := max(2*s.cfg.PutStartDiscardTimeout, time.Minute)
+	for {
+		if s.notServing() == nil {
+			if n, err := dfs.SweepTemps(s.cfg.RootFSDir, age); err != nil {
+				log.Printf("mooncake_master: sweep of temporary G3 files: %v", err)
+			} else if n > 0 {
+				log.Printf("mooncake_master: removed %d temporary G3 file(s) left by interrupted writers", n)
+			}
+		}
+		t := time.NewTimer(tempSweepPeriod)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
 }

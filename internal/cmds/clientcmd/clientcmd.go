@@ -1,12 +1,14 @@
 package clientcmd
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"log"
 	"net"
 	"os"
 	"strconv"
+	"syscall"
 
 	"github.com/mooncake-go/mooncake/config"
 	"github.com/mooncake-go/mooncake/engine"
@@ -34,7 +36,7 @@ func run(args []string) error {
 	segSize := fs.String("global_segment_size", "4 GB", "memory contributed to the store")
 	bufSize := fs.String("local_buffer_size", "0", "staging buffer (0: 16 MB)")
 	fs.Int("threads", 1, "accepted for compatibility with upstream's mooncake_client (its RPC service threads; this client serves no RPC)")
-	offload := fs.Bool("enable_offload", false, "client-local SSD offload (not implemented in this build: true is refused)")
+	offload := fs.Bool("enable_offload", false, "SSD offload to MOONCAKE_OFFLOAD_FILE_STORAGE_PATH (with mooncake_master --enable_offload)")
 	tenant := fs.String("tenant_id", "default", "tenant namespace (only \"default\" in this build)")
 	if err := fs.Parse(args); err != nil {
 		return cli.Usagef("bad command line: %w", err)
@@ -61,6 +63,14 @@ func run(args []string) error {
 	}
 	ctx, stop := cli.SignalContext()
 	defer stop()
+	portSet := false
+	fs.Visit(func(f *flag.Flag) { portSet = portSet || f.Name == "port" })
+	if !portSet && *port != 0 && portBusy(*host, *port) {
+		// The default port is taken, e.g. by a standby mooncake_master started with
+		// --rpc_port=50052 on this host (docs/ha.md): let the engine pick a free one.
+		log.Printf("mooncake_client: port %d on %s is in use (a mooncake_master's --rpc_port?): using a free port instead; pass --port to choose", *port, *host)
+		*port = 0
+	}
 	name := net.JoinHostPort(*host, strconv.Itoa(*port))
 	if *port == 0 {
 		name = *host // the engine (or client.EngineConfig) picks the port
@@ -68,8 +78,11 @@ func run(args []string) error {
 	cfg := config.StoreClient(client.Config{
 		LocalHostname: name, MetadataServer: *meta,
 		GlobalSegmentSize: seg, LocalBufferSize: buf, Protocol: *protocol, DeviceName: *devices,
-		MasterServerAddress: *master, EnableSSDOffload: *offload,
+		MasterServerAddress: *master,
 	})
+	if *offload {
+		cfg.Offload = config.StoreOffload("")
+	}
 	c, err := client.New(ctx, cfg)
 	if err != nil {
 		return err
@@ -83,4 +96,14 @@ func run(args []string) error {
 	}
 	log.Printf("mooncake_client: stopped")
 	return nil
+}
+
+// portBusy reports whether host:port cannot be listened on because something else uses it.
+func portBusy(host string, port int) bool {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	if err != nil {
+		return errors.Is(err, syscall.EADDRINUSE)
+	}
+	l.Close()
+	return false
 }

@@ -1,0 +1,112 @@
+package master
+
+import "github.com/mooncake-go/mooncake/store/api"
+
+// SSD offload: the local disk of a client set up with enable_ssd_offload as a tier under its
+// memory segment (upstream's --enable_offload). It rides on the G3 machinery of tier.go:
+//
+//   - a client with SSD offload mounts its segment with an OffloadEndpoint (its read server);
+//   - with --enable_offload, a move (evictPass, or right after a put unless --offload_on_evict)
+//     of an object whose memory copy lies on such a client goes to that client's own disk
+//     (offloadRec.local); the client packs small objects into bucket files and proposes
+//     offload_done as for G3, and the object gains a local-disk replica (diskRec.client);
+//   - a get lists that replica as kind local_disk with the endpoint: the holding client reads
+//     its own file, any other client asks the holder's read server;
+//   - the replica lives as long as its client: when the client's last segment goes (unmount,
+//     or expiry after client_ttl) its local-disk replicas are dropped, and an object left with
+//     no copy is gone (a get then answers OBJECT_NOT_FOUND).
+//
+// Every step is an entry (mount_segment, tick/put_end, offload_done, expire_client), so a
+// standby and a restored snapshot know which objects live on which client's disk.
+
+// LocalFile is a file on a client's local disk that no object references any more: the
+// serving master hands it to that client (OffloadTasksResponse.Remove) to delete.
+type LocalFile struct {
+	Client, Path string
+}
+
+// ref is the file's key in State.fileRefs (files of different clients never share a name).
+func (d *diskRec) ref() string {
+	if d.client == "" {
+		return d.path
+	}
+	return "local:" + d.client + ":" + d.path
+}
+
+// tiered reports whether eviction moves objects down rather than dropping them (for some
+// objects at least).
+func (s *State) tiered() bool { return s.cfg.RootFSDir != "" || s.cfg.EnableOffload }
+
+// localTarget returns o's complete memory replica on a segment of a client with SSD offload,
+// when --enable_offload is set (nil segment otherwise).
+func (s *State) localTarget(o *object) (replicaRec, *segment) {
+	if !s.cfg.EnableOffload {
+		return replicaRec{}, nil
+	}
+	for _, r := range o.replicas {
+		if seg, ok := s.segments[r.segID]; ok && r.status == api.ReplicaComplete && seg.OffloadEndpoint != "" {
+			return r, seg
+		}
+	}
+	return replicaRec{}, nil
+}
+
+// canOffload reports whether an eviction victim without a file can move down instead of
+// being dropped.
+func (s *State) canOffload(o *object) bool {
+	if s.cfg.RootFSDir != "" {
+		return true
+	}
+	_, seg := s.localTarget(o)
+	return seg != nil
+}
+
+func (s *State) localReplica(o *object) api.Replica {
+	name := ""
+	if ids := s.clients[o.disk.client]; len(ids) > 0 {
+		name = s.segments[ids[0]].Name
+	}
+	return api.Replica{SegmentID: "local:" + o.disk.client, SegmentName: name, Size: o.size, Status: api.ReplicaComplete,
+		Kind: api.KindLocalDisk, Path: o.disk.path, Offset: o.disk.offset, Checksum: o.disk.sum, Endpoint: o.disk.endpoint}
+}
+
+// offloadAfterPut starts the copy to local disk of an object just completed, when SSD offload
+// writes behind puts (--enable_offload without --offload_on_evict).
+func (s *State) offloadAfterPut(o *object, now int64) {
+	if !s.cfg.EnableOffload || s.cfg.OffloadOnEvict || o.disk != nil || o.offload != nil {
+		return
+	}
+	s.startOffload(o, now, true)
+}
+
+// clientDisksGone drops the local-disk replicas of a client whose last segment went: their
+// files are unreachable now. An object left without any copy is removed.
+func (s *State) clientDisksGone(client string) {
+	for _, key := range s.sortedKeys() {
+		o := s.objects[key]
+		if o.disk == nil || o.disk.client != client {
+			continue
+		}
+		s.counters.LocalDiskLost++
+		s.dropDisk(o)
+		switch {
+		case s.inMemory(o):
+		case o.promote != nil:
+			s.cancelPromote(o) // its source is gone: the object goes with the promotion's replica
+		case len(o.replicas) == 0:
+			s.deleteObject(o)
+		}
+	}
+}
+
+// offloadingAny counts moves to disk in flight, copies after puts included (a put waiting for
+// room retries while any is in flight: its end may let eviction free memory at once).
+func (s *State) offloadingAny() int {
+	n := 0
+	for _, o := range s.moving {
+		if o.offload != nil {
+			n++
+		}
+	}
+	return n
+}
