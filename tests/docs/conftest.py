@@ -303,13 +303,15 @@ class FreshHost:
         subprocess.run(self._enter() + ["mount", "-t", "tmpfs", "tmpfs", path], check=True,
                        capture_output=True)
 
-    def _enter(self) -> List[str]:
-        return ["nsenter", f"--target={self._ns_pid}", "--net", "--mount"]
+    def _enter(self, cwd: Optional[str] = None) -> List[str]:
+        # nsenter --mount starts in / unless told the directory (--wd).
+        return ["nsenter", f"--target={self._ns_pid}", "--net", "--mount",
+                f"--wd={cwd or self.workdir}"]
 
     def sh(self, command: str, env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None,
            timeout: float = 120.0, check: bool = False) -> Result:
         """Runs a shell command line (bash) on the host to completion."""
-        p = subprocess.run(self._enter() + ["bash", "-c", command], env=venv_env(env),
+        p = subprocess.run(self._enter(cwd) + ["bash", "-c", command], env=venv_env(env),
                            cwd=cwd or self.workdir, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True, timeout=timeout)
         r = Result(p.returncode, p.stdout)
@@ -318,7 +320,7 @@ class FreshHost:
     def spawn(self, command: str, name: str, env: Optional[Dict[str, str]] = None,
               cwd: Optional[str] = None) -> Proc:
         """Starts a long-running shell command line on the host (stopped at teardown)."""
-        p = Proc(self._enter() + ["bash", "-c", command], name, self.workdir, venv_env(env),
+        p = Proc(self._enter(cwd) + ["bash", "-c", command], name, self.workdir, venv_env(env),
                  cwd=cwd or self.workdir)
         self.procs.append(p)
         return p
@@ -328,7 +330,7 @@ class FreshHost:
         """A process on the host with the caller's pipes (``kw``: subprocess.Popen's); the
         caller waits for it."""
         kw.setdefault("cwd", self.workdir)
-        return subprocess.Popen(self._enter() + list(argv), env=venv_env(env), **kw)
+        return subprocess.Popen(self._enter(kw["cwd"]) + list(argv), env=venv_env(env), **kw)
 
     def python(self, code: str, env: Optional[Dict[str, str]] = None, **kw) -> subprocess.Popen:
         """This interpreter running ``code`` on the host (see popen)."""
