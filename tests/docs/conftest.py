@@ -276,7 +276,7 @@ class FreshHost:
             for name, addr in names.items():
                 f.write(f"{addr} {name}\n")
         self._holder = subprocess.Popen(
-            ["unshare", "--net", "--mount", "--propagation", "private", "--fork", "sh", "-c",
+            ["unshare", "--net", "--mount", "--propagation", "private", "sh", "-c",
              f"ip link set lo up && mount --bind {hosts_file} /etc/hosts && echo ready && "
              "exec sleep 100000"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -285,9 +285,8 @@ class FreshHost:
             err = self._holder.stderr.read() if self._holder.poll() is not None else ""
             self._holder.kill()
             raise RuntimeError(f"cannot make a private network namespace: {err.strip()}")
-        # unshare --fork: the namespaces belong to its child (sh, now sleep).
-        self._ns_pid = int(subprocess.check_output(
-            ["pgrep", "-P", str(self._holder.pid)], text=True).split()[0])
+        # unshare entered the namespaces and exec'd sh, which exec'd sleep: the same process.
+        self._ns_pid = self._holder.pid
 
     def private_dir(self, path: str) -> None:
         """An empty tmpfs at ``path`` on this host only (the page's directories, e.g.
