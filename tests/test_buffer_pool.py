@@ -10,23 +10,10 @@ import threading
 
 import pytest
 
-from test_store import Master, new_store, run_peer  # noqa: E402
+from test_store import run_peer  # noqa: E402
+from store_fixtures import master, store  # noqa: E402,F401  (fixtures)
 import mooncake  # noqa: E402
 from mooncake.buffer_pool import BufferLease, BufferPool, RegisteredBufferLease, RegisteredBufferPool  # noqa: E402
-
-
-@pytest.fixture
-def master():
-    m = Master("--client_ttl=2")
-    yield m
-    m.stop()
-
-
-@pytest.fixture
-def store(master):
-    s = new_store(master)
-    yield s
-    s.close()
 
 
 def test_package_top_exports_without_torch():

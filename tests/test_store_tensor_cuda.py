@@ -8,7 +8,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
-from test_store import Master, new_store, run_peer  # noqa: E402
+from test_store import run_peer  # noqa: E402
+from store_fixtures import master, store  # noqa: E402,F401  (fixtures)
 from mooncake.store import ErrorCode, ParallelAxis, ReadTarget, ReplicateConfig, TensorParallelism  # noqa: E402
 
 
@@ -19,20 +20,6 @@ def raw(t):
 
 def same(a, b):
     return a.dtype == b.dtype and list(a.shape) == list(b.shape) and raw(a) == raw(b)
-
-
-@pytest.fixture
-def master():
-    m = Master("--client_ttl=2")
-    yield m
-    m.stop()
-
-
-@pytest.fixture
-def store(master):
-    s = new_store(master)
-    yield s
-    s.close()
 
 
 def cuda_cases():

@@ -13,25 +13,12 @@ import pytest
 np = pytest.importorskip("numpy")
 torch = pytest.importorskip("torch")
 
-from test_store import Master, new_store, run_peer  # noqa: E402
+from test_store import run_peer  # noqa: E402
+from store_fixtures import master, store  # noqa: E402,F401  (fixtures)
 from mooncake.structured_object_store import (  # noqa: E402
     BundleTransferPolicy, MooncakeBundleTransfer, StructuredMemberSlice, StructuredObjectPayload,
     export_dataproto_ref, import_dataproto_ref, raw_destination, tensor_object_buffer)
 from mooncake.store_tensor import serialize_tensor_into, tensor_object_size  # noqa: E402
-
-
-@pytest.fixture
-def master():
-    m = Master("--client_ttl=2")
-    yield m
-    m.stop()
-
-
-@pytest.fixture
-def store(master):
-    s = new_store(master)
-    yield s
-    s.close()
 
 
 def live_peer(master, code: str):
