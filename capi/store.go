@@ -589,18 +589,7 @@ func mc_store_batch_get_into(h C.uint64_t, keys **C.char, addrs, lens *C.uint64_
 	}
 	as, sz := cAddrLens(addrs, lens, n)
 	got, errs := c.BatchGetInto(context.Background(), ks, as, sz)
-	res := unsafe.Slice(results, int(n))
-	for i := range res {
-		if errs[i] != nil {
-			res[i] = C.int64_t(api.CodeOf(errs[i]))
-		} else {
-			res[i] = C.int64_t(got[i])
-		}
-	}
-	if first := firstErr(errs); first != nil {
-		serr(first)
-	}
-	return 0
+	return sizesOrCodes(got, errs, results, n)
 }
 
 //export mc_store_free
@@ -825,18 +814,7 @@ func mc_store_get_ranges(h C.uint64_t, key *C.char, n C.int32_t, srcs, dsts, siz
 		frags[i] = client.Range{Src: uint64(ss[i]), Dst: uintptr(ds[i]), Size: uint64(ls[i])}
 	}
 	got, errs := c.GetRanges(context.Background(), k, frags)
-	res := unsafe.Slice(results, int(n))
-	for i := range res {
-		if errs[i] != nil {
-			res[i] = C.int64_t(api.CodeOf(errs[i]))
-		} else {
-			res[i] = C.int64_t(got[i])
-		}
-	}
-	if first := firstErr(errs); first != nil {
-		serr(first)
-	}
-	return 0
+	return sizesOrCodes(got, errs, results, n)
 }
 
 // mc_store_get_into_buffers reads key's value into n buffers in order; it returns the value's
@@ -1013,5 +991,22 @@ func mc_store_offload_rpc_read_count(h C.uint64_t, out *C.uint64_t) C.int {
 		return serr(api.Errorf(api.INVALID_PARAMS, "offload_rpc_read_count: null output"))
 	}
 	*out = C.uint64_t(c.OffloadRPCReadCount())
+	return 0
+}
+
+// sizesOrCodes writes each item's byte count (or its negative code when it failed) to
+// results[0..n) and records the first failure as the call's last error; the call ran, so 0.
+func sizesOrCodes(got []uint64, errs []error, results *C.int64_t, n C.int32_t) C.int {
+	res := unsafe.Slice(results, int(n))
+	for i := range res {
+		if errs[i] != nil {
+			res[i] = C.int64_t(api.CodeOf(errs[i]))
+		} else {
+			res[i] = C.int64_t(got[i])
+		}
+	}
+	if first := firstErr(errs); first != nil {
+		serr(first)
+	}
 	return 0
 }

@@ -34,7 +34,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
-from .store import parse_size
+from .store import _parse_bool, parse_size
 
 __all__ = ["MooncakeConfig", "DEFAULT_GLOBAL_SEGMENT_SIZE", "DEFAULT_LOCAL_BUFFER_SIZE"]
 
@@ -46,19 +46,6 @@ _PASSIVE_KEYS = {"mode", "enable_egm_store_pool", "egm_numa_nodes", "transfer_ti
                  "fast_transfer", "fast_transfer_buffer_size"}
 _KEYS = {"local_hostname", "metadata_server", "global_segment_size", "local_buffer_size", "protocol",
          "device_name", "master_server_address", "enable_ssd_offload", "ssd_offload_path", "tenant_id"}
-
-
-def _parse_bool(v: Any, key: str) -> bool:
-    if isinstance(v, bool) or v is None:
-        return bool(v)
-    if isinstance(v, (int, float)):
-        return v != 0
-    low = str(v).strip().lower()
-    if low in ("true", "1", "yes", "on"):
-        return True
-    if low in ("false", "0", "no", "off", ""):
-        return False
-    raise ValueError(f"mooncake config: {key}: {v!r} is not a boolean")
 
 
 def _size(v: Any, key: str) -> int:
@@ -105,7 +92,7 @@ class MooncakeConfig:
             protocol=str(config.get("protocol") or "tcp"),
             device_name=str(config.get("device_name") or ""),
             master_server_address=str(config["master_server_address"]),
-            enable_ssd_offload=_parse_bool(config.get("enable_ssd_offload", False), "enable_ssd_offload"),
+            enable_ssd_offload=_parse_bool(config.get("enable_ssd_offload", False), "mooncake config: enable_ssd_offload"),
             ssd_offload_path=str(config.get("ssd_offload_path") or ""),
             tenant_id=str(tenant) if tenant is not None else "default",
             extra={k: v for k, v in config.items() if k in _PASSIVE_KEYS},
@@ -145,7 +132,7 @@ class MooncakeConfig:
             protocol=env("MOONCAKE_PROTOCOL", "tcp"),
             device_name=env("MOONCAKE_DEVICE", ""),
             master_server_address=master,
-            enable_ssd_offload=_parse_bool(env("MOONCAKE_OFFLOAD_ENABLED", "false"), "MOONCAKE_OFFLOAD_ENABLED"),
+            enable_ssd_offload=_parse_bool(env("MOONCAKE_OFFLOAD_ENABLED", "false"), "mooncake config: MOONCAKE_OFFLOAD_ENABLED"),
             ssd_offload_path=env("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", ""),
             tenant_id=env("MOONCAKE_TENANT_ID", "default"),
         )

@@ -371,9 +371,10 @@ def _is_mooncake_config(x) -> bool:
 
 
 def _parse_bool(v, name: str) -> bool:
+    """A boolean setting from a bool, a number or a string (true/false, 1/0, yes/no, on/off)."""
     if isinstance(v, bool) or v is None:
         return bool(v)
-    if isinstance(v, int):
+    if isinstance(v, (int, float)):
         return v != 0
     low = str(v).strip().lower()
     if low in ("true", "1", "yes", "on"):
