@@ -84,10 +84,11 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	proto := strings.ToLower(strings.TrimSpace(cfg.Protocol))
 	switch {
 	case proto == "" || proto == "tcp" || proto == "shm":
-	case unsupportedProtocols[proto]:
-		return nil, fmt.Errorf("protocol %q: %w (this build moves data over tcp and shared memory)", cfg.Protocol, ErrNotSupported)
+	case hasNeeds(proto):
+		return nil, realHost().unsupportedProtocol(proto)
 	default:
-		return nil, fmt.Errorf("unknown protocol %q: %w", cfg.Protocol, ErrNotSupported)
+		return nil, fmt.Errorf("unknown protocol %q: %w (known: \"tcp\", \"shm\"; upstream's %s need hardware drivers this build does not have)",
+			cfg.Protocol, ErrNotSupported, knownUnsupported())
 	}
 	meta := strings.TrimSpace(cfg.MetadataServer)
 	if meta == "" {
