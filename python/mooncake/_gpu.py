@@ -1,133 +1,196 @@
-"""GPU memory through the CUDA or HIP runtime, loaded with ctypes on first use (no torch).
+"""GPU memory through the NVIDIA driver or the HIP runtime, loaded with ctypes on first use
+(no torch, no CUDA toolkit needed).
 
 ``mooncake.allocate_gpu_memory(size, device=0)`` returns the device address of ``size`` bytes
-allocated on GPU ``device`` (cudaMalloc / hipMalloc); ``mooncake.free_gpu_memory(ptr)`` frees
-it. Where there is no GPU runtime or no GPU, they raise RuntimeError naming what is missing.
-
-The runtime is looked up as libcudart (the system's, or the one the nvidia-* wheels that come
-with torch install), then libamdhip64 (ROCm). Calls restore the calling thread's current device.
+allocated on GPU ``device`` (cuMemAlloc in the device's primary context, the one the CUDA
+runtime and torch use; hipMalloc on ROCm); ``mooncake.free_gpu_memory(ptr)`` frees it. Where
+there is no GPU driver or no GPU, they raise RuntimeError naming what is missing.
 """
 
 from __future__ import annotations
 
 import ctypes
-import glob
 import os
-import sys
 import threading
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
-__all__ = ["allocate_gpu_memory", "free_gpu_memory", "runtime", "GPURuntime"]
+__all__ = ["allocate_gpu_memory", "free_gpu_memory", "runtime"]
 
-_MEMCPY_H2D = 1  # cudaMemcpyHostToDevice == hipMemcpyHostToDevice
-_MEMCPY_D2H = 2
+_vp, _int, _size = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
+_P = ctypes.POINTER
 
 
-class GPURuntime:
-    """The CUDA or HIP runtime library, with the few calls we need."""
+class _CUDADriver:
+    """libcuda (the NVIDIA driver API)."""
 
-    def __init__(self, lib: ctypes.CDLL, prefix: str, path: str):
-        self.lib, self.prefix, self.path = lib, prefix, path
-        self.kind = "CUDA" if prefix == "cuda" else "HIP"
-        vp, i = ctypes.c_void_p, ctypes.c_int
-        self._f = {}
-        for name, args in {"GetDeviceCount": [ctypes.POINTER(i)], "GetDevice": [ctypes.POINTER(i)],
-                           "SetDevice": [i], "Malloc": [ctypes.POINTER(vp), ctypes.c_size_t],
-                           "Free": [vp], "Memcpy": [vp, vp, ctypes.c_size_t, i],
-                           "StreamSynchronize": [vp], "DeviceSynchronize": []}.items():
-            fn = getattr(lib, prefix + name)
-            fn.argtypes, fn.restype = args, i
-            self._f[name] = fn
-        es = getattr(lib, prefix + "GetErrorString")
-        es.argtypes, es.restype = [i], ctypes.c_char_p
-        self._errstr = es
+    kind, prefix, tag = "CUDA", "cu", "cuda"
+
+    def __init__(self, lib: ctypes.CDLL, path: str):
+        self.lib, self.path = lib, path
+        sig = {"cuInit": [ctypes.c_uint], "cuDeviceGetCount": [_P(_int)],
+               "cuDeviceGet": [_P(_int), _int], "cuDevicePrimaryCtxRetain": [_P(_vp), _int],
+               "cuCtxGetCurrent": [_P(_vp)], "cuCtxSetCurrent": [_vp],
+               "cuMemAlloc_v2": [_P(ctypes.c_uint64), _size], "cuMemFree_v2": [ctypes.c_uint64],
+               "cuMemcpyHtoD_v2": [ctypes.c_uint64, _vp, _size],
+               "cuMemcpyDtoH_v2": [_vp, ctypes.c_uint64, _size],
+               "cuStreamSynchronize": [_vp], "cuGetErrorString": [_int, _P(ctypes.c_char_p)]}
+        self.f = {}
+        for name, args in sig.items():
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = args, _int
+            self.f[name] = fn
+        self._init_rc = self.f["cuInit"](0)
+        self._ctx: Dict[int, int] = {}
 
     def error(self, code: int) -> str:
-        s = self._errstr(code)
-        return f"{s.decode() if s else 'error'} ({self.prefix} error {code})"
+        s = ctypes.c_char_p()
+        self.f["cuGetErrorString"](code, ctypes.byref(s))
+        return f"{s.value.decode() if s.value else 'error'} (CUresult {code})"
 
     def call(self, what: str, name: str, *args) -> None:
-        rc = self._f[name](*args)
+        rc = self.f[name](*args)
         if rc != 0:
-            raise RuntimeError(f"{what}: {self.prefix}{name} failed: {self.error(rc)}")
+            raise RuntimeError(f"{what}: {name} failed: {self.error(rc)}")
 
     def device_count(self) -> Tuple[int, Optional[str]]:
-        """(number of GPUs, why none: the runtime's message) ."""
-        n = ctypes.c_int(0)
-        rc = self._f["GetDeviceCount"](ctypes.byref(n))
+        if self._init_rc != 0:
+            return 0, "cuInit: " + self.error(self._init_rc)
+        n = _int(0)
+        rc = self.f["cuDeviceGetCount"](ctypes.byref(n))
+        return (n.value, None) if rc == 0 else (0, self.error(rc))
+
+    def _on(self, what: str, device: int, fn, *args):
+        """Runs fn in the primary context of ``device``, restoring the thread's context."""
+        ctx = self._ctx.get(device)
+        if ctx is None:
+            dev, c = _int(), _vp()
+            self.call(what, "cuDeviceGet", ctypes.byref(dev), device)
+            self.call(what, "cuDevicePrimaryCtxRetain", ctypes.byref(c), dev.value)
+            ctx = self._ctx[device] = c.value
+        prev = _vp()
+        self.call(what, "cuCtxGetCurrent", ctypes.byref(prev))
+        self.call(what, "cuCtxSetCurrent", _vp(ctx))
+        try:
+            return fn(*args)
+        finally:
+            self.f["cuCtxSetCurrent"](prev)
+
+    def malloc(self, what: str, device: int, size: int) -> int:
+        out = ctypes.c_uint64()
+        self._on(what, device, self.call, what, "cuMemAlloc_v2", ctypes.byref(out), size)
+        return out.value
+
+    def free(self, what: str, device: int, ptr: int) -> None:
+        self._on(what, device, self.call, what, "cuMemFree_v2", ptr)
+
+    def to_device(self, what: str, device: int, ptr: int, data: bytes) -> None:
+        buf = ctypes.create_string_buffer(data, len(data))
+        self._on(what, device, self.call, what, "cuMemcpyHtoD_v2", ptr, buf, len(data))
+
+    def from_device(self, what: str, device: int, ptr: int, n: int) -> bytes:
+        buf = ctypes.create_string_buffer(n)
+        self._on(what, device, self.call, what, "cuMemcpyDtoH_v2", buf, ptr, n)
+        return buf.raw
+
+    def stream_sync(self, what: str, device: int, stream: int) -> None:
+        self._on(what, device, self.call, what, "cuStreamSynchronize", _vp(stream))
+
+
+class _HIPRuntime:
+    """libamdhip64 (ROCm's HIP runtime)."""
+
+    kind, prefix, tag = "HIP", "hip", "hip"
+
+    def __init__(self, lib: ctypes.CDLL, path: str):
+        self.lib, self.path = lib, path
+        sig = {"hipGetDeviceCount": [_P(_int)], "hipGetDevice": [_P(_int)],
+               "hipSetDevice": [_int], "hipMalloc": [_P(_vp), _size], "hipFree": [_vp],
+               "hipMemcpy": [_vp, _vp, _size, _int], "hipStreamSynchronize": [_vp]}
+        self.f = {}
+        for name, args in sig.items():
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = args, _int
+            self.f[name] = fn
+        es = lib.hipGetErrorString
+        es.argtypes, es.restype = [_int], ctypes.c_char_p
+        self._es = es
+
+    def error(self, code: int) -> str:
+        s = self._es(code)
+        return f"{s.decode() if s else 'error'} (hipError {code})"
+
+    def call(self, what: str, name: str, *args) -> None:
+        rc = self.f[name](*args)
         if rc != 0:
-            return 0, self.error(rc)
-        return n.value, None
+            raise RuntimeError(f"{what}: {name} failed: {self.error(rc)}")
 
-    def on_device(self, what: str, device: int):
-        """A context manager that makes ``device`` current and restores the previous one."""
-        rt = self
+    def device_count(self) -> Tuple[int, Optional[str]]:
+        n = _int(0)
+        rc = self.f["hipGetDeviceCount"](ctypes.byref(n))
+        return (n.value, None) if rc == 0 else (0, self.error(rc))
 
-        class _Ctx:
-            def __enter__(self):
-                self.prev = ctypes.c_int(0)
-                rt.call(what, "GetDevice", ctypes.byref(self.prev))
-                rt.call(what, "SetDevice", device)
+    def _on(self, what: str, device: int, fn, *args):
+        prev = _int()
+        self.call(what, "hipGetDevice", ctypes.byref(prev))
+        self.call(what, "hipSetDevice", device)
+        try:
+            return fn(*args)
+        finally:
+            self.f["hipSetDevice"](prev.value)
 
-            def __exit__(self, *exc):
-                rt._f["SetDevice"](self.prev.value)
-        return _Ctx()
+    def malloc(self, what: str, device: int, size: int) -> int:
+        out = _vp()
+        self._on(what, device, self.call, what, "hipMalloc", ctypes.byref(out), size)
+        return out.value or 0
+
+    def free(self, what: str, device: int, ptr: int) -> None:
+        self._on(what, device, self.call, what, "hipFree", _vp(ptr))
+
+    def to_device(self, what: str, device: int, ptr: int, data: bytes) -> None:
+        buf = ctypes.create_string_buffer(data, len(data))
+        self._on(what, device, self.call, what, "hipMemcpy", _vp(ptr), buf, len(data), 1)
+
+    def from_device(self, what: str, device: int, ptr: int, n: int) -> bytes:
+        buf = ctypes.create_string_buffer(n)
+        self._on(what, device, self.call, what, "hipMemcpy", buf, _vp(ptr), n, 2)
+        return buf.raw
+
+    def stream_sync(self, what: str, device: int, stream: int) -> None:
+        self._on(what, device, self.call, what, "hipStreamSynchronize", _vp(stream))
 
 
 _lock = threading.Lock()
-_runtime: Optional[GPURuntime] = None
+_runtime = None
 _runtime_error: Optional[str] = None
 # ptr -> (device, size) of what allocate_gpu_memory handed out
 _blocks: Dict[int, Tuple[int, int]] = {}
 
 
-def _candidates() -> List[Tuple[str, str]]:
-    out = [("cuda", n) for n in ("libcudart.so", "libcudart.so.13", "libcudart.so.12",
-                                 "libcudart.so.11.0")]
-    for base in sys.path:  # the nvidia-* wheels torch depends on
-        for pat in ("nvidia/cu*/lib/libcudart.so*", "nvidia/cuda_runtime/lib/libcudart.so*"):
-            out += [("cuda", p) for p in sorted(glob.glob(os.path.join(base, pat)))]
-    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
-    out += [("cuda", p) for p in sorted(glob.glob(os.path.join(cuda_home, "lib64", "libcudart.so*")))]
-    rocm = os.environ.get("ROCM_PATH") or "/opt/rocm"
-    out += [("hip", "libamdhip64.so"), ("hip", os.path.join(rocm, "lib", "libamdhip64.so"))]
-    return out
-
-
-def runtime() -> GPURuntime:
-    """The GPU runtime (loaded once); RuntimeError when this host has none."""
+def runtime():
+    """The GPU driver/runtime (loaded once); RuntimeError when this host has none."""
     global _runtime, _runtime_error
     with _lock:
         if _runtime is not None:
             return _runtime
         if _runtime_error is None:
-            for prefix, name in _candidates():
-                if os.sep in name and not os.path.exists(name):
-                    continue
+            rocm = os.environ.get("ROCM_PATH") or "/opt/rocm"
+            for cls, name in ((_CUDADriver, "libcuda.so.1"), (_HIPRuntime, "libamdhip64.so"),
+                              (_HIPRuntime, os.path.join(rocm, "lib", "libamdhip64.so"))):
                 try:
-                    lib = ctypes.CDLL(name)
-                    _runtime = GPURuntime(lib, prefix, name)
+                    _runtime = cls(ctypes.CDLL(name), name)
                     return _runtime
                 except (OSError, AttributeError):
                     continue
-            _runtime_error = ("no CUDA or HIP runtime library on this host (looked for "
-                              "libcudart.so* on the loader path, in the nvidia-* wheels and "
-                              "CUDA_HOME, and for libamdhip64.so in ROCM_PATH)")
+            _runtime_error = ("there is no NVIDIA driver (libcuda.so.1 cannot be loaded) and no "
+                              f"ROCm HIP runtime (libamdhip64.so, {rocm}/lib)")
         raise RuntimeError(_runtime_error)
 
 
-def _no_gpu(rt: GPURuntime, why: Optional[str]) -> str:
-    """Why the runtime sees no GPU, worded for the user."""
-    if rt.prefix == "cuda":
-        try:
-            ctypes.CDLL("libcuda.so.1")
-        except OSError:
-            return (f"there is no NVIDIA driver (libcuda.so.1 cannot be loaded; the CUDA runtime "
-                    f"{rt.path} says: {why or '0 devices'})")
-    return f"the {rt.kind} runtime ({rt.path}) finds none: {why or '0 devices'}"
+def _no_gpu(rt, why: Optional[str]) -> str:
+    return f"the {rt.kind} driver ({rt.path}) finds no GPU: {why or '0 devices'}"
 
 
-def _check_device(what: str, device: int) -> GPURuntime:
+def _check_device(what: str, device: int):
     if not isinstance(device, int) or isinstance(device, bool) or device < 0:
         raise ValueError(f"{what}: device must be a GPU index >= 0, got {device!r}")
     try:
@@ -151,10 +214,7 @@ def allocate_gpu_memory(size: int, device: int = 0) -> int:
     if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
         raise ValueError(f"{what}: size must be a positive number of bytes, got {size!r}")
     rt = _check_device(what, device)
-    ptr = ctypes.c_void_p()
-    with rt.on_device(what, device):
-        rt.call(f"{what}({size}, device={device})", "Malloc", ctypes.byref(ptr), size)
-    addr = ptr.value or 0
+    addr = rt.malloc(f"{what}({size}, device={device})", device, size)
     with _lock:
         _blocks[addr] = (device, size)
     return addr
@@ -167,9 +227,7 @@ def free_gpu_memory(ptr: int) -> None:
     if block is None:
         raise ValueError(f"free_gpu_memory: {ptr:#x} was not returned by allocate_gpu_memory "
                          "(or was freed already)")
-    rt = runtime()
-    with rt.on_device("free_gpu_memory", block[0]):
-        rt.call("free_gpu_memory", "Free", ctypes.c_void_p(ptr))
+    runtime().free("free_gpu_memory", block[0], ptr)
 
 
 def gpu_block(addr: int, length: int) -> Optional[Tuple[int, int, int]]:
@@ -182,31 +240,35 @@ def gpu_block(addr: int, length: int) -> Optional[Tuple[int, int, int]]:
     return None
 
 
+def _block_of(what: str, ptr: int, n: int) -> int:
+    b = gpu_block(ptr, n)
+    if b is None or ptr + n > b[0] + b[2] or ptr < b[0]:
+        raise ValueError(f"{what}: [{ptr:#x}, +{n}) is not inside memory from allocate_gpu_memory")
+    return b[1]
+
+
 def copy_to_gpu(ptr: int, data: bytes) -> None:
-    """Copies host bytes to device memory (a helper for tests and examples)."""
-    rt = runtime()
-    buf = ctypes.create_string_buffer(data, len(data))
-    rt.call("copy_to_gpu", "Memcpy", ctypes.c_void_p(ptr), buf, len(data), _MEMCPY_H2D)
+    """Copies host bytes into memory from allocate_gpu_memory (for tests and examples)."""
+    dev = _block_of("copy_to_gpu", ptr, len(data))
+    runtime().to_device("copy_to_gpu", dev, ptr, data)
 
 
 def copy_from_gpu(ptr: int, length: int) -> bytes:
-    """Copies device memory into new bytes."""
-    rt = runtime()
-    buf = ctypes.create_string_buffer(length)
-    rt.call("copy_from_gpu", "Memcpy", buf, ctypes.c_void_p(ptr), length, _MEMCPY_D2H)
-    return buf.raw
+    """Copies ``length`` bytes of memory from allocate_gpu_memory into new bytes."""
+    dev = _block_of("copy_from_gpu", ptr, length)
+    return runtime().from_device("copy_from_gpu", dev, ptr, length)
 
 
-def stream_synchronize(what: str, stream_ptr: int) -> None:
-    """Waits for the work queued on a CUDA stream (0: the legacy default stream)."""
-    if not isinstance(stream_ptr, int) or stream_ptr < 0:
+def stream_synchronize(what: str, stream_ptr: int, device: int = 0) -> None:
+    """Waits for the work queued on a CUDA stream (0: the default stream)."""
+    if not isinstance(stream_ptr, int) or isinstance(stream_ptr, bool) or stream_ptr < 0:
         raise ValueError(f"{what}: stream_ptr must be an int (torch: stream.cuda_stream), "
                          f"got {stream_ptr!r}")
     try:
         rt = runtime()
     except RuntimeError as e:
-        raise RuntimeError(f"{what} needs CUDA: {e}") from None
+        raise RuntimeError(f"{what} needs CUDA: no GPU here: {e}") from None
     n, why = rt.device_count()
     if n == 0:
         raise RuntimeError(f"{what} needs CUDA: no GPU here: {_no_gpu(rt, why)}")
-    rt.call(what, "StreamSynchronize", ctypes.c_void_p(stream_ptr))
+    rt.stream_sync(what, device, stream_ptr)

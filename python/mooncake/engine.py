@@ -114,7 +114,7 @@ def _device_location(addr: int, length: int, location: str) -> str:
     if gpu is not None:
         block = gpu.gpu_block(addr, length)
         if block is not None:
-            prefix = "hip" if gpu.runtime().prefix == "hip" else "cuda"
+            prefix = gpu.runtime().tag
             return f"{prefix}:{block[1]}"
     return location
 
