@@ -221,3 +221,21 @@ def test_importing_the_package_stays_cheap():
             "callable(mooncake.allocate_gpu_memory))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.stdout == "False False True\n", r.stderr
+
+
+def test_initialize_ext_metadata_types():
+    """initialize_ext(..., metadata_type): a bare host:port with "http" reaches an HTTP metadata
+    server (here the Python one), "p2p" means P2PHANDSHAKE."""
+    from mooncake.http_metadata_server import KVBootstrapServer
+
+    with KVBootstrapServer(0, "127.0.0.1") as srv:
+        a, b = TransferEngine(), TransferEngine()
+        try:
+            name = f"127.0.0.1:{free_port()}"
+            assert a.initialize_ext(name, f"127.0.0.1:{srv.port}", "tcp", "", "http") == 0
+            assert f"mooncake/ram/{name}" in srv.keys()
+            assert b.initialize_ext("127.0.0.1", "ignored:1", "tcp", "", "p2p") == 0
+            assert b.get_segment_name() == f"127.0.0.1:{b.get_rpc_port()}"
+        finally:
+            a.close()
+            b.close()
