@@ -248,7 +248,11 @@ def get_backend(pg: Any = None):
 
 def get_active_ranks(pg: Any = None) -> torch.Tensor:
     """int32 tensor of length max_group_size: 1 where the rank slot is active (on the group's
-    device: CUDA for a ``"mooncake"`` group)."""
+    device: CUDA for a ``"mooncake"`` group).
+
+    int32 as upstream Mooncake returns it (its ``activeRanksTensor``), though its usage page
+    calls it a ``torch.BoolTensor``: ``.bool()`` gives the mask, and it works as one in
+    ``torch.where``/indexing after that (docs/elastic.md)."""
     b = get_backend(pg)
     t = _pg_ext.get_active_ranks(b)  # applies membership decisions this rank has not seen
     _pg_ext.refresh_size(b)  # dist.get_world_size() follows the active extent
@@ -366,13 +370,29 @@ def _publish_group_count(pg: Any, r: ProposalResponse) -> ProposalResponse:
     return r
 
 
+def _check_slots(backend: Any, what: str, size: int) -> None:
+    # A group's rank slots are fixed when it is created (upstream: max_group_size, default the
+    # group size), so growing past them needs the option at creation: say so.
+    slots = int(_pg_ext.get_max_group_size(backend))
+    if size > slots:
+        raise ValueError(
+            f"mooncake: {what}: the group has {slots} rank slots (max_group_size), so it cannot "
+            f"grow to {size} ranks; create it with room to grow: dist.init_process_group(..., "
+            f"pg_options=mooncake_pg.MooncakeBackendOptions(max_group_size={size}))"
+        )
+
+
 def activate_ranks(pg: Any, ranks: Any) -> ProposalResponse:
     """Admits ranks (replacements or new ranks that called join_group) into the group.
 
     Every active rank calls it (like every c10d call); proposals are idempotent. Ranks without a
     live published endpoint are dropped from the proposal (AppliedWithDroppedRanks), or the
     proposal is Rejected when none is left."""
-    return _publish_group_count(pg, _proposal(_call(get_backend(pg), "activate", ranks=_ranks(ranks))))
+    b = get_backend(pg)
+    rs = _ranks(ranks)
+    if rs:
+        _check_slots(b, "activate_ranks/recover_ranks", max(rs) + 1)
+    return _publish_group_count(pg, _proposal(_call(b, "activate", ranks=rs)))
 
 
 recover_ranks = activate_ranks
@@ -392,7 +412,9 @@ def extend_group_size_to(pg: Any, new_size: Optional[int] = None, *, size: Optio
     n = new_size if new_size is not None else size
     if isinstance(n, bool) or not isinstance(n, int):
         raise TypeError(f"extend_group_size_to: new_size must be an int, got {n!r}")
-    return _publish_group_count(pg, _proposal(_call(get_backend(pg), "extend", size=int(n))))
+    b = get_backend(pg)
+    _check_slots(b, "extend_group_size_to", int(n))
+    return _publish_group_count(pg, _proposal(_call(b, "extend", size=int(n))))
 
 
 def join_group(pg: Any = None) -> ProposalResponse:

@@ -21,6 +21,7 @@ type Config struct {
 	RPCThreads int    // --rpc_thread_num (gRPC stream workers; 0 = one goroutine per stream)
 
 	MetricsPort           int  // --metrics_port (admin HTTP: /metrics, /health, ...)
+	MetricsPortSet        bool // --metrics_port was given: a busy port is an error (else the next free one is used)
 	EnableMetricReporting bool // --enable_metric_reporting (log a summary periodically)
 
 	EnableHTTPMetadataServer bool   // --enable_http_metadata_server
@@ -106,10 +107,10 @@ func DefaultConfig() Config {
 		DFSFullPolicy:               "refuse",
 		PromotionAdmissionThreshold: 2,
 		HotStandby: HotStandbyConfig{
-			VerificationInterval:     10 * time.Second,
+			VerificationInterval:     30 * time.Second, // upstream's HotStandbyConfig defaults
 			MaxReplicationLagEntries: 1000,
 			EnableVerification:       true,
-			EnableSnapshotBootstrap:  true,
+			EnableSnapshotBootstrap:  false, // --enable_snapshot_restore also bootstraps a standby, as upstream's supervisor does
 			EnableOplogFollowing:     true,
 			OplogPollInterval:        1000 * time.Millisecond,
 		},
@@ -322,6 +323,7 @@ func ParseFlags(name string, args []string) (Config, error) {
 			return cfg, err
 		}
 	}
+	fs.Visit(func(f *flag.Flag) { cfg.MetricsPortSet = cfg.MetricsPortSet || f.Name == "metrics_port" })
 	return cfg, cfg.Validate()
 }
 

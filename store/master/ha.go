@@ -302,12 +302,14 @@ func (s *Server) applyLogged(entries []ha.Entry) error {
 			return err
 		}
 		if e.Op == OpVerify && e.Digest != "" && s.ha != nil {
+			// The digest is the primary's state at applied_seq_id; the lines read as upstream's
+			// HotStandbyService logs them (docs/ha.md, "Verify sync status").
 			if d := s.state.Digest(); d == e.Digest {
 				s.ha.verifyOK.Add(1)
-				log.Printf("mooncake_master: %s: verification against the primary at applied_seq_id=%d: state matches", s.name(), applied)
+				log.Printf("[HotStandbyService] verification OK: primary_seq_id=%d standby_seq_id=%d (standby %s, state digests match)", applied, applied, s.name())
 			} else {
 				s.ha.verifyBad.Add(1)
-				log.Printf("mooncake_master: %s: verification against the primary at applied_seq_id=%d: STATE DIFFERS (primary %s, standby %s)", s.name(), applied, e.Digest[:12], d[:min(12, len(d))])
+				log.Printf("[HotStandbyService] verification FAILED: primary_seq_id=%d standby_seq_id=%d (standby %s): STATE DIFFERS (primary %s, standby %s)", applied, applied, s.name(), e.Digest[:12], d[:min(12, len(d))])
 			}
 		}
 		s.state.Apply(e)
@@ -380,7 +382,8 @@ func (s *Server) monitorLag(ctx context.Context, h HA) {
 	hs := s.cfg.HotStandby
 	t := time.NewTicker(hs.OplogPollInterval)
 	defer t.Stop()
-	lastLog := time.Now()
+	var lastLog time.Time // the first poll logs at once, so a new standby shows its state
+	caughtUp := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -396,15 +399,18 @@ func (s *Server) monitorLag(ctx context.Context, h HA) {
 		if last > applied {
 			lag = last - applied
 		}
+		// Catching up (lag reaching 0) is logged when it happens, not at the next interval.
+		logNow := lag == 0 && !caughtUp
+		caughtUp = lag == 0
 		s.ha.lag.Store(lag)
 		alert := lag > hs.MaxReplicationLagEntries
 		if alert && !s.ha.lagAlert.Load() {
 			log.Printf("mooncake_master: %s: replication lag %d entries exceeds max_replication_lag_entries=%d", s.name(), lag, hs.MaxReplicationLagEntries)
 		}
 		s.ha.lagAlert.Store(alert)
-		if hs.EnableVerification && time.Since(lastLog) >= hs.VerificationInterval {
+		if hs.EnableVerification && (logNow || time.Since(lastLog) >= hs.VerificationInterval) {
 			lastLog = time.Now()
-			log.Printf("mooncake_master: standby %s: applied_seq_id=%d lag=%d entries", s.name(), applied, lag)
+			log.Printf("[HotStandbyService] applied_seq_id=%d lag=%d entries (standby %s)", applied, lag, s.name())
 		}
 	}
 }

@@ -217,6 +217,18 @@ func (s *Server) VerifyOnce(ctx context.Context) {
 	}
 }
 
+// verifyFirst writes the first verification entry as soon as the leader's state has one to
+// verify; later ones follow every --verification_interval_sec (VerifyOnce). A standby thus
+// reports "verification OK" soon after the first change, not an interval later.
+func (s *Server) verifyFirst(ctx context.Context) {
+	s.mu.Lock()
+	first := s.state.VerifiedAt() == 0 && s.state.Applied() > 0
+	s.mu.Unlock()
+	if first {
+		s.VerifyOnce(ctx)
+	}
+}
+
 // Run drives the timers (client expiry, eviction, stale puts) until ctx ends.
 func (s *Server) Run(ctx context.Context) {
 	period := min(100*time.Millisecond, s.cfg.ClientTTL/4)
@@ -243,6 +255,9 @@ func (s *Server) Run(ctx context.Context) {
 		case <-t.C:
 			s.CheckClients(ctx)
 			s.TickOnce(ctx)
+			if verify != nil {
+				s.verifyFirst(ctx)
+			}
 		case <-report:
 			log.Printf("mooncake_master: %s", s.metrics.Summary())
 		}

@@ -41,20 +41,30 @@ const (
 // config).
 type BackendOptions struct {
 	// LocalRoot is the directory of the "local" backend (--snapshot_backup_dir, else
-	// MOONCAKE_SNAPSHOT_LOCAL_PATH).
+	// MOONCAKE_SNAPSHOT_LOCAL_PATH, else DefaultLocalRoot).
 	LocalRoot string
 	// S3 configures the "s3" backend (MOONCAKE_SNAPSHOT_S3_*, AWS_*); Bucket is required.
 	S3 S3Config
+}
+
+// DefaultLocalRoot is the local backend's directory when none is configured, as upstream's
+// LocalFileBackend (a directory that does not survive a reboot on many systems: production
+// setups pass --snapshot_backup_dir or MOONCAKE_SNAPSHOT_LOCAL_PATH).
+const DefaultLocalRoot = "/tmp/mooncake_snapshots"
+
+// localRoot is the local backend's directory: LocalRoot, else DefaultLocalRoot.
+func (o BackendOptions) localRoot() string {
+	if o.LocalRoot == "" {
+		return DefaultLocalRoot
+	}
+	return o.LocalRoot
 }
 
 // OpenBackend opens the backend named by kind ("local" or "s3") with o's settings.
 func OpenBackend(ctx context.Context, kind string, o BackendOptions) (Backend, error) {
 	switch strings.ToLower(strings.TrimSpace(kind)) {
 	case KindLocal, "":
-		if o.LocalRoot == "" {
-			return nil, fmt.Errorf("snapshot: the local snapshot backend needs a directory: pass one or set MOONCAKE_SNAPSHOT_LOCAL_PATH")
-		}
-		return NewLocal(o.LocalRoot)
+		return NewLocal(o.localRoot())
 	case KindS3:
 		if o.S3.Bucket == "" {
 			return nil, fmt.Errorf("snapshot: the s3 snapshot backend needs a bucket: set MOONCAKE_SNAPSHOT_S3_BUCKET")

@@ -267,6 +267,7 @@ class FreshHost:
                 raise RuntimeError(f"{tool} is missing (util-linux / iproute2)")
         self.workdir = workdir
         self.procs: List[Proc] = []
+        self._made_dirs: List[str] = []
         names = dict(ETCD_HOSTS)
         names.update(hosts or {})
         hosts_file = os.path.join(workdir, "hosts")
@@ -288,6 +289,20 @@ class FreshHost:
         self._ns_pid = int(subprocess.check_output(
             ["pgrep", "-P", str(self._holder.pid)], text=True).split()[0])
 
+    def private_dir(self, path: str) -> None:
+        """An empty tmpfs at ``path`` on this host only (the page's directories, e.g.
+        /data/mooncake_snapshots, without writing to this machine's). A mount point that does
+        not exist is created here (empty) and removed at close."""
+        missing = []
+        p = path
+        while not os.path.exists(p):
+            missing.append(p)
+            p = os.path.dirname(p)
+        os.makedirs(path, exist_ok=True)
+        self._made_dirs.extend(missing)  # deepest first
+        subprocess.run(self._enter() + ["mount", "-t", "tmpfs", "tmpfs", path], check=True,
+                       capture_output=True)
+
     def _enter(self) -> List[str]:
         return ["nsenter", f"--target={self._ns_pid}", "--net", "--mount"]
 
@@ -307,6 +322,17 @@ class FreshHost:
                  cwd=cwd or self.workdir)
         self.procs.append(p)
         return p
+
+    def popen(self, argv: Sequence[str], env: Optional[Dict[str, str]] = None,
+              **kw) -> subprocess.Popen:
+        """A process on the host with the caller's pipes (``kw``: subprocess.Popen's); the
+        caller waits for it."""
+        kw.setdefault("cwd", self.workdir)
+        return subprocess.Popen(self._enter() + list(argv), env=venv_env(env), **kw)
+
+    def python(self, code: str, env: Optional[Dict[str, str]] = None, **kw) -> subprocess.Popen:
+        """This interpreter running ``code`` on the host (see popen)."""
+        return self.popen([sys.executable, "-c", code], env=env, **kw)
 
     def wait_port(self, port: int, proc: Optional[Proc] = None, timeout: float = 30.0,
                   addr: str = "127.0.0.1") -> None:
@@ -354,6 +380,11 @@ class FreshHost:
         if self._holder.poll() is None:
             os.killpg(self._holder.pid, signal.SIGKILL)
             self._holder.wait()
+        for d in self._made_dirs:  # the namespace (and its mounts) is gone: remove mount points
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
 
 
 @pytest.fixture(scope="module")

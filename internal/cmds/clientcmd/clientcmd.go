@@ -1,12 +1,14 @@
 package clientcmd
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"log"
 	"net"
 	"os"
 	"strconv"
+	"syscall"
 
 	"github.com/mooncake-go/mooncake/config"
 	"github.com/mooncake-go/mooncake/engine"
@@ -55,6 +57,14 @@ func run(args []string) error {
 	}
 	ctx, stop := cli.SignalContext()
 	defer stop()
+	portSet := false
+	fs.Visit(func(f *flag.Flag) { portSet = portSet || f.Name == "port" })
+	if !portSet && *port != 0 && portBusy(*host, *port) {
+		// The default port is taken, e.g. by a standby mooncake_master started with
+		// --rpc_port=50052 on this host (docs/ha.md): let the engine pick a free one.
+		log.Printf("mooncake_client: port %d on %s is in use (a mooncake_master's --rpc_port?): using a free port instead; pass --port to choose", *port, *host)
+		*port = 0
+	}
 	name := net.JoinHostPort(*host, strconv.Itoa(*port))
 	if *port == 0 {
 		name = *host // the engine (or client.EngineConfig) picks the port
@@ -77,4 +87,14 @@ func run(args []string) error {
 	}
 	log.Printf("mooncake_client: stopped")
 	return nil
+}
+
+// portBusy reports whether host:port cannot be listened on because something else uses it.
+func portBusy(host string, port int) bool {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	if err != nil {
+		return errors.Is(err, syscall.EADDRINUSE)
+	}
+	l.Close()
+	return false
 }

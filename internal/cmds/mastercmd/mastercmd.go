@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/mooncake-go/mooncake/config"
@@ -55,12 +56,17 @@ func run(ctx context.Context, cfg master.Config) error {
 	// Snapshots and HA.
 	var snaps *snapshot.Manager
 	snapOpts := config.SnapshotBackend(cfg.SnapshotBackupDir)
-	if cfg.EnableSnapshot || cfg.EnableSnapshotRestore || (cfg.EnableHA && cfg.HotStandby.EnableSnapshotBootstrap && snapOpts.LocalRoot != "") {
+	if cfg.EnableSnapshot || cfg.EnableSnapshotRestore || (cfg.EnableHA && cfg.HotStandby.EnableSnapshotBootstrap) {
 		be, err := snapshot.OpenBackend(ctx, cfg.SnapshotBackendType, snapOpts)
 		if err != nil {
 			rpcLis.Close()
 			return err
 		}
+		note := ""
+		if _, local := be.(*snapshot.Local); local && snapOpts.LocalRoot == "" {
+			note = " (the default: choose another with --snapshot_backup_dir or MOONCAKE_SNAPSHOT_LOCAL_PATH)"
+		}
+		log.Printf("mooncake_master: snapshots in %s%s", be, note)
 		sm := snapshot.NewMetrics()
 		sm.Register(srv.Metrics().Registry())
 		snaps, err = snapshot.NewManager(snapshot.Config{Backend: be, ClusterID: cfg.ClusterID, Retention: cfg.SnapshotRetentionCount, Metrics: sm})
@@ -124,8 +130,21 @@ func run(ctx context.Context, cfg master.Config) error {
 		return lis.Addr().(*net.TCPAddr).Port, nil
 	}
 	metricsPort, err := serveHTTP("admin/metrics", net.JoinHostPort(cfg.RPCAddress, strconv.Itoa(cfg.MetricsPort)), srv.AdminHandler())
+	if err != nil && !cfg.MetricsPortSet && cfg.MetricsPort != 0 && errors.Is(err, syscall.EADDRINUSE) {
+		// The default port is taken, typically by another mooncake_master on this host (a
+		// standby started as docs/ha.md's walkthrough does): use the next free port.
+		for p := cfg.MetricsPort + 1; p <= cfg.MetricsPort+metricsPortTries && err != nil; p++ {
+			metricsPort, err = serveHTTP("admin/metrics", net.JoinHostPort(cfg.RPCAddress, strconv.Itoa(p)), srv.AdminHandler())
+		}
+		if err == nil {
+			log.Printf("mooncake_master: metrics port %d is in use (another mooncake_master on this host?): serving /metrics on port %d instead; pass --metrics_port to choose", cfg.MetricsPort, metricsPort)
+		}
+	}
 	if err != nil {
 		rpcLis.Close()
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("%w: pass a free --metrics_port (another mooncake_master on this host uses port %d?)", err, cfg.MetricsPort)
+		}
 		return err
 	}
 	if cfg.EnableHTTPMetadataServer {
@@ -170,6 +189,10 @@ func run(ctx context.Context, cfg master.Config) error {
 	log.Printf("mooncake_master: stopped")
 	return err
 }
+
+// metricsPortTries is how many ports after the default --metrics_port a master tries when the
+// default is taken.
+const metricsPortTries = 16
 
 func capacityText(n uint64) string {
 	if n == 0 {
