@@ -10,6 +10,10 @@ typedef struct mc_replicate_config {
   int32_t with_soft_pin;
   int32_t with_hard_pin;
   const char *preferred_segments;
+  int32_t soft_pin_action;
+  int32_t has_soft_pin_ttl;
+  uint64_t soft_pin_ttl_ms;
+  int32_t prefer_alloc_in_same_node;
 } mc_replicate_config;
 // mc_store_alloc_fn returns len writable bytes for a value (NULL: give up) — see mc_store_get_with.
 typedef void *(*mc_store_alloc_fn)(void *ctx, uint64_t len);
@@ -101,6 +105,15 @@ func replicateConfig(p *C.mc_replicate_config) (api.ReplicateConfig, error) {
 			cfg.PreferredSegments = append(cfg.PreferredSegments, s)
 		}
 	}
+	cfg.SoftPinAction = api.SoftPinAction(p.soft_pin_action)
+	if cfg.SoftPinAction < api.SoftPinPreserve || cfg.SoftPinAction > api.SoftPinDisable {
+		return cfg, api.Errorf(api.INVALID_PARAMS, "soft_pin_action %d is not PRESERVE (0), ENABLE (1) or DISABLE (2)", int(p.soft_pin_action))
+	}
+	if p.has_soft_pin_ttl != 0 {
+		ttl := uint64(p.soft_pin_ttl_ms)
+		cfg.SoftPinTTLMs = &ttl
+	}
+	cfg.PreferAllocInSameNode = p.prefer_alloc_in_same_node != 0
 	return cfg, nil
 }
 
@@ -181,16 +194,53 @@ func mc_store_create(out *C.uint64_t) C.int {
 
 //export mc_store_setup
 func mc_store_setup(h C.uint64_t, local, meta *C.char, segSize, bufSize C.uint64_t, proto, dev, masterAddr *C.char) C.int {
+	return storeSetup(h, client.Config{
+		LocalHostname: goString(local), MetadataServer: goString(meta), GlobalSegmentSize: uint64(segSize),
+		LocalBufferSize: uint64(bufSize), Protocol: goString(proto), DeviceName: goString(dev),
+		MasterServerAddress: goString(masterAddr),
+	})
+}
+
+// setupOptions are the options of mc_store_setup_json (the names of upstream's setup()).
+type setupOptions struct {
+	LocalHostname     string `json:"local_hostname"`
+	MetadataServer    string `json:"metadata_server"`
+	GlobalSegmentSize uint64 `json:"global_segment_size"`
+	LocalBufferSize   uint64 `json:"local_buffer_size"`
+	Protocol          string `json:"protocol"`
+	RDMADevices       string `json:"rdma_devices"`
+	MasterServerAddr  string `json:"master_server_addr"`
+	EnableSSDOffload  bool   `json:"enable_ssd_offload"`
+	SSDOffloadPath    string `json:"ssd_offload_path"`
+}
+
+// mc_store_setup_json is mc_store_setup with its arguments as one JSON object of upstream's
+// setup() names (local_hostname, metadata_server, global_segment_size, local_buffer_size,
+// protocol, rdma_devices, master_server_addr, enable_ssd_offload, ssd_offload_path); unknown
+// names are refused.
+//
+//export mc_store_setup_json
+func mc_store_setup_json(h C.uint64_t, opts *C.char) C.int {
+	var o setupOptions
+	dec := json.NewDecoder(strings.NewReader(goString(opts)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&o); err != nil {
+		return serr(api.Errorf(api.INVALID_PARAMS, "setup options: %v", err))
+	}
+	return storeSetup(h, client.Config{
+		LocalHostname: o.LocalHostname, MetadataServer: o.MetadataServer, GlobalSegmentSize: o.GlobalSegmentSize,
+		LocalBufferSize: o.LocalBufferSize, Protocol: o.Protocol, DeviceName: o.RDMADevices,
+		MasterServerAddress: o.MasterServerAddr, EnableSSDOffload: o.EnableSSDOffload, SSDOffloadPath: o.SSDOffloadPath,
+	})
+}
+
+func storeSetup(h C.uint64_t, base client.Config) C.int {
 	s, ok := stores.get(uint64(h))
 	if !ok {
 		return serr(api.Errorf(api.INVALID_PARAMS, "unknown store handle %d", uint64(h)))
 	}
 	// The store-setup and engine-creation knobs are read now, at setup().
-	cfg := config.StoreClient(client.Config{
-		LocalHostname: goString(local), MetadataServer: goString(meta), GlobalSegmentSize: uint64(segSize),
-		LocalBufferSize: uint64(bufSize), Protocol: goString(proto), DeviceName: goString(dev),
-		MasterServerAddress: goString(masterAddr),
-	})
+	cfg := config.StoreClient(base)
 	if cfg.MasterServerAddress == "" {
 		return serr(api.Errorf(api.INVALID_PARAMS, "master_server_address is empty (want host:port of mooncake_master)"))
 	}
@@ -274,6 +324,15 @@ func cBytes(p unsafe.Pointer, n C.uint64_t) []byte {
 
 //export mc_store_put
 func mc_store_put(h C.uint64_t, key *C.char, data unsafe.Pointer, n C.uint64_t, cfgp *C.mc_replicate_config) C.int {
+	return storePut(h, key, data, n, cfgp, false)
+}
+
+//export mc_store_upsert
+func mc_store_upsert(h C.uint64_t, key *C.char, data unsafe.Pointer, n C.uint64_t, cfgp *C.mc_replicate_config) C.int {
+	return storePut(h, key, data, n, cfgp, true)
+}
+
+func storePut(h C.uint64_t, key *C.char, data unsafe.Pointer, n C.uint64_t, cfgp *C.mc_replicate_config, upsert bool) C.int {
 	c, k, cfg, err := putArgs(h, key, cfgp)
 	if err != nil {
 		return serr(err)
@@ -281,11 +340,23 @@ func mc_store_put(h C.uint64_t, key *C.char, data unsafe.Pointer, n C.uint64_t, 
 	if data == nil && n > 0 {
 		return serr(api.Errorf(api.INVALID_PARAMS, "data is NULL"))
 	}
+	if upsert {
+		return serr(c.Upsert(context.Background(), k, cBytes(data, n), cfg))
+	}
 	return serr(c.Put(context.Background(), k, cBytes(data, n), cfg))
 }
 
 //export mc_store_put_parts
 func mc_store_put_parts(h C.uint64_t, key *C.char, parts *unsafe.Pointer, lens *C.uint64_t, n C.int32_t, cfgp *C.mc_replicate_config) C.int {
+	return storePutParts(h, key, parts, lens, n, cfgp, false)
+}
+
+//export mc_store_upsert_parts
+func mc_store_upsert_parts(h C.uint64_t, key *C.char, parts *unsafe.Pointer, lens *C.uint64_t, n C.int32_t, cfgp *C.mc_replicate_config) C.int {
+	return storePutParts(h, key, parts, lens, n, cfgp, true)
+}
+
+func storePutParts(h C.uint64_t, key *C.char, parts *unsafe.Pointer, lens *C.uint64_t, n C.int32_t, cfgp *C.mc_replicate_config, upsert bool) C.int {
 	c, k, cfg, err := putArgs(h, key, cfgp)
 	if err != nil {
 		return serr(err)
@@ -299,6 +370,9 @@ func mc_store_put_parts(h C.uint64_t, key *C.char, parts *unsafe.Pointer, lens *
 	for i := range bs {
 		bs[i] = cBytes(ps[i], ls[i])
 	}
+	if upsert {
+		return serr(c.UpsertParts(context.Background(), k, bs, cfg))
+	}
 	return serr(c.PutParts(context.Background(), k, bs, cfg))
 }
 
@@ -311,8 +385,26 @@ func mc_store_put_from(h C.uint64_t, key *C.char, addr, n C.uint64_t, cfgp *C.mc
 	return serr(c.PutFrom(context.Background(), k, uintptr(addr), uint64(n), cfg))
 }
 
+//export mc_store_upsert_from
+func mc_store_upsert_from(h C.uint64_t, key *C.char, addr, n C.uint64_t, cfgp *C.mc_replicate_config) C.int {
+	c, k, cfg, err := putArgs(h, key, cfgp)
+	if err != nil {
+		return serr(err)
+	}
+	return serr(c.UpsertFrom(context.Background(), k, uintptr(addr), uint64(n), cfg))
+}
+
 //export mc_store_batch_put
 func mc_store_batch_put(h C.uint64_t, keys **C.char, datas *unsafe.Pointer, lens *C.uint64_t, n C.int32_t, cfgp *C.mc_replicate_config, results *C.int32_t) C.int {
+	return storeBatchPut(h, keys, datas, lens, n, cfgp, results, false)
+}
+
+//export mc_store_batch_upsert
+func mc_store_batch_upsert(h C.uint64_t, keys **C.char, datas *unsafe.Pointer, lens *C.uint64_t, n C.int32_t, cfgp *C.mc_replicate_config, results *C.int32_t) C.int {
+	return storeBatchPut(h, keys, datas, lens, n, cfgp, results, true)
+}
+
+func storeBatchPut(h C.uint64_t, keys **C.char, datas *unsafe.Pointer, lens *C.uint64_t, n C.int32_t, cfgp *C.mc_replicate_config, results *C.int32_t, upsert bool) C.int {
 	c, ks, cfg, err := batchPutArgs(h, keys, n, cfgp)
 	if err != nil {
 		return serr(err)
@@ -326,12 +418,25 @@ func mc_store_batch_put(h C.uint64_t, keys **C.char, datas *unsafe.Pointer, lens
 	for i := range vals {
 		vals[i] = cBytes(ds[i], ls[i])
 	}
-	codes(c.BatchPut(context.Background(), ks, vals, cfg), results)
+	if upsert {
+		codes(c.BatchUpsert(context.Background(), ks, vals, cfg), results)
+	} else {
+		codes(c.BatchPut(context.Background(), ks, vals, cfg), results)
+	}
 	return 0
 }
 
 //export mc_store_batch_put_from
 func mc_store_batch_put_from(h C.uint64_t, keys **C.char, addrs, lens *C.uint64_t, n C.int32_t, cfgp *C.mc_replicate_config, results *C.int32_t) C.int {
+	return storeBatchPutFrom(h, keys, addrs, lens, n, cfgp, results, false)
+}
+
+//export mc_store_batch_upsert_from
+func mc_store_batch_upsert_from(h C.uint64_t, keys **C.char, addrs, lens *C.uint64_t, n C.int32_t, cfgp *C.mc_replicate_config, results *C.int32_t) C.int {
+	return storeBatchPutFrom(h, keys, addrs, lens, n, cfgp, results, true)
+}
+
+func storeBatchPutFrom(h C.uint64_t, keys **C.char, addrs, lens *C.uint64_t, n C.int32_t, cfgp *C.mc_replicate_config, results *C.int32_t, upsert bool) C.int {
 	c, ks, cfg, err := batchPutArgs(h, keys, n, cfgp)
 	if err != nil {
 		return serr(err)
@@ -340,7 +445,11 @@ func mc_store_batch_put_from(h C.uint64_t, keys **C.char, addrs, lens *C.uint64_
 		return serr(api.Errorf(api.INVALID_PARAMS, "NULL address, length or result array"))
 	}
 	as, sz := cAddrLens(addrs, lens, n)
-	codes(c.BatchPutFrom(context.Background(), ks, as, sz, cfg), results)
+	if upsert {
+		codes(c.BatchUpsertFrom(context.Background(), ks, as, sz, cfg), results)
+	} else {
+		codes(c.BatchPutFrom(context.Background(), ks, as, sz, cfg), results)
+	}
 	return 0
 }
 
@@ -650,12 +759,13 @@ func mc_store_replica_desc(h C.uint64_t, key *C.char, buf *C.char, buflen C.int3
 		Offset      int64  `json:"offset,omitempty"`
 		Size        uint64 `json:"size"`
 		Status      string `json:"status"`
+		Addr        uint64 `json:"buffer_address,omitempty"`
 	}
 	out := make([]desc, 0, len(reps))
 	for _, r := range reps {
 		d := desc{Tier: r.TierName(), Size: r.Size, Status: r.Status.String(), Path: r.Path, Offset: r.Offset}
 		if !r.IsDisk() {
-			d.SegmentName = r.SegmentName
+			d.SegmentName, d.Addr = r.SegmentName, r.Addr
 		}
 		out = append(out, d)
 	}
@@ -676,4 +786,126 @@ func mc_store_tier_stats(h C.uint64_t, buf *C.char, buflen C.int32_t) C.int {
 	b, _ := json.Marshal(map[string]any{"disk_reads": st.DiskReads, "offloaded": st.Offloaded,
 		"offload_failed": st.OffloadFailed, "promoted": st.Promoted, "root_fs_dir": c.RootFSDir()})
 	return copyOut(string(b), buf, C.int(buflen))
+}
+
+// ---- ranged reads and multi-buffer transfers ----
+
+// mc_store_get_ranges reads n fragments of key's value under one lease: fragment i is sizes[i]
+// bytes from offset srcs[i] of the value to address dsts[i] (inside a registered buffer).
+// results[i] gets the bytes read or a negative code; the call returns 0 when it ran.
+//
+//export mc_store_get_ranges
+func mc_store_get_ranges(h C.uint64_t, key *C.char, n C.int32_t, srcs, dsts, sizes *C.uint64_t, results *C.int64_t) C.int {
+	c, k, err := storeKey(h, key)
+	if err != nil {
+		return serr(err)
+	}
+	if n < 0 || (n > 0 && (srcs == nil || dsts == nil || sizes == nil || results == nil)) {
+		return serr(api.Errorf(api.INVALID_PARAMS, "bad fragment arrays (n=%d)", int(n)))
+	}
+	ss, ds, ls := unsafe.Slice(srcs, int(n)), unsafe.Slice(dsts, int(n)), unsafe.Slice(sizes, int(n))
+	frags := make([]client.Range, int(n))
+	for i := range frags {
+		frags[i] = client.Range{Src: uint64(ss[i]), Dst: uintptr(ds[i]), Size: uint64(ls[i])}
+	}
+	got, errs := c.GetRanges(context.Background(), k, frags)
+	res := unsafe.Slice(results, int(n))
+	for i := range res {
+		if errs[i] != nil {
+			res[i] = C.int64_t(api.CodeOf(errs[i]))
+		} else {
+			res[i] = C.int64_t(got[i])
+		}
+	}
+	if first := firstErr(errs); first != nil {
+		serr(first)
+	}
+	return 0
+}
+
+// mc_store_get_into_buffers reads key's value into n buffers in order; it returns the value's
+// size or a negative code.
+//
+//export mc_store_get_into_buffers
+func mc_store_get_into_buffers(h C.uint64_t, key *C.char, n C.int32_t, addrs, sizes *C.uint64_t) C.int64_t {
+	c, k, err := storeKey(h, key)
+	if err != nil {
+		return C.int64_t(serr(err))
+	}
+	if n < 0 || (n > 0 && (addrs == nil || sizes == nil)) {
+		return C.int64_t(serr(api.Errorf(api.INVALID_PARAMS, "bad buffer arrays (n=%d)", int(n))))
+	}
+	as, sz := cAddrLens(addrs, sizes, n)
+	got, err := c.GetIntoBuffers(context.Background(), k, as, sz)
+	if err != nil {
+		return C.int64_t(serr(err))
+	}
+	return C.int64_t(got)
+}
+
+// mc_store_batch_put_from_buffers stores, for each of the nkeys keys, the concatenation of its
+// counts[i] buffers; addrs and sizes hold every key's buffers one key after the other.
+// results[i] gets each key's status; the call returns 0 when the batch ran.
+//
+//export mc_store_batch_put_from_buffers
+func mc_store_batch_put_from_buffers(h C.uint64_t, keys **C.char, nkeys C.int32_t, counts *C.int32_t, addrs, sizes *C.uint64_t, cfgp *C.mc_replicate_config, results *C.int32_t) C.int {
+	c, ks, cfg, err := batchPutArgs(h, keys, nkeys, cfgp)
+	if err != nil {
+		return serr(err)
+	}
+	if nkeys > 0 && (counts == nil || results == nil) {
+		return serr(api.Errorf(api.INVALID_PARAMS, "NULL count or result array"))
+	}
+	cs := unsafe.Slice(counts, int(nkeys))
+	total := 0
+	for i, n := range cs {
+		if n < 0 {
+			return serr(api.Errorf(api.INVALID_PARAMS, "key %d has %d buffers", i, int(n)))
+		}
+		total += int(n)
+	}
+	if total > 0 && (addrs == nil || sizes == nil) {
+		return serr(api.Errorf(api.INVALID_PARAMS, "NULL address or size array"))
+	}
+	as, sz := cAddrLens(addrs, sizes, C.int32_t(total))
+	all := make([][]uintptr, int(nkeys))
+	allSz := make([][]uint64, int(nkeys))
+	off := 0
+	for i, n := range cs {
+		all[i], allSz[i] = as[off:off+int(n)], sz[off:off+int(n)]
+		off += int(n)
+	}
+	codes(c.BatchPutFromBuffers(context.Background(), ks, all, allSz, cfg), results)
+	return 0
+}
+
+// mc_store_batch_replica_clear drops this client's copies of keys on segment (NULL or "": every
+// copy); cleared[i] is set to 1 for each key cleared, 0 for one skipped. Returns how many were
+// cleared or a negative code.
+//
+//export mc_store_batch_replica_clear
+func mc_store_batch_replica_clear(h C.uint64_t, keys **C.char, n C.int32_t, segment *C.char, cleared *C.int32_t) C.int {
+	c, ks, err := batchArgs(h, keys, n)
+	if err != nil {
+		return serr(err)
+	}
+	if n > 0 && cleared == nil {
+		return serr(api.Errorf(api.INVALID_PARAMS, "cleared is NULL"))
+	}
+	done, err := c.BatchReplicaClear(context.Background(), ks, goString(segment))
+	if err != nil {
+		return serr(err)
+	}
+	set := map[string]bool{}
+	for _, k := range done {
+		set[k] = true
+	}
+	out := unsafe.Slice(cleared, int(n))
+	for i, k := range ks {
+		out[i] = 0
+		if set[k] {
+			out[i] = 1
+		}
+	}
+	return C.int(len(done))
 }

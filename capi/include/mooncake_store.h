@@ -4,7 +4,7 @@
  * contribute). Status: 0 ok, negative Mooncake store error codes (OBJECT_NOT_FOUND -704,
  * INVALID_KEY -400, NO_AVAILABLE_HANDLE -200, OBJECT_HAS_LEASE -706, RPC_FAIL -900, ...), with the
  * message in mooncake_last_error(). Keys are NUL-terminated UTF-8, 1..4096 bytes. A put of a key
- * that already exists succeeds without rewriting it (write-once). Buffer addresses are plain
+ * that already exists succeeds without rewriting it (write-once); an upsert replaces it. Buffer addresses are plain
  * integers (uint64_t) like in the engine section. Every call may block on the network for at
  * most its RPC timeout (10 s) plus the transfer timeout; none holds a lock of the caller's.
  */
@@ -19,12 +19,20 @@ extern "C" {
 #endif
 
 /* How a put is placed. NULL config = 1 replica, no pins. preferred_segments: comma-separated
- * segment names ("host:port"), tried first; NULL or "" for none. */
+ * segment names ("host:port"), tried first; NULL or "" for none. Zeroed trailing fields keep
+ * the defaults: soft_pin_action 0 PRESERVE (a new key is not pinned unless with_soft_pin; an
+ * upserted key keeps its pin), 1 ENABLE, 2 DISABLE; soft_pin_ttl_ms applies when
+ * has_soft_pin_ttl (else the master's default); prefer_alloc_in_same_node prefers this client's
+ * own segment when preferred_segments is empty. */
 typedef struct mc_replicate_config {
   int32_t replica_num;
   int32_t with_soft_pin;
   int32_t with_hard_pin;
   const char *preferred_segments;
+  int32_t soft_pin_action;
+  int32_t has_soft_pin_ttl;
+  uint64_t soft_pin_ttl_ms;
+  int32_t prefer_alloc_in_same_node;
 } mc_replicate_config;
 
 /* Lifecycle. mc_store_create makes an unconnected handle; mc_store_setup connects it:
@@ -36,6 +44,11 @@ int mc_store_create(uint64_t *out);
 int mc_store_setup(uint64_t store, const char *local_hostname, const char *metadata_server,
                    uint64_t global_segment_size, uint64_t local_buffer_size, const char *protocol,
                    const char *device_name, const char *master_server_address);
+/* mc_store_setup with its arguments as one JSON object, named as upstream's setup():
+ * local_hostname, metadata_server, global_segment_size, local_buffer_size (integers), protocol,
+ * rdma_devices, master_server_addr, enable_ssd_offload, ssd_offload_path. Unknown names are
+ * refused (INVALID_PARAMS). */
+int mc_store_setup_json(uint64_t store, const char *options);
 int mc_store_close(uint64_t store);
 /* 0 healthy, 1 not set up (or unknown handle), 2 master unreachable. */
 int mc_store_health_check(uint64_t store);
@@ -61,6 +74,21 @@ int mc_store_batch_put(uint64_t store, const char *const *keys, const void *cons
 int mc_store_batch_put_from(uint64_t store, const char *const *keys, const uint64_t *addrs,
                             const uint64_t *lens, int32_t n, const mc_replicate_config *cfg,
                             int32_t *results);
+/* Upsert: like the puts above, but a key that exists gets the new value (insert or replace).
+ * The master swaps the versions when the new one is completely written: a reader sees the whole
+ * old value or the whole new one, and a failed upsert leaves the old value in place. */
+int mc_store_upsert(uint64_t store, const char *key, const void *data, uint64_t len,
+                    const mc_replicate_config *cfg);
+int mc_store_upsert_parts(uint64_t store, const char *key, const void *const *parts,
+                          const uint64_t *lens, int32_t n, const mc_replicate_config *cfg);
+int mc_store_upsert_from(uint64_t store, const char *key, uint64_t addr, uint64_t len,
+                         const mc_replicate_config *cfg);
+int mc_store_batch_upsert(uint64_t store, const char *const *keys, const void *const *datas,
+                          const uint64_t *lens, int32_t n, const mc_replicate_config *cfg,
+                          int32_t *results);
+int mc_store_batch_upsert_from(uint64_t store, const char *const *keys, const uint64_t *addrs,
+                               const uint64_t *lens, int32_t n, const mc_replicate_config *cfg,
+                               int32_t *results);
 
 /* Get. mc_store_get returns the value in malloc'd memory (*out, *len; free it with
  * mc_store_free; NULL/0 for an empty result). mc_store_get_into copies into the caller's buffer
@@ -78,6 +106,22 @@ int mc_store_batch_get(uint64_t store, const char *const *keys, int32_t n, uint8
 int mc_store_batch_get_into(uint64_t store, const char *const *keys, const uint64_t *addrs,
                             const uint64_t *lens, int32_t n, int64_t *results);
 void mc_store_free(void *p);
+/* Ranged reads: n fragments of key's value under one lease, fragment i = sizes[i] bytes from
+ * offset srcs[i] of the value to address dsts[i], which must lie in a buffer registered with
+ * mc_store_register_buffer (bounds checked); results[i] = bytes read or <0. Needs a memory
+ * replica. Returns 0 when it ran. */
+int mc_store_get_ranges(uint64_t store, const char *key, int32_t n, const uint64_t *srcs,
+                        const uint64_t *dsts, const uint64_t *sizes, int64_t *results);
+/* Reads key's value into n buffers in order; returns the value's size or <0
+ * (BUFFER_OVERFLOW when the buffers are too small). */
+int64_t mc_store_get_into_buffers(uint64_t store, const char *key, int32_t n,
+                                  const uint64_t *addrs, const uint64_t *sizes);
+/* Stores, for each of nkeys keys, the concatenation of its counts[i] buffers (addrs/sizes list
+ * every key's buffers one key after another); results[i] per key. */
+int mc_store_batch_put_from_buffers(uint64_t store, const char *const *keys, int32_t nkeys,
+                                    const int32_t *counts, const uint64_t *addrs,
+                                    const uint64_t *sizes, const mc_replicate_config *cfg,
+                                    int32_t *results);
 
 /* Queries and removal. */
 int64_t mc_store_get_size(uint64_t store, const char *key);      /* bytes or <0 */
@@ -88,6 +132,11 @@ int mc_store_batch_remove(uint64_t store, const char *const *keys, int32_t n, in
                           int32_t *results);
 int64_t mc_store_remove_by_regex(uint64_t store, const char *pattern, int32_t force); /* count */
 int64_t mc_store_remove_all(uint64_t store);                                          /* count */
+/* Drops this client's copies of keys on segment ("host:port"; NULL or "" = every copy, the
+ * whole object); cleared[i] = 1 for a key cleared, 0 for one skipped (leased, being written,
+ * another client's, missing). Returns how many were cleared or <0. */
+int mc_store_batch_replica_clear(uint64_t store, const char *const *keys, int32_t n,
+                                 const char *segment, int32_t *cleared);
 
 #ifdef __cplusplus
 }

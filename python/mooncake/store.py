@@ -18,16 +18,21 @@ or a list/tuple/dict of tensors, in a self-describing format; ``get_tensor`` reb
 from __future__ import annotations
 
 import ctypes
+import enum
 import json
 import logging
 import re
 import struct
 import threading
+import time
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
 from . import _native
 
-__all__ = ["MooncakeDistributedStore", "ReplicateConfig", "last_error", "parse_size", "ErrorCode"]
+__all__ = ["MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction", "last_error", "parse_size", "ErrorCode",
+           "BufferHandle", "ReplicaDescriptor", "ReplicaStatus", "MemoryDescriptor", "DiskDescriptor",
+           "BufferDescriptor", "LocalDiskDescriptor", "MooncakeHostMemAllocator", "TaskType", "TaskStatus",
+           "QueryTaskResponse"]
 
 log = logging.getLogger("mooncake.store")
 
@@ -61,32 +66,192 @@ class ErrorCode:
 
 class _ReplicateConfigC(ctypes.Structure):
     _fields_ = [("replica_num", _i32), ("with_soft_pin", _i32), ("with_hard_pin", _i32),
-                ("preferred_segments", _cs)]
+                ("preferred_segments", _cs), ("soft_pin_action", _i32), ("has_soft_pin_ttl", _i32),
+                ("soft_pin_ttl_ms", _u64), ("prefer_alloc_in_same_node", _i32)]
+
+
+class SoftPinAction(enum.IntEnum):
+    """What a put does to the key's soft pin (upstream's values). ``PRESERVE``: a new key is not
+    pinned, an upserted key keeps the pin it had; ``ENABLE``: pin it (for ``soft_pin_ttl_ms``, or
+    the master's ``--default_kv_soft_pin_ttl``); ``DISABLE``: an upserted key loses its pin."""
+    PRESERVE = 0
+    ENABLE = 1
+    DISABLE = 2
+
+
+def _check_count(name: str, v) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"ReplicateConfig.{name} must be an int, not {type(v).__name__}")
+    if v < 0:
+        raise ValueError(f"ReplicateConfig.{name} must be >= 0, got {v}")
+    return v
 
 
 class ReplicateConfig:
-    """How a put is placed: ``replica_num`` copies on distinct segments, optional soft/hard pin,
-    and preferred segments (``"host:port"`` names) tried first."""
+    """How a put is placed (upstream's properties; defaults as upstream's).
+
+    Wired to the master: ``replica_num`` (copies on distinct segments), ``with_soft_pin`` /
+    ``soft_pin_action`` / ``soft_pin_ttl_ms`` (soft pins, their TTL), ``with_hard_pin`` (never
+    evicted), ``preferred_segment`` / ``preferred_segments`` (``"host:port"`` segments tried
+    first), ``prefer_alloc_in_same_node`` (this client's own segment first).
+    Accepted and ignored (see docs/store.md): ``nof_replica_num`` (NVMe-oF replicas: no NVMe-oF
+    tier in this build), ``dfs_replica_num`` (objects reach the shared file tier by eviction
+    instead), ``group_ids`` (routing groups; checked for length, then unused: there is one
+    master)."""
+
+    __slots__ = ("_replica_num", "_nof_replica_num", "_dfs_replica_num", "_soft_pin_action",
+                 "_soft_pin_ttl_ms", "with_hard_pin", "preferred_segment", "_preferred_segments",
+                 "_prefer_alloc_in_same_node", "_group_ids")
 
     def __init__(self, replica_num: int = 1, with_soft_pin: bool = False,
                  with_hard_pin: bool = False, preferred_segment: str = "",
-                 preferred_segments: Optional[Sequence[str]] = None):
+                 preferred_segments: Optional[Sequence[str]] = None, *,
+                 nof_replica_num: int = 0, dfs_replica_num: int = 0,
+                 soft_pin_action: Optional[SoftPinAction] = None,
+                 soft_pin_ttl_ms: Optional[int] = None, prefer_alloc_in_same_node: bool = False,
+                 group_ids: Optional[Sequence[str]] = None):
         self.replica_num = replica_num
+        self.nof_replica_num = nof_replica_num
+        self.dfs_replica_num = dfs_replica_num
+        self._soft_pin_action = SoftPinAction.PRESERVE
         self.with_soft_pin = with_soft_pin
+        if soft_pin_action is not None:
+            self.soft_pin_action = soft_pin_action
+        self._soft_pin_ttl_ms = None
+        self.soft_pin_ttl_ms = soft_pin_ttl_ms
         self.with_hard_pin = with_hard_pin
         self.preferred_segment = preferred_segment
-        self.preferred_segments = list(preferred_segments or [])
+        self.preferred_segments = preferred_segments or []
+        self.prefer_alloc_in_same_node = prefer_alloc_in_same_node
+        self.group_ids = group_ids
+
+    @property
+    def replica_num(self) -> int:
+        return self._replica_num
+
+    @replica_num.setter
+    def replica_num(self, v: int):
+        self._replica_num = _check_count("replica_num", v)
+
+    @property
+    def nof_replica_num(self) -> int:
+        return self._nof_replica_num
+
+    @nof_replica_num.setter
+    def nof_replica_num(self, v: int):
+        self._nof_replica_num = _check_count("nof_replica_num", v)
+
+    @property
+    def dfs_replica_num(self) -> int:
+        return self._dfs_replica_num
+
+    @dfs_replica_num.setter
+    def dfs_replica_num(self, v: int):
+        self._dfs_replica_num = _check_count("dfs_replica_num", v)
+
+    @property
+    def soft_pin_action(self) -> SoftPinAction:
+        return self._soft_pin_action
+
+    @soft_pin_action.setter
+    def soft_pin_action(self, v):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"ReplicateConfig.soft_pin_action must be a SoftPinAction, not {type(v).__name__}")
+        try:
+            self._soft_pin_action = SoftPinAction(v)
+        except ValueError:
+            raise ValueError(f"ReplicateConfig.soft_pin_action {v!r} is not PRESERVE (0), ENABLE (1) or DISABLE (2)") from None
+
+    @property
+    def with_soft_pin(self) -> bool:
+        """True when the soft pin is enabled (``soft_pin_action == ENABLE``)."""
+        return self._soft_pin_action == SoftPinAction.ENABLE
+
+    @with_soft_pin.setter
+    def with_soft_pin(self, v: bool):
+        if v:
+            self._soft_pin_action = SoftPinAction.ENABLE
+        elif self._soft_pin_action == SoftPinAction.ENABLE:
+            self._soft_pin_action = SoftPinAction.PRESERVE
+
+    @property
+    def soft_pin_ttl_ms(self) -> Optional[int]:
+        """The soft pin's TTL in ms, or None for the master's default. Needs ``soft_pin_action``
+        ENABLE (a put with a TTL and no pin fails with INVALID_PARAMS)."""
+        return self._soft_pin_ttl_ms
+
+    @soft_pin_ttl_ms.setter
+    def soft_pin_ttl_ms(self, v: Optional[int]):
+        if v is not None:
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise TypeError(f"ReplicateConfig.soft_pin_ttl_ms must be an int or None, not {type(v).__name__}")
+            if v < 0 or v >= 1 << 64:
+                raise TypeError(f"ReplicateConfig.soft_pin_ttl_ms must be in [0, 2**64), got {v}")
+        self._soft_pin_ttl_ms = v
+
+    @property
+    def preferred_segments(self) -> List[str]:
+        return self._preferred_segments
+
+    @preferred_segments.setter
+    def preferred_segments(self, v: Sequence[str]):
+        if isinstance(v, str):
+            raise TypeError("ReplicateConfig.preferred_segments must be a list of str, not a str")
+        v = list(v)
+        for seg in v:
+            if not isinstance(seg, str) or "," in seg:
+                raise ValueError(f"ReplicateConfig.preferred_segments: bad segment name {seg!r}")
+        self._preferred_segments = v
+
+    @property
+    def prefer_alloc_in_same_node(self) -> bool:
+        return self._prefer_alloc_in_same_node
+
+    @prefer_alloc_in_same_node.setter
+    def prefer_alloc_in_same_node(self, v):
+        # upstream's reference shows a string ("True"); accept bools and the usual spellings
+        if isinstance(v, str):
+            low = v.strip().lower()
+            if low not in ("true", "false", "1", "0", "yes", "no", "on", "off", ""):
+                raise ValueError(f"ReplicateConfig.prefer_alloc_in_same_node: {v!r} is not a boolean")
+            v = low in ("true", "1", "yes", "on")
+        self._prefer_alloc_in_same_node = bool(v)
+
+    @property
+    def group_ids(self) -> Optional[List[str]]:
+        return self._group_ids
+
+    @group_ids.setter
+    def group_ids(self, v: Optional[Sequence[str]]):
+        if v is not None:
+            if isinstance(v, str):
+                raise TypeError("ReplicateConfig.group_ids must be a list of str or None, not a str")
+            v = list(v)
+            for g in v:
+                if not isinstance(g, str):
+                    raise TypeError(f"ReplicateConfig.group_ids: {g!r} is not a str")
+        self._group_ids = v
 
     def __repr__(self) -> str:
-        return (f"ReplicateConfig(replica_num={self.replica_num}, with_soft_pin={self.with_soft_pin}, "
-                f"with_hard_pin={self.with_hard_pin}, preferred_segment={self.preferred_segment!r}, "
-                f"preferred_segments={self.preferred_segments!r})")
+        return (f"ReplicateConfig(replica_num={self.replica_num}, soft_pin_action={self.soft_pin_action.name}, "
+                f"soft_pin_ttl_ms={self.soft_pin_ttl_ms}, with_hard_pin={self.with_hard_pin}, "
+                f"preferred_segment={self.preferred_segment!r}, preferred_segments={self.preferred_segments!r}, "
+                f"prefer_alloc_in_same_node={self.prefer_alloc_in_same_node}, nof_replica_num={self.nof_replica_num}, "
+                f"dfs_replica_num={self.dfs_replica_num}, group_ids={self.group_ids!r})")
+
+    __str__ = __repr__
 
     def _c(self) -> _ReplicateConfigC:
         segs = [s for s in ([self.preferred_segment] + list(self.preferred_segments)) if s]
-        return _ReplicateConfigC(int(self.replica_num), int(bool(self.with_soft_pin)),
+        ttl = self._soft_pin_ttl_ms
+        return _ReplicateConfigC(int(self.replica_num), int(self.with_soft_pin),
                                  int(bool(self.with_hard_pin)),
-                                 ",".join(segs).encode() if segs else None)
+                                 ",".join(segs).encode() if segs else None,
+                                 int(self._soft_pin_action), int(ttl is not None), ttl or 0,
+                                 int(self._prefer_alloc_in_same_node))
+
+    def _groups_ok(self, n: int) -> bool:
+        return self._group_ids is None or len(self._group_ids) == n
 
 
 _setup_done = False
@@ -103,6 +268,11 @@ def _lib():
                 sig = {
                     "mc_store_create": (ctypes.c_int, [_P(_u64)]),
                     "mc_store_setup": (ctypes.c_int, [_u64, _cs, _cs, _u64, _u64, _cs, _cs, _cs]),
+                    "mc_store_setup_json": (ctypes.c_int, [_u64, _cs]),
+                    "mc_store_get_ranges": (ctypes.c_int, [_u64, _cs, _i32, _P(_u64), _P(_u64), _P(_u64), _P(_i64)]),
+                    "mc_store_get_into_buffers": (_i64, [_u64, _cs, _i32, _P(_u64), _P(_u64)]),
+                    "mc_store_batch_put_from_buffers": (ctypes.c_int, [_u64, _P(_cs), _i32, _P(_i32), _P(_u64), _P(_u64), cfg, _P(_i32)]),
+                    "mc_store_batch_replica_clear": (ctypes.c_int, [_u64, _P(_cs), _i32, _cs, _P(_i32)]),
                     "mc_store_close": (ctypes.c_int, [_u64]),
                     "mc_store_health_check": (ctypes.c_int, [_u64]),
                     "mc_store_get_hostname": (ctypes.c_int, [_u64, _cs, _i32]),
@@ -115,6 +285,11 @@ def _lib():
                     "mc_store_put_from": (ctypes.c_int, [_u64, _cs, _u64, _u64, cfg]),
                     "mc_store_batch_put": (ctypes.c_int, [_u64, _P(_cs), _P(_vp), _P(_u64), _i32, cfg, _P(_i32)]),
                     "mc_store_batch_put_from": (ctypes.c_int, [_u64, _P(_cs), _P(_u64), _P(_u64), _i32, cfg, _P(_i32)]),
+                    "mc_store_upsert": (ctypes.c_int, [_u64, _cs, _vp, _u64, cfg]),
+                    "mc_store_upsert_parts": (ctypes.c_int, [_u64, _cs, _P(_vp), _P(_u64), _i32, cfg]),
+                    "mc_store_upsert_from": (ctypes.c_int, [_u64, _cs, _u64, _u64, cfg]),
+                    "mc_store_batch_upsert": (ctypes.c_int, [_u64, _P(_cs), _P(_vp), _P(_u64), _i32, cfg, _P(_i32)]),
+                    "mc_store_batch_upsert_from": (ctypes.c_int, [_u64, _P(_cs), _P(_u64), _P(_u64), _i32, cfg, _P(_i32)]),
                     "mc_store_get": (ctypes.c_int, [_u64, _cs, _P(_vp), _P(_u64)]),
                     "mc_store_get_into": (_i64, [_u64, _cs, _u64, _u64]),
                     "mc_store_get_with": (ctypes.c_int, [_u64, _cs, _ALLOC_FN, _vp, _P(_u64)]),
@@ -145,20 +320,76 @@ def last_error() -> str:
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgtp]?)(i?)(b?)\s*$", re.IGNORECASE)
 
 
-def parse_size(v: Union[int, str]) -> int:
-    """Parses a size: an int, or a string like ``"4 GB"``, ``"512MB"``, ``"1.5GiB"``, ``"1024"``.
-    Units are binary (1 GB = 1024**3 bytes), as in Mooncake's flags."""
-    if isinstance(v, bool):
-        raise ValueError(f"bad size {v!r}")
+def parse_size(v: Union[int, str], name: str = "size") -> int:
+    """Parses a size: an int, or a string like ``"4 GB"``, ``"512MB"``, ``"1.5GiB"``, ``"80g"``,
+    ``"1024"``. Units are binary (1 GB = 1024**3 bytes), as upstream's. A percentage or an
+    unknown unit raises ValueError naming ``name`` (the setting being parsed)."""
+    if isinstance(v, bool) or not isinstance(v, (int, str)):
+        raise ValueError(f"{name}: bad size {v!r}: want an int or a string such as \"4GB\"")
     if isinstance(v, int):
         if v < 0:
-            raise ValueError(f"size {v} is negative")
+            raise ValueError(f"{name}: size {v} is negative")
         return v
-    m = _SIZE_RE.match(str(v))
+    m = _SIZE_RE.match(v)
     if not m:
-        raise ValueError(f"bad size {v!r}: want a number with an optional unit (KB, MB, GB, TB)")
+        raise ValueError(f"{name}: bad size {v!r}: want a number with an optional unit "
+                         f"(B, KB, MB, GB, TB, PB; K/M/G/T; KiB...), e.g. \"80GB\"")
     mult = 1024 ** " kmgtp".index(m.group(2).lower() or " ")
     return int(float(m.group(1)) * mult)
+
+
+# setup()'s defaults (upstream's).
+DEFAULT_SETUP_GLOBAL_SEGMENT_SIZE = 16 * 1024 * 1024
+DEFAULT_SETUP_LOCAL_BUFFER_SIZE = 1024 * 1024 * 1024
+# the staging buffer the Go client keeps for zero-copy calls from unregistered memory when
+# setup asked for no local buffer (local_buffer_size=0)
+_NO_BUFFER_STAGING = 16 * 1024 * 1024
+
+# setup(dict) keys: upstream's positional names, MooncakeConfig's spellings, and keys that config
+# files carry and that mean nothing here.
+_SETUP_KEYS = {"local_hostname", "metadata_server", "global_segment_size", "local_buffer_size",
+               "protocol", "rdma_devices", "master_server_addr", "engine", "enable_ssd_offload",
+               "ssd_offload_path", "tenant_id"}
+_SETUP_ALIASES = {"device_name": "rdma_devices", "master_server_address": "master_server_addr"}
+_SETUP_IGNORED = {"mode", "enable_egm_store_pool", "egm_numa_nodes"}
+
+
+def _is_mooncake_config(x) -> bool:
+    return type(x).__name__ == "MooncakeConfig" and hasattr(x, "to_setup_dict")
+
+
+def _parse_bool(v, name: str) -> bool:
+    if isinstance(v, bool) or v is None:
+        return bool(v)
+    if isinstance(v, int):
+        return v != 0
+    low = str(v).strip().lower()
+    if low in ("true", "1", "yes", "on"):
+        return True
+    if low in ("false", "0", "no", "off", ""):
+        return False
+    raise ValueError(f"{name}: {v!r} is not a boolean")
+
+
+def _setup_kwargs(d: Dict[str, Any]) -> Dict[str, Any]:
+    """setup()'s keyword arguments from a config dict (upstream's keys)."""
+    known = _SETUP_KEYS | set(_SETUP_ALIASES) | _SETUP_IGNORED
+    unknown = set(d) - known
+    if unknown:
+        raise ValueError(f"setup: unknown option(s) {sorted(unknown)}; known: {sorted(known)}")
+    out: Dict[str, Any] = {}
+    for k, v in d.items():
+        if k in _SETUP_IGNORED:
+            continue
+        key = _SETUP_ALIASES.get(k, k)
+        if key in out:
+            raise ValueError(f"setup: both {k!r} and {key!r} given")
+        if key in ("global_segment_size", "local_buffer_size"):
+            v = parse_size(v, key)
+        elif key == "enable_ssd_offload":
+            v = _parse_bool(v, key)
+        out[key] = v
+    return out
 
 
 def _key(k: Union[str, bytes]) -> bytes:
@@ -312,46 +543,397 @@ def _decode_tensors(data: bytes):
     return build(tree)
 
 
+# ---- BufferHandle: a value in library-owned memory ----------------------------------------
+
+class BufferHandle:
+    """A stored value in memory the library allocated (from get_buffer): ``ptr()`` its address,
+    ``size()`` its length, and the buffer protocol (``memoryview(h)``, ``np.array(h, copy=False)``,
+    ``bytes(h)``) without a copy. The memory is freed when the handle and every view of it are
+    gone. Instances are ctypes arrays of unsigned bytes of the value's length."""
+
+    __slots__ = ()
+    _free_ptr: int
+
+    def ptr(self) -> int:
+        return ctypes.addressof(self)
+
+    def size(self) -> int:
+        return ctypes.sizeof(self)
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return f"BufferHandle(ptr={self.ptr():#x}, size={self.size()})"
+
+    @staticmethod
+    def _wrap(ptr: int, n: int) -> "BufferHandle":
+        cls = _handle_types.get(n)
+        if cls is None:
+            cls = type("BufferHandle", (BufferHandle, ctypes.Array), {"_type_": ctypes.c_ubyte, "_length_": n,
+                                                                        "__del__": _handle_del})
+            if len(_handle_types) < 256:
+                _handle_types[n] = cls
+        h = cls.from_address(ptr)
+        h._free_ptr = ptr
+        return h
+
+
+_handle_types: Dict[int, type] = {}
+
+
+def _handle_del(self):
+    p = getattr(self, "_free_ptr", 0)
+    if p:
+        self._free_ptr = 0
+        try:
+            _lib().mc_store_free(p)
+        except Exception:
+            pass
+
+
+# ---- replica descriptors ------------------------------------------------------------------
+
+class ReplicaStatus(enum.IntEnum):
+    """A replica's state (upstream's values)."""
+    UNDEFINED = 0
+    INITIALIZED = 1
+    PROCESSING = 2
+    COMPLETE = 3
+    REMOVED = 4
+    FAILED = 5
+
+
+class BufferDescriptor:
+    """Where a memory replica lives: ``buffer_address`` in the segment ``transport_endpoint``."""
+
+    def __init__(self, size: int, buffer_address: int, protocol: str, transport_endpoint: str):
+        self.size, self.buffer_address = size, buffer_address
+        self.protocol, self.transport_endpoint = protocol, transport_endpoint
+
+    def __repr__(self) -> str:
+        return (f"BufferDescriptor(size={self.size}, buffer_address={self.buffer_address:#x}, "
+                f"protocol={self.protocol!r}, transport_endpoint={self.transport_endpoint!r})")
+
+
+class MemoryDescriptor:
+    def __init__(self, buffer_descriptor: BufferDescriptor):
+        self.buffer_descriptor = buffer_descriptor
+
+    def __repr__(self) -> str:
+        return f"MemoryDescriptor({self.buffer_descriptor!r})"
+
+
+class DiskDescriptor:
+    """A replica in the shared file tier: ``file_path`` (relative to the master's
+    ``--root_fs_dir``) and ``object_size``."""
+
+    def __init__(self, file_path: str, object_size: int):
+        self.file_path, self.object_size = file_path, object_size
+
+    def __repr__(self) -> str:
+        return f"DiskDescriptor(file_path={self.file_path!r}, object_size={self.object_size})"
+
+
+class LocalDiskDescriptor:
+    def __init__(self, client_id: str, object_size: int, transport_endpoint: str):
+        self.client_id, self.object_size, self.transport_endpoint = client_id, object_size, transport_endpoint
+
+
+class ReplicaDescriptor:
+    """One copy of an object (from get_replica_desc). Also readable as a dict with the keys
+    ``tier``, ``segment_name``, ``path``, ``offset``, ``size``, ``status``."""
+
+    def __init__(self, d: Dict[str, Any]):
+        self._d = d
+        self.status = ReplicaStatus[d.get("status", "UNDEFINED")] if d.get("status") in ReplicaStatus.__members__ \
+            else ReplicaStatus.UNDEFINED
+
+    def is_memory_replica(self) -> bool:
+        return self._d.get("tier") == "memory"
+
+    def is_disk_replica(self) -> bool:
+        return self._d.get("tier") == "disk"
+
+    def is_local_disk_replica(self) -> bool:
+        return self._d.get("tier") == "local_disk"
+
+    def get_memory_descriptor(self) -> MemoryDescriptor:
+        if not self.is_memory_replica():
+            raise TypeError(f"not a memory replica ({self._d.get('tier')})")
+        return MemoryDescriptor(BufferDescriptor(self._d.get("size", 0), self._d.get("buffer_address", 0), "tcp",
+                                                 self._d.get("segment_name", "")))
+
+    def get_disk_descriptor(self) -> DiskDescriptor:
+        if not self.is_disk_replica():
+            raise TypeError(f"not a disk replica ({self._d.get('tier')})")
+        return DiskDescriptor(self._d.get("path", ""), self._d.get("size", 0))
+
+    def get_local_disk_descriptor(self) -> LocalDiskDescriptor:
+        if not self.is_local_disk_replica():
+            raise TypeError(f"not a local-disk replica ({self._d.get('tier')})")
+        return LocalDiskDescriptor("", self._d.get("size", 0), self._d.get("segment_name", ""))
+
+    def __getitem__(self, k: str):
+        return self._d[k]
+
+    def get(self, k: str, default=None):
+        return self._d.get(k, default)
+
+    def keys(self):
+        return self._d.keys()
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, ReplicaDescriptor):
+            return self._d == other._d
+        if isinstance(other, dict):
+            return self._d == other
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"ReplicaDescriptor({self._d!r})"
+
+
+# ---- host memory --------------------------------------------------------------------------
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.posix_memalign.argtypes = [_P(_vp), ctypes.c_size_t, ctypes.c_size_t]
+_libc.posix_memalign.restype = ctypes.c_int
+_libc.free.argtypes = [_vp]
+_libc.free.restype = None
+
+
+def _host_alloc(size: int) -> int:
+    p = _vp()
+    if size <= 0 or _libc.posix_memalign(ctypes.byref(p), 4096, size) != 0:
+        return 0
+    return p.value or 0
+
+
+def _host_free(ptr: int) -> None:
+    _libc.free(ptr)
+
+
+class MooncakeHostMemAllocator:
+    """Page-aligned host memory for zero-copy calls (register it with register_buffer)."""
+
+    def __init__(self):
+        self._live: set = set()
+        self._mu = threading.Lock()
+
+    def alloc(self, size: int) -> int:
+        """``size`` bytes; the address, or 0 on failure."""
+        ptr = _host_alloc(int(size))
+        if ptr:
+            with self._mu:
+                self._live.add(ptr)
+        return ptr
+
+    def free(self, ptr: int) -> int:
+        """Frees memory from alloc: 0, or INVALID_PARAMS for an address alloc did not return."""
+        with self._mu:
+            if ptr not in self._live:
+                log.error("MooncakeHostMemAllocator.free(%#x): not an address this allocator returned", ptr)
+                return ErrorCode.INVALID_PARAMS
+            self._live.discard(ptr)
+        _host_free(ptr)
+        return 0
+
+
+# ---- replica tasks ------------------------------------------------------------------------
+
+class TaskType(enum.IntEnum):
+    REPLICA_COPY = 0
+    REPLICA_MOVE = 1
+
+
+class TaskStatus(enum.IntEnum):
+    PENDING = 0
+    PROCESSING = 1
+    SUCCESS = 2
+    FAILED = 3
+
+
+class QueryTaskResponse:
+    """A task's state, as upstream's (``id``, ``type``, ``status``, ``created_at_ms_epoch``,
+    ``last_updated_at_ms_epoch``, ``assigned_client``, ``message``)."""
+
+    def __init__(self, id, type, status, created, updated, client, message):
+        self.id, self.type, self.status = id, type, status
+        self.created_at_ms_epoch, self.last_updated_at_ms_epoch = created, updated
+        self.assigned_client, self.message = client, message
+
+    def __repr__(self) -> str:
+        return (f"QueryTaskResponse(id={self.id}, type={self.type.name}, status={self.status.name}, "
+                f"message={self.message!r})")
+
+
+_TASK_NOT_FOUND = -1300  # upstream's TASK_NOT_FOUND
+
+
+class _TaskRunner:
+    """Runs this store's copy and move tasks, one at a time, on a thread of its own.
+
+    A task reads the value and upserts it with the wanted placement (the current copies plus the
+    targets for a copy; minus the source plus the target for a move), so readers see the old
+    placement or the new one, never a missing or partial value; then it checks that the targets
+    hold a copy."""
+
+    def __init__(self, store: "MooncakeDistributedStore"):
+        import queue
+        import uuid
+        self._store = store
+        self._q: "queue.Queue" = queue.Queue()
+        self._tasks: Dict[tuple, dict] = {}
+        self._mu = threading.Lock()
+        self._uuid = uuid
+        self._thread = threading.Thread(target=self._run, name="mooncake-store-tasks", daemon=True)
+        self._thread.start()
+
+    def _segments(self, key: str) -> List[str]:
+        return [d.get("segment_name") for d in self._store.get_replica_desc(key) if d.is_memory_replica()]
+
+    def submit(self, typ: TaskType, key: str, targets: List[str], source: Optional[str]) -> tuple:
+        if not targets or any(not isinstance(t, str) or not t for t in targets):
+            log.error("%s: want non-empty target segment names", typ.name.lower())
+            return (0, 0), ErrorCode.INVALID_PARAMS
+        try:
+            segs = self._segments(key)
+        except _native.MooncakeError as e:
+            return (0, 0), e.code
+        if source is not None and source not in segs:
+            log.error("create_move_task(%r): no copy on source segment %s (copies: %s)", key, source, segs)
+            return (0, 0), ErrorCode.INVALID_PARAMS
+        u = self._uuid.uuid4().int
+        tid = (u >> 64, u & ((1 << 64) - 1))
+        now = int(time.time() * 1000)
+        with self._mu:
+            self._tasks[tid] = {"type": typ, "status": TaskStatus.PENDING, "created": now, "updated": now, "message": ""}
+        self._q.put((tid, typ, key, targets, source))
+        return tid, 0
+
+    def query(self, tid) -> tuple:
+        tid = tuple(tid) if isinstance(tid, (list, tuple)) else tid
+        with self._mu:
+            t = self._tasks.get(tid)
+            if t is None:
+                return None, _TASK_NOT_FOUND
+            return QueryTaskResponse(tid, t["type"], t["status"], t["created"], t["updated"],
+                                     self._store.get_hostname(), t["message"]), 0
+
+    def _set(self, tid, status: TaskStatus, message: str = ""):
+        with self._mu:
+            t = self._tasks[tid]
+            t["status"], t["message"], t["updated"] = status, message, int(time.time() * 1000)
+
+    def _run(self):
+        while True:
+            item = self._q.get()
+            if item is None:
+                return
+            tid, typ, key, targets, source = item
+            self._set(tid, TaskStatus.PROCESSING)
+            try:
+                self._set(tid, *self._do(key, targets, source))
+            except Exception as e:  # report, never kill the runner
+                self._set(tid, TaskStatus.FAILED, f"{type(e).__name__}: {e}")
+
+    def _do(self, key: str, targets: List[str], source: Optional[str]):
+        s = self._store
+        segs = self._segments(key)
+        if source is not None:
+            if source not in segs:
+                return TaskStatus.FAILED, f"no copy of {key!r} on source segment {source}"
+            segs = [x for x in segs if x != source]
+        want = list(dict.fromkeys(segs + targets))
+        value = s.get(key)
+        if not value:
+            return TaskStatus.FAILED, f"{key!r} could not be read: {last_error()}"
+        cfg = ReplicateConfig(replica_num=len(want), preferred_segments=want)
+        rc = s.upsert(key, value, cfg)
+        if rc != 0:
+            return TaskStatus.FAILED, f"upsert of {key!r} failed with {rc}: {last_error()}"
+        got = self._segments(key)
+        missing = [t for t in targets if t not in got]
+        if missing:
+            return TaskStatus.FAILED, f"no copy landed on {missing} (copies now on {got})"
+        return TaskStatus.SUCCESS, f"copies on {got}"
+
+    def stop(self):
+        self._q.put(None)
+        self._thread.join(timeout=30)
+
+
+def _tasks(store: "MooncakeDistributedStore") -> _TaskRunner:
+    with store._lock:
+        if store._task_runner is None:
+            store._task_runner = _TaskRunner(store)
+        return store._task_runner
+
+
 class MooncakeDistributedStore:
     """A client of Mooncake Store. Call ``setup`` first, ``close`` at the end."""
 
     def __init__(self):
         self._h = 0
         self._lock = threading.Lock()
+        self._no_buffer = False
+        self._pool: List[int] = []
+        self._task_runner = None
 
     # ---- lifecycle ----
-    def setup(self, local_hostname: Union[str, Dict[str, Any]] = "localhost",
-              metadata_server: str = "P2PHANDSHAKE",
-              global_segment_size: Union[int, str] = 3200 * 1024 * 1024,
-              local_buffer_size: Union[int, str] = 512 * 1024 * 1024,
-              protocol: str = "tcp", device_name: str = "",
-              master_server_address: str = "127.0.0.1:50051", enable_ssd_offload: bool = False) -> int:
-        """Connects to the master and contributes ``global_segment_size`` bytes. Accepts the seven
-        upstream positional arguments, or one dict with those names. Returns 0 or a negative code.
+    def setup(self, local_hostname: Any = "localhost", metadata_server: str = "P2PHANDSHAKE",
+              global_segment_size: Union[int, str] = DEFAULT_SETUP_GLOBAL_SEGMENT_SIZE,
+              local_buffer_size: Union[int, str] = DEFAULT_SETUP_LOCAL_BUFFER_SIZE,
+              protocol: str = "tcp", rdma_devices: str = "",
+              master_server_addr: str = "127.0.0.1:50051", engine: Any = None,
+              enable_ssd_offload: bool = False, ssd_offload_path: str = "",
+              tenant_id: str = "default", **aliases) -> int:
+        """Connects to the master and contributes ``global_segment_size`` bytes; 0 or a negative
+        code. Upstream's positional order; sizes are ints or strings ("4GB", "512MB").
 
-        ``enable_ssd_offload=True`` (upstream's client-local SSD offload) is not implemented in
-        this build and returns INVALID_PARAMS; the shared file tier (G3, the master's
-        ``--root_fs_dir``) needs nothing here (docs/multi-tier.md)."""
-        if isinstance(local_hostname, dict):
-            d = dict(local_hostname)
-            known = {"local_hostname", "metadata_server", "global_segment_size", "local_buffer_size",
-                     "protocol", "device_name", "master_server_address", "enable_ssd_offload"}
-            unknown = set(d) - known
-            if unknown:
-                raise ValueError(f"setup: unknown option(s) {sorted(unknown)}; known: {sorted(known)}")
-            return self.setup(d.get("local_hostname", "localhost"), d.get("metadata_server", "P2PHANDSHAKE"),
-                              d.get("global_segment_size", 3200 * 1024 * 1024),
-                              d.get("local_buffer_size", 512 * 1024 * 1024), d.get("protocol", "tcp"),
-                              d.get("device_name", ""), d.get("master_server_address", "127.0.0.1:50051"),
-                              d.get("enable_ssd_offload", False))
-        if enable_ssd_offload:
-            msg = ("setup(enable_ssd_offload=True): client-local SSD offload is not implemented in this build; "
-                   "start mooncake_master with --root_fs_dir for the shared file tier (G3) instead (docs/multi-tier.md)")
-            log.error("MooncakeDistributedStore.setup failed: %s", msg)
-            self._setup_error = msg
+        Also ``setup(config_dict)`` with those names as keys (and ``device_name`` /
+        ``master_server_address``, the MooncakeConfig spellings), or ``setup(MooncakeConfig)``.
+        ``engine`` (a TransferEngine to share) is accepted: this process has one transfer
+        engine, which every store and TransferEngine in it shares anyway. ``local_buffer_size=0``
+        gives a client without a local buffer: the copying calls (put, get, ...) then fail with
+        INVALID_PARAMS, as upstream's; the zero-copy ones (put_from, get_into) work.
+        ``enable_ssd_offload`` goes to the client's configuration (see docs/store.md)."""
+        if isinstance(local_hostname, dict) or _is_mooncake_config(local_hostname):
+            if _is_mooncake_config(local_hostname):
+                d = local_hostname.to_setup_dict()
+            else:
+                d = dict(local_hostname)
+            extra = (metadata_server, global_segment_size, local_buffer_size, protocol, rdma_devices,
+                     master_server_addr, engine, enable_ssd_offload, ssd_offload_path, tenant_id)
+            defaults = ("P2PHANDSHAKE", DEFAULT_SETUP_GLOBAL_SEGMENT_SIZE, DEFAULT_SETUP_LOCAL_BUFFER_SIZE,
+                        "tcp", "", "127.0.0.1:50051", None, False, "", "default")
+            if extra != defaults or aliases:
+                raise TypeError("setup(config): pass the configuration alone, without other arguments")
+            return self.setup(**_setup_kwargs(d))
+        unknown = set(aliases) - {"device_name", "master_server_address"}
+        if unknown:
+            raise TypeError(f"setup() got unexpected keyword argument(s) {sorted(unknown)}")
+        if aliases.get("device_name") is not None:
+            rdma_devices = aliases["device_name"]
+        if aliases.get("master_server_address") is not None:
+            master_server_addr = aliases["master_server_address"]
+        seg = parse_size(global_segment_size, "global_segment_size")
+        buf = parse_size(local_buffer_size, "local_buffer_size")
+        if tenant_id not in (None, "", "default"):
+            log.error("setup(tenant_id=%r): tenant namespaces are not supported in this build (only \"default\")", tenant_id)
+            self._setup_error = f"tenant_id {tenant_id!r} is not supported (only 'default')"
             return ErrorCode.INVALID_PARAMS
-        seg = parse_size(global_segment_size)
-        buf = parse_size(local_buffer_size)
+        if engine is not None and not hasattr(engine, "get_rpc_port"):
+            raise TypeError(f"setup(engine=...): want a mooncake.engine.TransferEngine, got {type(engine).__name__}")
+        opts = {
+            "local_hostname": local_hostname or "", "metadata_server": metadata_server or "",
+            "global_segment_size": seg, "local_buffer_size": buf or _NO_BUFFER_STAGING,
+            "protocol": protocol or "tcp", "rdma_devices": rdma_devices or "",
+            "master_server_addr": master_server_addr or "",
+            # client-local SSD offload: one flag, read by the Go client (store/client Config)
+            "enable_ssd_offload": bool(enable_ssd_offload), "ssd_offload_path": ssd_offload_path or "",
+        }
         l = _lib()
         with self._lock:
             if self._h:
@@ -361,9 +943,7 @@ class MooncakeDistributedStore:
             rc = l.mc_store_create(ctypes.byref(h))
             if rc != 0:
                 return rc
-            rc = l.mc_store_setup(h, (local_hostname or "").encode(), (metadata_server or "").encode(), seg, buf,
-                                  (protocol or "tcp").encode(), (device_name or "").encode(),
-                                  (master_server_address or "").encode())
+            rc = l.mc_store_setup_json(h, json.dumps(opts).encode())
             if rc != 0:
                 msg = last_error()
                 l.mc_store_close(h)
@@ -371,6 +951,7 @@ class MooncakeDistributedStore:
                 self._setup_error = msg
                 return rc
             self._h = h.value
+            self._no_buffer = buf == 0
         return 0
 
     def init_all(self, protocol: str, device_name: str, mount_segment_size: int = 16 * 1024 * 1024) -> int:
@@ -383,11 +964,18 @@ class MooncakeDistributedStore:
 
     def close(self) -> int:
         """Unmounts this client's segment (replicas on other clients survive) and releases it."""
+        runner, self._task_runner = self._task_runner, None
+        if runner is not None:
+            runner.stop()
+        for ptr in self._pool:
+            self.unregister_buffer(ptr)
         with self._lock:
             h, self._h = self._h, 0
-        if not h:
-            return 0
-        return _lib().mc_store_close(h)
+        rc = _lib().mc_store_close(h) if h else 0
+        pool, self._pool = self._pool, []
+        for ptr in pool:
+            _host_free(ptr)
+        return rc
 
     def __enter__(self):
         return self
@@ -415,12 +1003,41 @@ class MooncakeDistributedStore:
         return _native.read_string(_lib().mc_store_get_hostname, self._h, initial=256)
 
     # ---- storage tiers ----
-    def get_replica_desc(self, key: str) -> List[Dict[str, Any]]:
-        """Where ``key``'s copies live, without taking a lease: a list of dicts with ``tier``
-        ("memory", "disk" for the G3 file tier, "local_disk"), ``segment_name`` (memory),
-        ``path`` (disk, relative to the master's ``--root_fs_dir``), ``size`` and ``status``.
-        Raises MooncakeError (e.g. OBJECT_NOT_FOUND)."""
-        return json.loads(_native.read_string(_lib().mc_store_replica_desc, self._h, _key(key)))
+    def get_replica_desc(self, key: str) -> List["ReplicaDescriptor"]:
+        """Where ``key``'s copies live, without taking a lease: ReplicaDescriptor objects
+        (``is_memory_replica()`` / ``is_disk_replica()`` / ``is_local_disk_replica()``, ``status``,
+        ``get_memory_descriptor()`` / ``get_disk_descriptor()``; also readable as dicts with
+        ``tier``, ``segment_name``, ``path``, ``size``, ``status``). Raises MooncakeError (e.g.
+        OBJECT_NOT_FOUND)."""
+        raw = json.loads(_native.read_string(_lib().mc_store_replica_desc, self._h, _key(key)))
+        return [ReplicaDescriptor(d) for d in raw]
+
+    def batch_get_replica_desc(self, keys: Sequence[str]) -> Dict[str, List["ReplicaDescriptor"]]:
+        """get_replica_desc for several keys: {key: descriptors}; a missing key maps to []."""
+        out: Dict[str, List[ReplicaDescriptor]] = {}
+        for k in keys:
+            try:
+                out[k] = self.get_replica_desc(k)
+            except _native.MooncakeError as e:
+                if e.code != ErrorCode.OBJECT_NOT_FOUND:
+                    raise
+                out[k] = []
+        return out
+
+    def batch_replica_clear(self, keys: Sequence[str], segment_name: str = "") -> List[str]:
+        """Drops this client's copies of ``keys`` on ``segment_name`` (``"host:port"``; "" = every
+        copy, i.e. the whole object) and returns the keys cleared. Keys that are leased to a
+        reader, still being written, written by another client or missing are skipped."""
+        n = len(keys)
+        if n == 0:
+            return []
+        karr, keep = _keys(keys)
+        flags = (_i32 * n)()
+        rc = _lib().mc_store_batch_replica_clear(self._h, karr, n, (segment_name or "").encode(), flags)
+        if rc < 0:
+            log.error("batch_replica_clear failed: %s", last_error())
+            return []
+        return [k for k, f in zip(keys, flags) if f]
 
     def get_tier_stats(self) -> Dict[str, Any]:
         """This client's tier counters: ``disk_reads`` (gets served from a G3 file),
@@ -435,19 +1052,38 @@ class MooncakeDistributedStore:
     def unregister_buffer(self, buffer_ptr: int) -> int:
         return _lib().mc_store_unregister_buffer(self._h, int(buffer_ptr))
 
+    def _refuse(self, what: str, config: Optional[ReplicateConfig] = None, n: int = 1) -> int:
+        """The code a copying call returns without running (0: go ahead)."""
+        if self._no_buffer and self._h:
+            log.error("%s: this store was set up with local_buffer_size=0, so it has no local buffer to copy "
+                      "through; use the zero-copy calls (put_from, get_into) or set a local_buffer_size", what)
+            return ErrorCode.INVALID_PARAMS
+        if config is not None and not config._groups_ok(n):
+            log.error("%s: ReplicateConfig.group_ids has %d entries for %d object(s)", what, len(config.group_ids), n)
+            return ErrorCode.INVALID_PARAMS
+        return 0
+
     # ---- put ----
     def put(self, key: str, value, config: Optional[ReplicateConfig] = None) -> int:
+        rc = self._refuse("put", config)
+        if rc:
+            return rc
         addr, n, keep = _buffer(value)
         return _lib().mc_store_put(self._h, _key(key), addr, n, _cfg(config))
 
     def put_parts(self, key: str, *parts, config: Optional[ReplicateConfig] = None) -> int:
         return self._put_parts(key, [_buffer(p) for p in parts], config)
 
-    def _put_parts(self, key, bufs, config) -> int:
+    def _put_parts(self, key, bufs, config, upsert: bool = False) -> int:
+        rc = self._refuse("upsert_parts" if upsert else "put_parts", config)
+        if rc:
+            return rc
         n = len(bufs)
         ptrs = (_vp * max(n, 1))(*[b[0] for b in bufs])
         lens = (_u64 * max(n, 1))(*[b[1] for b in bufs])
-        return _lib().mc_store_put_parts(self._h, _key(key), ptrs, lens, n, _cfg(config))
+        l = _lib()
+        fn = l.mc_store_upsert_parts if upsert else l.mc_store_put_parts
+        return fn(self._h, _key(key), ptrs, lens, n, _cfg(config))
 
     def put_batch(self, keys: Sequence[str], values: Sequence, config: Optional[ReplicateConfig] = None) -> int:
         """Puts values[i] under keys[i]; 0 when every put succeeded, else the first failure's code."""
@@ -456,40 +1092,93 @@ class MooncakeDistributedStore:
             return res
         return next((r for r in res if r != 0), 0)
 
-    def _batch_put(self, keys, values, config):
+    def _batch_put(self, keys, values, config, upsert: bool = False):
         if len(keys) != len(values):
-            raise ValueError(f"put_batch: {len(keys)} keys but {len(values)} values")
+            what = "upsert_batch" if upsert else "put_batch"
+            raise ValueError(f"{what}: {len(keys)} keys but {len(values)} values")
+        rc = self._refuse("upsert_batch" if upsert else "put_batch", config, len(keys))
+        if rc:
+            return rc
         n = len(keys)
         karr, keep_k = _keys(keys)
         bufs = [_buffer(v) for v in values]
         ptrs = (_vp * max(n, 1))(*[b[0] for b in bufs])
         lens = (_u64 * max(n, 1))(*[b[1] for b in bufs])
         out = (_i32 * max(n, 1))()
-        rc = _lib().mc_store_batch_put(self._h, karr, ptrs, lens, n, _cfg(config), out)
+        l = _lib()
+        fn = l.mc_store_batch_upsert if upsert else l.mc_store_batch_put
+        rc = fn(self._h, karr, ptrs, lens, n, _cfg(config), out)
         if rc != 0:
             return rc
         return list(out[:n])
 
     def put_from(self, key: str, buffer_ptr: int, size: int, config: Optional[ReplicateConfig] = None) -> int:
         """Stores ``size`` bytes at ``buffer_ptr`` (zero-copy when registered with register_buffer)."""
+        if config is not None and not config._groups_ok(1):
+            return self._refuse("put_from", config)
         return _lib().mc_store_put_from(self._h, _key(key), int(buffer_ptr), int(size), _cfg(config))
 
     def batch_put_from(self, keys: Sequence[str], buffer_ptrs: Sequence[int], sizes: Sequence[int],
                        config: Optional[ReplicateConfig] = None) -> List[int]:
+        return self._batch_put_from(keys, buffer_ptrs, sizes, config, False)
+
+    def _batch_put_from(self, keys, buffer_ptrs, sizes, config, upsert: bool) -> List[int]:
         n = len(keys)
         if len(buffer_ptrs) != n or len(sizes) != n:
+            log.error("%s: %d keys, %d buffers, %d sizes", "batch_upsert_from" if upsert else "batch_put_from",
+                      n, len(buffer_ptrs), len(sizes))
             return [ErrorCode.INVALID_PARAMS] * n
+        if config is not None and not config._groups_ok(n):
+            return [self._refuse("batch_put_from", config, n)] * n
         karr, keep = _keys(keys)
         out = (_i32 * max(n, 1))()
-        rc = _lib().mc_store_batch_put_from(self._h, karr, (_u64 * max(n, 1))(*map(int, buffer_ptrs)),
-                                            (_u64 * max(n, 1))(*map(int, sizes)), n, _cfg(config), out)
+        l = _lib()
+        fn = l.mc_store_batch_upsert_from if upsert else l.mc_store_batch_put_from
+        rc = fn(self._h, karr, (_u64 * max(n, 1))(*map(int, buffer_ptrs)),
+                (_u64 * max(n, 1))(*map(int, sizes)), n, _cfg(config), out)
         if rc != 0:
             return [rc] * n
         return list(out[:n])
 
+    # ---- upsert: insert or replace ----
+    # The master keeps the old value readable while the new one is written and swaps them when
+    # it is complete: a reader gets the whole old value or the whole new one, never a mix, and a
+    # failed upsert leaves the old value in place.
+    def upsert(self, key: str, value, config: Optional[ReplicateConfig] = None) -> int:
+        """Stores value under key, replacing the key's value when it exists. 0 or a negative code."""
+        rc = self._refuse("upsert", config)
+        if rc:
+            return rc
+        addr, n, keep = _buffer(value)
+        return _lib().mc_store_upsert(self._h, _key(key), addr, n, _cfg(config))
+
+    def upsert_parts(self, key: str, *parts, config: Optional[ReplicateConfig] = None) -> int:
+        """upsert of the concatenation of parts (bytes-like objects)."""
+        return self._put_parts(key, [_buffer(p) for p in parts], config, upsert=True)
+
+    def upsert_from(self, key: str, buffer_ptr: int, size: int, config: Optional[ReplicateConfig] = None) -> int:
+        """upsert of ``size`` bytes at ``buffer_ptr`` (zero-copy when registered)."""
+        if config is not None and not config._groups_ok(1):
+            return self._refuse("upsert_from", config)
+        return _lib().mc_store_upsert_from(self._h, _key(key), int(buffer_ptr), int(size), _cfg(config))
+
+    def upsert_batch(self, keys: Sequence[str], values: Sequence, config: Optional[ReplicateConfig] = None) -> int:
+        """upsert of values[i] under keys[i]; 0 when every one succeeded, else the first failure's code."""
+        res = self._batch_put(keys, values, config, upsert=True)
+        if isinstance(res, int):
+            return res
+        return next((r for r in res if r != 0), 0)
+
+    def batch_upsert_from(self, keys: Sequence[str], buffer_ptrs: Sequence[int], sizes: Sequence[int],
+                          config: Optional[ReplicateConfig] = None) -> List[int]:
+        """upsert_from for many keys; one code per key."""
+        return self._batch_put_from(keys, buffer_ptrs, sizes, config, True)
+
     # ---- get ----
     def get(self, key: str) -> bytes:
         """The value of key, or b"" when it is missing or cannot be read."""
+        if self._refuse("get"):
+            return b""
         n = _u64()
         slot = _get_slot
         slot.value = None
@@ -503,6 +1192,8 @@ class MooncakeDistributedStore:
         n = len(keys)
         if n == 0:
             return []
+        if self._refuse("get_batch"):
+            return [b""] * n
         karr, keep = _keys(keys)
         outs = (_vp * n)()
         lens = (_u64 * n)()
@@ -536,6 +1227,208 @@ class MooncakeDistributedStore:
         if rc != 0:
             return [rc] * n
         return list(out)
+
+    # ---- zero-copy buffers over library memory ----
+    def get_buffer(self, key: str) -> Optional["BufferHandle"]:
+        """The value of key as a BufferHandle (``ptr()``, ``size()``, the buffer protocol) over
+        memory the library allocated for it: no copy into Python objects; freed when the handle
+        (and every view of it) is gone. None when the key is missing or unreadable."""
+        if self._refuse("get_buffer"):
+            return None
+        out = _vp()
+        n = _u64()
+        rc = _lib().mc_store_get(self._h, _key(key), ctypes.byref(out), ctypes.byref(n))
+        if rc != 0 or not out.value:
+            return None
+        return BufferHandle._wrap(out.value, n.value)
+
+    def batch_get_buffer(self, keys: Sequence[str]) -> List[Optional["BufferHandle"]]:
+        """get_buffer for several keys; None for each key missing."""
+        n = len(keys)
+        if n == 0:
+            return []
+        if self._refuse("batch_get_buffer"):
+            return [None] * n
+        karr, keep = _keys(keys)
+        outs = (_vp * n)()
+        lens = (_u64 * n)()
+        res = (_i32 * n)()
+        l = _lib()
+        if l.mc_store_batch_get(self._h, karr, n, outs, lens, res) != 0:
+            return [None] * n
+        handles: List[Optional[BufferHandle]] = []
+        for i in range(n):
+            if res[i] == 0 and outs[i]:
+                handles.append(BufferHandle._wrap(outs[i], lens[i]))
+            else:
+                if outs[i]:
+                    l.mc_store_free(outs[i])
+                handles.append(None)
+        return handles
+
+    # ---- ranged and multi-buffer transfers ----
+    def get_into_ranges(self, buffer_ptrs: Sequence[int], all_keys: Sequence[Sequence[str]],
+                        all_dst_offsets: Sequence[Sequence[Sequence[int]]],
+                        all_src_offsets: Sequence[Sequence[Sequence[int]]],
+                        all_sizes: Sequence[Sequence[Sequence[int]]]) -> List[List[List[int]]]:
+        """Reads byte ranges of objects into registered buffers (upstream's buffer-major shape):
+        for each (buffer i, key j, fragment k), ``all_sizes[i][j][k]`` bytes from offset
+        ``all_src_offsets[i][j][k]`` of ``all_keys[i][j]`` land at
+        ``buffer_ptrs[i] + all_dst_offsets[i][j][k]``. Returns results[i][j][k]: bytes read or a
+        negative code (a shape mismatch gives INVALID_PARAMS for the entries concerned). Each
+        buffer must lie in memory registered with register_buffer; bounds are checked against
+        it and against the object's size. Needs a memory replica, as upstream's."""
+        nb = len(buffer_ptrs)
+        top_ok = len(all_keys) == nb and len(all_dst_offsets) == nb and len(all_src_offsets) == nb and len(all_sizes) == nb
+        out: List[List[List[int]]] = []
+        l = _lib()
+        for i in range(len(all_keys)):
+            row: List[List[int]] = []
+            keys_i = all_keys[i]
+            for j, key in enumerate(keys_i):
+                try:
+                    dsts, srcs, sizes = all_dst_offsets[i][j], all_src_offsets[i][j], all_sizes[i][j]
+                except (IndexError, TypeError):
+                    row.append([ErrorCode.INVALID_PARAMS])
+                    continue
+                m = len(sizes)
+                if not top_ok or len(dsts) != m or len(srcs) != m:
+                    log.error("get_into_ranges: buffer %d key %r: %d dst offsets, %d src offsets, %d sizes",
+                              i, key, len(dsts), len(srcs), m)
+                    row.append([ErrorCode.INVALID_PARAMS] * max(m, 1))
+                    continue
+                if m == 0:
+                    row.append([])
+                    continue
+                base = int(buffer_ptrs[i])
+                res = (_i64 * m)()
+                rc = l.mc_store_get_ranges(self._h, _key(key), m, (_u64 * m)(*map(int, srcs)),
+                                           (_u64 * m)(*[base + int(d) for d in dsts]), (_u64 * m)(*map(int, sizes)), res)
+                row.append([rc] * m if rc != 0 else list(res))
+            out.append(row)
+        return out
+
+    def batch_put_from_multi_buffers(self, keys: Sequence[str], all_buffer_ptrs: Sequence[Sequence[int]],
+                                     all_sizes: Sequence[Sequence[int]],
+                                     config: Optional[ReplicateConfig] = None) -> List[int]:
+        """Stores, for each key, the concatenation of its buffers (zero-copy where registered);
+        one code per key."""
+        n = len(keys)
+        if len(all_buffer_ptrs) != n or len(all_sizes) != n:
+            log.error("batch_put_from_multi_buffers: %d keys, %d buffer lists, %d size lists", n,
+                      len(all_buffer_ptrs), len(all_sizes))
+            return [ErrorCode.INVALID_PARAMS] * n
+        if n == 0:
+            return []
+        if config is not None and not config._groups_ok(n):
+            return [self._refuse("batch_put_from_multi_buffers", config, n)] * n
+        counts = []
+        addrs: List[int] = []
+        sizes: List[int] = []
+        bad = set()
+        for i in range(n):
+            if len(all_buffer_ptrs[i]) != len(all_sizes[i]):
+                bad.add(i)
+                counts.append(0)
+                continue
+            counts.append(len(all_sizes[i]))
+            addrs.extend(map(int, all_buffer_ptrs[i]))
+            sizes.extend(map(int, all_sizes[i]))
+        karr, keep = _keys(keys)
+        t = max(len(addrs), 1)
+        out = (_i32 * n)()
+        rc = _lib().mc_store_batch_put_from_buffers(self._h, karr, n, (_i32 * n)(*counts), (_u64 * t)(*addrs),
+                                                    (_u64 * t)(*sizes), _cfg(config), out)
+        if rc != 0:
+            return [rc] * n
+        return [ErrorCode.INVALID_PARAMS if i in bad else out[i] for i in range(n)]
+
+    def batch_get_into_multi_buffers(self, keys: Sequence[str], all_buffer_ptrs: Sequence[Sequence[int]],
+                                     all_sizes: Sequence[Sequence[int]],
+                                     prefer_alloc_in_same_node: bool = False) -> List[int]:
+        """Reads each key's value into its buffers in order; per key the bytes read or a
+        negative code (BUFFER_OVERFLOW when the buffers are too small).
+        ``prefer_alloc_in_same_node`` is accepted (upstream uses it to batch transfers from one
+        segment; every transfer here already goes to the nearest replica)."""
+        n = len(keys)
+        if len(all_buffer_ptrs) != n or len(all_sizes) != n:
+            log.error("batch_get_into_multi_buffers: %d keys, %d buffer lists, %d size lists", n,
+                      len(all_buffer_ptrs), len(all_sizes))
+            return [ErrorCode.INVALID_PARAMS] * n
+        l = _lib()
+        out = []
+        for key, ptrs, sizes in zip(keys, all_buffer_ptrs, all_sizes):
+            m = len(ptrs)
+            if len(sizes) != m:
+                out.append(ErrorCode.INVALID_PARAMS)
+                continue
+            t = max(m, 1)
+            out.append(l.mc_store_get_into_buffers(self._h, _key(key), m, (_u64 * t)(*map(int, ptrs)),
+                                                   (_u64 * t)(*map(int, sizes))))
+        return out
+
+    def put_from_with_metadata(self, key: str, buffer_ptr: int, metadata_buffer_ptr: int, size: int,
+                               metadata_size: int, config: Optional[ReplicateConfig] = None) -> int:
+        """Stores ``metadata_size`` bytes at ``metadata_buffer_ptr`` followed by ``size`` bytes at
+        ``buffer_ptr`` as one value (upstream's order: metadata first). As upstream's: a zero
+        ``size`` stores nothing and returns 0; ``prefer_alloc_in_same_node`` is refused."""
+        if config is not None and config.prefer_alloc_in_same_node:
+            log.error("put_from_with_metadata: prefer_alloc_in_same_node is not supported (as upstream's)")
+            return ErrorCode.INVALID_PARAMS
+        if size == 0:
+            log.warning("put_from_with_metadata: empty data for key %r; nothing stored", key)
+            return 0
+        if config is not None and not config._groups_ok(1):
+            return self._refuse("put_from_with_metadata", config)
+        bufs = [(int(metadata_buffer_ptr), int(metadata_size), None), (int(buffer_ptr), int(size), None)]
+        bufs = [b for b in bufs if b[1] > 0]
+        if any(b[0] == 0 for b in bufs):
+            log.error("put_from_with_metadata: a NULL buffer")
+            return ErrorCode.INVALID_PARAMS
+        n = len(bufs)
+        return _lib().mc_store_put_parts(self._h, _key(key), (_vp * n)(*[b[0] for b in bufs]),
+                                         (_u64 * n)(*[b[1] for b in bufs]), n, _cfg(config))
+
+    # ---- memory ----
+    def alloc_from_mem_pool(self, size: int) -> int:
+        """Allocates ``size`` bytes of host memory registered with this store (so put_from /
+        get_into on it are zero-copy); the address, or 0 on failure. Freed at close()."""
+        if not self._h or size <= 0:
+            return 0
+        ptr = _host_alloc(int(size))
+        if not ptr:
+            return 0
+        if self.register_buffer(ptr, size) != 0:
+            _host_free(ptr)
+            return 0
+        self._pool.append(ptr)
+        return ptr
+
+    # ---- replica tasks ----
+    def create_copy_task(self, key: str, targets: Sequence[str]) -> tuple:
+        """Starts copying key's value to the segments ``targets`` (``"host:port"``); returns
+        (task id, 0) or (UUID(int=0), code). See docs/store.md for how tasks run here."""
+        return _tasks(self).submit(TaskType.REPLICA_COPY, key, list(targets), None)
+
+    def create_move_task(self, key: str, source: str, target: str) -> tuple:
+        """Starts moving key's copy on segment ``source`` to segment ``target``; returns
+        (task id, 0) or (UUID(int=0), code)."""
+        return _tasks(self).submit(TaskType.REPLICA_MOVE, key, [target], source)
+
+    def query_task(self, task_id) -> tuple:
+        """(QueryTaskResponse, 0) for a task this store created, or (None, TASK_NOT_FOUND)."""
+        return _tasks(self).query(task_id)
+
+    # ---- hardware- or deployment-bound ----
+    def setup_dummy(self, mem_pool_size: int, local_buffer_size: int, server_address: str) -> int:
+        """Upstream's dummy client attaches to a real client process's shared-memory pool
+        through that process's RPC service. This build has no such service: returns
+        INVALID_PARAMS (use setup() with global_segment_size=0 for a client that contributes no
+        memory)."""
+        log.error("setup_dummy(%r): dummy clients need a real client's RPC service, which this build "
+                  "does not have; use setup(..., global_segment_size=0, ...) for a client that "
+                  "contributes no memory", server_address)
+        return ErrorCode.INVALID_PARAMS
 
     # ---- queries and removal ----
     def is_exist(self, key: str) -> int:

@@ -38,6 +38,7 @@ type MasterServer interface {
 	PromoteDone(context.Context, *OffloadDoneRequest) (*Status, error)
 	GetReplicaDesc(context.Context, *KeyRequest) (*GetReplicaListResponse, error)
 	BatchOffloadDone(context.Context, *BatchOffloadDoneRequest) (*BatchStatusResponse, error)
+	BatchReplicaClear(context.Context, *BatchReplicaClearRequest) (*BatchReplicaClearResponse, error)
 }
 
 func method[Req any, Resp any](name string, call func(MasterServer, context.Context, *Req) (*Resp, error)) grpc.MethodDesc {
@@ -89,6 +90,7 @@ var ServiceDesc = grpc.ServiceDesc{
 		method("PromoteDone", MasterServer.PromoteDone),
 		method("GetReplicaDesc", MasterServer.GetReplicaDesc),
 		method("BatchOffloadDone", MasterServer.BatchOffloadDone),
+		method("BatchReplicaClear", MasterServer.BatchReplicaClear),
 	},
 	Metadata: "store/api (hand-written, JSON codec)",
 }
@@ -183,6 +185,11 @@ func (c *MasterClient) GetReplicaDesc(ctx context.Context, r *KeyRequest) (*GetR
 // BatchOffloadDone is OffloadDone for several moves, applied as one batch entry.
 func (c *MasterClient) BatchOffloadDone(ctx context.Context, r *BatchOffloadDoneRequest) (*BatchStatusResponse, error) {
 	return invoke[BatchStatusResponse](ctx, c, "BatchOffloadDone", r)
+}
+
+// BatchReplicaClear drops keys' copies on one segment (or every copy).
+func (c *MasterClient) BatchReplicaClear(ctx context.Context, r *BatchReplicaClearRequest) (*BatchReplicaClearResponse, error) {
+	return invoke[BatchReplicaClearResponse](ctx, c, "BatchReplicaClear", r)
 }
 
 // DialOptions are the options a master connection needs: the JSON codec, plaintext (the master

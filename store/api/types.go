@@ -80,11 +80,34 @@ func (r Replica) TierName() string {
 
 // ReplicateConfig says how a put is placed. ReplicaNum 0 means 1. PreferredSegments are engine
 // segment names (or mount IDs) tried first, in order.
+//
+// Soft pins: WithSoftPin (or SoftPinAction SoftPinEnable) pins the object for SoftPinTTLMs
+// (nil: the master's --default_kv_soft_pin_ttl; capped by --max_kv_soft_pin_ttl; 0: not
+// pinned). On an upsert, SoftPinPreserve keeps the pin the old value had, SoftPinDisable drops it.
 type ReplicateConfig struct {
-	ReplicaNum        int      `json:"replica_num"`
-	WithSoftPin       bool     `json:"with_soft_pin,omitempty"`
-	WithHardPin       bool     `json:"with_hard_pin,omitempty"`
-	PreferredSegments []string `json:"preferred_segments,omitempty"`
+	ReplicaNum        int           `json:"replica_num"`
+	WithSoftPin       bool          `json:"with_soft_pin,omitempty"`
+	WithHardPin       bool          `json:"with_hard_pin,omitempty"`
+	PreferredSegments []string      `json:"preferred_segments,omitempty"`
+	SoftPinAction     SoftPinAction `json:"soft_pin_action,omitempty"`
+	SoftPinTTLMs      *uint64       `json:"soft_pin_ttl_ms,omitempty"`
+	// PreferAllocInSameNode (a client-side option) prefers the writing client's own segment
+	// when PreferredSegments is empty.
+	PreferAllocInSameNode bool `json:"-"`
+}
+
+// SoftPinAction says what a put does to the key's soft pin (upstream's numbering).
+type SoftPinAction int32
+
+const (
+	SoftPinPreserve SoftPinAction = 0 // a new key is not pinned; an upserted one keeps its pin
+	SoftPinEnable   SoftPinAction = 1
+	SoftPinDisable  SoftPinAction = 2
+)
+
+// SoftPinEnabled reports whether the config asks for a soft pin.
+func (c ReplicateConfig) SoftPinEnabled() bool {
+	return c.WithSoftPin || c.SoftPinAction == SoftPinEnable
 }
 
 // Status is embedded in every response.
@@ -134,6 +157,9 @@ type PutStartRequest struct {
 	Key      string          `json:"key"`
 	Size     uint64          `json:"size"`
 	Config   ReplicateConfig `json:"config"`
+	// Upsert replaces the key's value when it exists (the old value stays readable until the
+	// new one is complete) instead of answering OBJECT_ALREADY_EXISTS.
+	Upsert bool `json:"upsert,omitempty"`
 }
 
 type PutStartResponse struct {
@@ -191,6 +217,7 @@ type BatchPutStartRequest struct {
 	Keys     []string        `json:"keys"`
 	Sizes    []uint64        `json:"sizes"`
 	Config   ReplicateConfig `json:"config"`
+	Upsert   bool            `json:"upsert,omitempty"` // replace the values of keys that exist
 }
 
 // BatchResponse answers a batch call: the call's own status, and one result per key in the
@@ -269,3 +296,17 @@ func (s *Status) StatusCode() ErrorCode { return s.Code }
 
 // Coded is implemented by every response message.
 type Coded interface{ StatusCode() ErrorCode }
+
+// BatchReplicaClearRequest asks to drop the copies of Keys on SegmentName (every copy when
+// empty); see the master's replicaClear.
+type BatchReplicaClearRequest struct {
+	ClientID    string   `json:"client_id"`
+	Keys        []string `json:"keys"`
+	SegmentName string   `json:"segment_name,omitempty"`
+}
+
+// BatchReplicaClearResponse lists the keys that were cleared.
+type BatchReplicaClearResponse struct {
+	Status
+	ClearedKeys []string `json:"cleared_keys"`
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	mrand "math/rand/v2"
 	"net"
 	"regexp"
 	"sort"
@@ -48,6 +49,10 @@ type Config struct {
 	ClusterID           string        // HA cluster to follow ("" : DefaultClusterID) (MC_STORE_CLUSTER_ID)
 	RPCTimeout          time.Duration // per master call (0: DefaultRPCTimeout)
 	PingInterval        time.Duration // heartbeat period (0: 1 s)
+	// EnableSSDOffload / SSDOffloadPath: upstream's client-local SSD offload (setup's
+	// enable_ssd_offload, ssd_offload_path). Not implemented in this build: New refuses it.
+	EnableSSDOffload bool
+	SSDOffloadPath   string
 
 	// The package reads no environment: capi/ and cmd/ fill these from the knobs of package
 	// config named in the comments.
@@ -118,18 +123,42 @@ func EngineConfig(cfg Config) engine.Config {
 	if meta == "" {
 		meta = cfg.Engine.MetadataServer
 	}
+	ec := cfg.Engine
+	if ec.MinRPCPort <= 0 && ec.MaxRPCPort <= 0 {
+		ec.MinRPCPort, ec.MaxRPCPort = StoreMinPort, StoreMaxPort // upstream's store port range
+	}
 	if name != "" && meta != "" && !strings.EqualFold(meta, engine.P2PHandshake) {
 		if _, _, err := net.SplitHostPort(name); err != nil {
-			if l, err := net.Listen("tcp", ":0"); err == nil {
-				port := l.Addr().(*net.TCPAddr).Port
-				l.Close()
+			if port, ok := freePort(ec.MinRPCPort, ec.MaxRPCPort); ok {
 				name = net.JoinHostPort(name, strconv.Itoa(port))
 			}
 		}
 	}
-	ec := cfg.Engine
 	ec.LocalServerName, ec.MetadataServer, ec.Protocol, ec.DeviceName = name, meta, cfg.Protocol, cfg.DeviceName
 	return ec
+}
+
+// StoreMinPort and StoreMaxPort bound the port a store client's engine picks when
+// local_hostname names none (upstream's 12300-14300), unless MC_MIN_RPC_PORT / MC_MAX_RPC_PORT
+// say otherwise.
+const (
+	StoreMinPort = 12300
+	StoreMaxPort = 14300
+)
+
+// freePort finds a port in [lo, hi) that is free now.
+func freePort(lo, hi int) (int, bool) {
+	if lo <= 0 || hi <= lo {
+		lo, hi = StoreMinPort, StoreMaxPort
+	}
+	for i := 0; i < 64; i++ {
+		p := lo + mrand.IntN(hi-lo)
+		if l, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(p))); err == nil {
+			l.Close()
+			return p, true
+		}
+	}
+	return 0, false
 }
 
 // NewWithEngine creates a client over an existing engine (the process-wide one), which the
@@ -150,6 +179,10 @@ func NewWithEngine(ctx context.Context, eng Engine, cfg Config) (*Client, error)
 	}
 	if cfg.MasterServerAddress == "" {
 		return nil, api.Errorf(api.INVALID_PARAMS, "master_server_address is empty (want host:port of mooncake_master)")
+	}
+	if cfg.EnableSSDOffload {
+		return nil, api.Errorf(api.INVALID_PARAMS, "enable_ssd_offload: client-local SSD offload is not implemented in this build; "+
+			"start mooncake_master with --root_fs_dir for the shared file tier (G3) instead (docs/multi-tier.md)")
 	}
 	cc, err := dialMaster(ctx, cfg)
 	if err != nil {
@@ -529,12 +562,12 @@ func (c *Client) writeReplicas(ctx context.Context, parts []buf, reps []api.Repl
 	return nil
 }
 
-func (c *Client) put(ctx context.Context, key string, parts []buf, cfg api.ReplicateConfig) error {
+func (c *Client) put(ctx context.Context, key string, parts []buf, cfg api.ReplicateConfig, upsert bool) error {
 	var size uint64
 	for _, p := range parts {
 		size += uint64(len(p.b))
 	}
-	ps, err := c.putStart(ctx, key, size, cfg)
+	ps, err := c.putStart(ctx, key, size, cfg, upsert)
 	if err != nil {
 		return err
 	}
@@ -560,6 +593,15 @@ func (c *Client) put(ctx context.Context, key string, parts []buf, cfg api.Repli
 	return nil
 }
 
+// placement applies the client-side placement options: PreferAllocInSameNode names this
+// client's own segment as the preferred one when the caller named none.
+func (c *Client) placement(cfg api.ReplicateConfig) api.ReplicateConfig {
+	if cfg.PreferAllocInSameNode && len(cfg.PreferredSegments) == 0 && c.segment != nil {
+		cfg.PreferredSegments = []string{c.segment.Name}
+	}
+	return cfg
+}
+
 func (c *Client) revoke(key string) {
 	ctx, cancel := c.rpcCtx(context.Background())
 	defer cancel()
@@ -575,37 +617,53 @@ func quote(key string) string {
 
 // Put stores value under key. A key that already exists is left as it is (write-once).
 func (c *Client) Put(ctx context.Context, key string, value []byte, cfg api.ReplicateConfig) error {
-	return c.put(ctx, key, []buf{{b: value}}, cfg)
+	return c.put(ctx, key, []buf{{b: value}}, cfg, false)
 }
 
 // PutParts stores the concatenation of parts under key.
 func (c *Client) PutParts(ctx context.Context, key string, parts [][]byte, cfg api.ReplicateConfig) error {
+	return c.put(ctx, key, partBufs(parts), cfg, false)
+}
+
+func partBufs(parts [][]byte) []buf {
 	bs := make([]buf, len(parts))
 	for i, p := range parts {
 		bs[i] = buf{b: p}
 	}
-	return c.put(ctx, key, bs, cfg)
+	return bs
 }
 
 // PutFrom stores size bytes at addr (zero-copy when the memory was registered).
 func (c *Client) PutFrom(ctx context.Context, key string, addr uintptr, size uint64, cfg api.ReplicateConfig) error {
+	return c.putFrom(ctx, key, addr, size, cfg, false)
+}
+
+func (c *Client) putFrom(ctx context.Context, key string, addr uintptr, size uint64, cfg api.ReplicateConfig, upsert bool) error {
 	if addr == 0 || size == 0 {
 		return api.Errorf(api.INVALID_PARAMS, "put_from needs a non-null buffer and a non-zero size")
 	}
-	return c.put(ctx, key, []buf{{b: memview.Bytes(addr, int(size)), registered: c.registered(addr, size)}}, cfg)
+	return c.put(ctx, key, []buf{{b: memview.Bytes(addr, int(size)), registered: c.registered(addr, size)}}, cfg, upsert)
 }
 
 // BatchPut stores values[i] under keys[i]; one error (or nil) per key.
 func (c *Client) BatchPut(ctx context.Context, keys []string, values [][]byte, cfg api.ReplicateConfig) []error {
+	return c.batchPut(ctx, keys, valueBufs(values), cfg, false)
+}
+
+func valueBufs(values [][]byte) [][]buf {
 	bufs := make([][]buf, len(values))
 	for i, v := range values {
 		bufs[i] = []buf{{b: v}}
 	}
-	return c.batchPut(ctx, keys, bufs, cfg)
+	return bufs
 }
 
 // BatchPutFrom is PutFrom for many keys.
 func (c *Client) BatchPutFrom(ctx context.Context, keys []string, addrs []uintptr, sizes []uint64, cfg api.ReplicateConfig) []error {
+	return c.batchPutFrom(ctx, keys, addrs, sizes, cfg, false)
+}
+
+func (c *Client) batchPutFrom(ctx context.Context, keys []string, addrs []uintptr, sizes []uint64, cfg api.ReplicateConfig, upsert bool) []error {
 	if len(addrs) != len(keys) || len(sizes) != len(keys) {
 		return fill(len(keys), api.Errorf(api.INVALID_PARAMS, "%d keys, %d buffers, %d sizes", len(keys), len(addrs), len(sizes)))
 	}
@@ -617,7 +675,38 @@ func (c *Client) BatchPutFrom(ctx context.Context, keys []string, addrs []uintpt
 		}
 		bufs[i] = []buf{{b: memview.Bytes(addrs[i], int(sizes[i])), registered: c.registered(addrs[i], sizes[i])}}
 	}
-	return c.batchPut(ctx, keys, bufs, cfg)
+	return c.batchPut(ctx, keys, bufs, cfg, upsert)
+}
+
+// ---- upsert: put that replaces an existing value ----
+//
+// The master keeps the old value readable while the new one is written and swaps them when the
+// write is complete: a reader sees the whole old value or the whole new one. A failed upsert
+// leaves the old value in place.
+
+// Upsert stores value under key, replacing the value the key has.
+func (c *Client) Upsert(ctx context.Context, key string, value []byte, cfg api.ReplicateConfig) error {
+	return c.put(ctx, key, []buf{{b: value}}, cfg, true)
+}
+
+// UpsertParts is Upsert of the concatenation of parts.
+func (c *Client) UpsertParts(ctx context.Context, key string, parts [][]byte, cfg api.ReplicateConfig) error {
+	return c.put(ctx, key, partBufs(parts), cfg, true)
+}
+
+// UpsertFrom is Upsert of size bytes at addr (zero-copy when the memory was registered).
+func (c *Client) UpsertFrom(ctx context.Context, key string, addr uintptr, size uint64, cfg api.ReplicateConfig) error {
+	return c.putFrom(ctx, key, addr, size, cfg, true)
+}
+
+// BatchUpsert is Upsert for many keys; one error (or nil) per key.
+func (c *Client) BatchUpsert(ctx context.Context, keys []string, values [][]byte, cfg api.ReplicateConfig) []error {
+	return c.batchPut(ctx, keys, valueBufs(values), cfg, true)
+}
+
+// BatchUpsertFrom is UpsertFrom for many keys.
+func (c *Client) BatchUpsertFrom(ctx context.Context, keys []string, addrs []uintptr, sizes []uint64, cfg api.ReplicateConfig) []error {
+	return c.batchPutFrom(ctx, keys, addrs, sizes, cfg, true)
 }
 
 func fill(n int, err error) []error {
@@ -628,7 +717,7 @@ func fill(n int, err error) []error {
 	return out
 }
 
-func (c *Client) batchPut(ctx context.Context, keys []string, bufs [][]buf, cfg api.ReplicateConfig) []error {
+func (c *Client) batchPut(ctx context.Context, keys []string, bufs [][]buf, cfg api.ReplicateConfig, upsert bool) []error {
 	errs := make([]error, len(keys))
 	if len(bufs) != len(keys) {
 		return fill(len(keys), api.Errorf(api.INVALID_PARAMS, "%d keys but %d values", len(keys), len(bufs)))
@@ -643,7 +732,7 @@ func (c *Client) batchPut(ctx context.Context, keys []string, bufs [][]buf, cfg 
 		}
 	}
 	rctx, cancel := c.rpcCtx(ctx)
-	resp, err := c.master.BatchPutStart(rctx, &api.BatchPutStartRequest{ClientID: c.id, Keys: keys, Sizes: sizes, Config: cfg})
+	resp, err := c.master.BatchPutStart(rctx, &api.BatchPutStartRequest{ClientID: c.id, Keys: keys, Sizes: sizes, Config: c.placement(cfg), Upsert: upsert})
 	cancel()
 	if err == nil {
 		err = resp.Err()
@@ -658,7 +747,7 @@ func (c *Client) batchPut(ctx context.Context, keys []string, bufs [][]buf, cfg 
 		case r.Code == api.OBJECT_ALREADY_EXISTS:
 		case r.Retry:
 			// memory is full while objects move to G3: this key waits for room on its own
-			errs[i] = c.put(ctx, keys[i], bufs[i], cfg)
+			errs[i] = c.put(ctx, keys[i], bufs[i], cfg, upsert)
 		case r.Code != api.OK:
 			errs[i] = fmt.Errorf("put %s: %w", quote(keys[i]), r.Err())
 		default:

@@ -66,12 +66,13 @@ func (c *Client) ReplicaDesc(ctx context.Context, key string) ([]api.Replica, er
 func (c *Client) RootFSDir() string { return c.rootFS }
 
 // putStart asks for room, retrying while the master says objects are moving to G3.
-func (c *Client) putStart(ctx context.Context, key string, size uint64, cfg api.ReplicateConfig) (*api.PutStartResponse, error) {
+func (c *Client) putStart(ctx context.Context, key string, size uint64, cfg api.ReplicateConfig, upsert bool) (*api.PutStartResponse, error) {
+	cfg = c.placement(cfg)
 	deadline := time.Now().Add(c.cfg.RPCTimeout)
 	backoff := time.Millisecond
 	for {
 		rctx, cancel := c.rpcCtx(ctx)
-		ps, err := c.master.PutStart(rctx, &api.PutStartRequest{ClientID: c.id, Key: key, Size: size, Config: cfg})
+		ps, err := c.master.PutStart(rctx, &api.PutStartRequest{ClientID: c.id, Key: key, Size: size, Config: cfg, Upsert: upsert})
 		cancel()
 		if err != nil {
 			return nil, c.rpcErr("put "+quote(key), err)

@@ -34,6 +34,16 @@ type objectJSON struct {
 	Offload      *moveJSON     `json:"offload,omitempty"`
 	Promote      *moveJSON     `json:"promote,omitempty"`
 	DiskHits     int           `json:"disk_hits,omitempty"`
+	Upsert       bool          `json:"upsert,omitempty"`
+	SoftPinTTL   int64         `json:"soft_pin_ttl,omitempty"`
+	KeepPin      bool          `json:"keep_pin,omitempty"`
+}
+
+type retiredJSON struct {
+	Seg   string `json:"seg"`
+	Addr  uint64 `json:"addr"`
+	Size  uint64 `json:"size"`
+	Until int64  `json:"until"`
 }
 
 type diskJSON struct {
@@ -69,6 +79,9 @@ type stateJSON struct {
 	DFSGen      uint64        `json:"dfs_gen,omitempty"`
 	Segments    []segmentJSON `json:"segments"` // in segIDs order
 	Objects     []objectJSON  `json:"objects"`  // sorted by key
+	// Upserts are the upserts in progress beside a readable old version, sorted by key.
+	Upserts []objectJSON  `json:"upserts,omitempty"`
+	Retired []retiredJSON `json:"retired,omitempty"`
 }
 
 // Encode serialises the whole state (the snapshot payload). Applying the same entries to a
@@ -86,25 +99,35 @@ func (s *State) Encode() ([]byte, error) {
 		out.Segments = append(out.Segments, sj)
 	}
 	for _, k := range s.sortedKeys() {
-		o := s.objects[k]
-		oj := objectJSON{Key: o.key, Size: o.size, Complete: o.complete, PutClient: o.putClient, PutStarted: o.putStarted,
-			LeaseUntil: o.leaseUntil, LastAccess: o.lastAccess, SoftPin: o.softPin, SoftPinUntil: o.softPinUntil, HardPin: o.hardPin}
-		for _, r := range o.replicas {
-			oj.Replicas = append(oj.Replicas, replicaJSON{Seg: r.segID, Addr: r.addr, Status: r.status})
-		}
-		oj.DiskHits = o.diskHits
-		if d := o.disk; d != nil {
-			oj.Disk = &diskJSON{Path: d.path, Offset: d.offset, Sum: d.sum, At: d.at}
-		}
-		if m := o.offload; m != nil {
-			oj.Offload = &moveJSON{Client: m.client, Seg: m.segID, Addr: m.addr, Path: m.path, Started: m.started}
-		}
-		if m := o.promote; m != nil {
-			oj.Promote = &moveJSON{Client: m.client, Seg: m.segID, Addr: m.addr, Started: m.started}
-		}
-		out.Objects = append(out.Objects, oj)
+		out.Objects = append(out.Objects, encodeObject(s.objects[k]))
+	}
+	for _, o := range s.pendingUpserts() {
+		out.Upserts = append(out.Upserts, encodeObject(o))
+	}
+	for _, r := range s.retired {
+		out.Retired = append(out.Retired, retiredJSON{Seg: r.segID, Addr: r.addr, Size: r.size, Until: r.until})
 	}
 	return json.Marshal(out)
+}
+
+func encodeObject(o *object) objectJSON {
+	oj := objectJSON{Key: o.key, Size: o.size, Complete: o.complete, PutClient: o.putClient, PutStarted: o.putStarted,
+		LeaseUntil: o.leaseUntil, LastAccess: o.lastAccess, SoftPin: o.softPin, SoftPinUntil: o.softPinUntil, HardPin: o.hardPin}
+	for _, r := range o.replicas {
+		oj.Replicas = append(oj.Replicas, replicaJSON{Seg: r.segID, Addr: r.addr, Status: r.status})
+	}
+	oj.DiskHits = o.diskHits
+	if d := o.disk; d != nil {
+		oj.Disk = &diskJSON{Path: d.path, Offset: d.offset, Sum: d.sum, At: d.at}
+	}
+	if m := o.offload; m != nil {
+		oj.Offload = &moveJSON{Client: m.client, Seg: m.segID, Addr: m.addr, Path: m.path, Started: m.started}
+	}
+	if m := o.promote; m != nil {
+		oj.Promote = &moveJSON{Client: m.client, Seg: m.segID, Addr: m.addr, Started: m.started}
+	}
+	oj.Upsert, oj.SoftPinTTL, oj.KeepPin = o.upsert, o.softPinTTL, o.keepPin
+	return oj
 }
 
 // DecodeState rebuilds a state encoded by Encode, with cfg's store policy.
@@ -132,24 +155,9 @@ func DecodeState(cfg Config, b []byte) (*State, error) {
 		s.clients[sj.Segment.ClientID] = insertSorted(s.clients[sj.Segment.ClientID], sj.Segment.ID)
 	}
 	for _, oj := range in.Objects {
-		o := &object{key: oj.Key, size: oj.Size, complete: oj.Complete, putClient: oj.PutClient, putStarted: oj.PutStarted,
-			leaseUntil: oj.LeaseUntil, lastAccess: oj.LastAccess, softPin: oj.SoftPin, softPinUntil: oj.SoftPinUntil, hardPin: oj.HardPin}
-		for _, r := range oj.Replicas {
-			if _, ok := s.segments[r.Seg]; !ok {
-				return nil, fmt.Errorf("decode master state: object %q has a replica on unknown segment %s", oj.Key, r.Seg)
-			}
-			o.replicas = append(o.replicas, replicaRec{segID: r.Seg, addr: r.Addr, status: r.Status})
-		}
-		o.diskHits = oj.DiskHits
-		if d := oj.Disk; d != nil {
-			o.disk = &diskRec{path: d.Path, offset: d.Offset, sum: d.Sum, at: d.At}
-			s.fileRefs[d.Path]++
-		}
-		if m := oj.Offload; m != nil {
-			o.offload = &offloadRec{client: m.Client, segID: m.Seg, addr: m.Addr, path: m.Path, started: m.Started}
-		}
-		if m := oj.Promote; m != nil {
-			o.promote = &promoteRec{client: m.Client, segID: m.Seg, addr: m.Addr, started: m.Started}
+		o, err := s.decodeObject(oj)
+		if err != nil {
+			return nil, err
 		}
 		s.objects[o.key] = o
 		if !o.complete {
@@ -159,7 +167,44 @@ func DecodeState(cfg Config, b []byte) (*State, error) {
 			s.moving[o.key] = o
 		}
 	}
+	for _, oj := range in.Upserts {
+		o, err := s.decodeObject(oj)
+		if err != nil {
+			return nil, err
+		}
+		s.pending[o.key] = o
+	}
+	for _, r := range in.Retired {
+		if _, ok := s.segments[r.Seg]; !ok {
+			return nil, fmt.Errorf("decode master state: a retired copy on unknown segment %s", r.Seg)
+		}
+		s.retired = append(s.retired, retiredRec{segID: r.Seg, addr: r.Addr, size: r.Size, until: r.Until})
+	}
 	return s, nil
+}
+
+func (s *State) decodeObject(oj objectJSON) (*object, error) {
+	o := &object{key: oj.Key, size: oj.Size, complete: oj.Complete, putClient: oj.PutClient, putStarted: oj.PutStarted,
+		leaseUntil: oj.LeaseUntil, lastAccess: oj.LastAccess, softPin: oj.SoftPin, softPinUntil: oj.SoftPinUntil, hardPin: oj.HardPin}
+	for _, r := range oj.Replicas {
+		if _, ok := s.segments[r.Seg]; !ok {
+			return nil, fmt.Errorf("decode master state: object %q has a replica on unknown segment %s", oj.Key, r.Seg)
+		}
+		o.replicas = append(o.replicas, replicaRec{segID: r.Seg, addr: r.Addr, status: r.Status})
+	}
+	o.diskHits = oj.DiskHits
+	if d := oj.Disk; d != nil {
+		o.disk = &diskRec{path: d.Path, offset: d.Offset, sum: d.Sum, at: d.At}
+		s.fileRefs[d.Path]++
+	}
+	if m := oj.Offload; m != nil {
+		o.offload = &offloadRec{client: m.Client, segID: m.Seg, addr: m.Addr, path: m.Path, started: m.Started}
+	}
+	if m := oj.Promote; m != nil {
+		o.promote = &promoteRec{client: m.Client, segID: m.Seg, addr: m.Addr, started: m.Started}
+	}
+	o.upsert, o.softPinTTL, o.keepPin = oj.Upsert, oj.SoftPinTTL, oj.KeepPin
+	return o, nil
 }
 
 // Digest is the SHA-256 of Encode: two states that applied the same entries have the same

@@ -16,9 +16,9 @@ import (
 // Config is everything mooncake_master is configured with. Field comments give the flag name;
 // durations are flags in Mooncake's units (ms for KV TTLs, s for client_ttl).
 type Config struct {
-	RPCPort    int    // --rpc_port
+	RPCPort    int    // --port (upstream's name) or --rpc_port
 	RPCAddress string // --rpc_address (bind address)
-	RPCThreads int    // --rpc_thread_num (gRPC stream workers; 0 = one goroutine per stream)
+	RPCThreads int    // --max_threads or --rpc_thread_num (gRPC stream workers; 0 = one goroutine per stream)
 
 	MetricsPort           int  // --metrics_port (admin HTTP: /metrics, /health, ...)
 	MetricsPortSet        bool // --metrics_port was given: a busy port is an error (else the next free one is used)
@@ -125,11 +125,11 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Sprintf("--%s=%d is not a valid port", name, p))
 		}
 	}
-	port("rpc_port", c.RPCPort, true)
+	port("port", c.RPCPort, true)
 	port("metrics_port", c.MetricsPort, true)
 	port("http_metadata_server_port", c.HTTPMetadataServerPort, true)
 	if c.RPCThreads < 0 {
-		errs = append(errs, "--rpc_thread_num must be >= 0")
+		errs = append(errs, "--max_threads (--rpc_thread_num) must be >= 0")
 	}
 	if c.DefaultKVLeaseTTL <= 0 {
 		errs = append(errs, "--default_kv_lease_ttl must be > 0 (milliseconds)")
@@ -254,9 +254,11 @@ func (f durationFlag) Set(s string) error {
 // RegisterFlags defines the master's flags on fs, bound to c (whose values are the defaults).
 // Later features (HA, snapshots) add their flags here.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.IntVar(&c.RPCPort, "rpc_port", c.RPCPort, "gRPC port of the master service (0 picks a free port)")
+	fs.IntVar(&c.RPCPort, "port", c.RPCPort, "gRPC port of the master service (0 picks a free port); also --rpc_port")
+	fs.IntVar(&c.RPCPort, "rpc_port", c.RPCPort, "same as --port")
 	fs.StringVar(&c.RPCAddress, "rpc_address", c.RPCAddress, "address the gRPC service binds to")
-	fs.IntVar(&c.RPCThreads, "rpc_thread_num", c.RPCThreads, "gRPC worker goroutines (0: one per stream)")
+	fs.IntVar(&c.RPCThreads, "max_threads", c.RPCThreads, "gRPC worker goroutines (0: one per stream); also --rpc_thread_num")
+	fs.IntVar(&c.RPCThreads, "rpc_thread_num", c.RPCThreads, "same as --max_threads")
 	fs.IntVar(&c.MetricsPort, "metrics_port", c.MetricsPort, "admin HTTP port (/metrics, /health, /get_all_keys, ...); 0 picks a free port")
 	fs.BoolVar(&c.EnableMetricReporting, "enable_metric_reporting", c.EnableMetricReporting, "log a metrics summary every 10 s")
 	fs.BoolVar(&c.EnableHTTPMetadataServer, "enable_http_metadata_server", c.EnableHTTPMetadataServer, "also serve the transfer engine's HTTP metadata protocol")

@@ -23,8 +23,9 @@ const (
 	// A standby applying it compares its own digest at the same point (verification).
 	OpVerify Op = "verify"
 	// Storage tiers (tier.go).
-	OpOffloadDone Op = "offload_done" // a client wrote (or failed to write) an object's G3 file
-	OpPromoteDone Op = "promote_done" // a client copied (or failed to copy) a G3 object back into memory
+	OpOffloadDone  Op = "offload_done"  // a client wrote (or failed to write) an object's G3 file
+	OpPromoteDone  Op = "promote_done"  // a client copied (or failed to copy) a G3 object back into memory
+	OpReplicaClear Op = "replica_clear" // drop a key's copies on one segment (or all of them): upsert.go
 )
 
 // Entry is one change to the master's metadata. Everything Apply needs is inside it, including
@@ -42,6 +43,8 @@ type Entry struct {
 	Segment   *api.Segment         `json:"segment,omitempty"`
 	SegmentID string               `json:"segment_id,omitempty"`
 	Force     bool                 `json:"force,omitempty"`
+	Upsert    bool                 `json:"upsert,omitempty"`   // OpPutStart: replace the key's value when it exists
+	SegName   string               `json:"seg_name,omitempty"` // OpReplicaClear: the segment ("" = every copy)
 	Pattern   string               `json:"pattern,omitempty"`
 	Batch     []Entry              `json:"batch,omitempty"`
 	Digest    string               `json:"digest,omitempty"` // OpVerify

@@ -414,7 +414,7 @@ func (s *Server) Ping(ctx context.Context, r *api.PingRequest) (*api.PingRespons
 
 func (s *Server) PutStart(ctx context.Context, r *api.PutStartRequest) (*api.PutStartResponse, error) {
 	cfg := r.Config
-	res := s.do(ctx, Entry{Op: OpPutStart, ClientID: r.ClientID, Key: r.Key, Size: r.Size, Config: &cfg})
+	res := s.do(ctx, Entry{Op: OpPutStart, ClientID: r.ClientID, Key: r.Key, Size: r.Size, Config: &cfg, Upsert: r.Upsert})
 	return &api.PutStartResponse{Status: res.Status(), Replicas: res.Replicas, Retry: res.Retry}, nil
 }
 
@@ -489,11 +489,26 @@ func (s *Server) BatchPutStart(ctx context.Context, r *api.BatchPutStartRequest)
 	}
 	cfg := r.Config
 	results, st := s.batch(ctx, r.ClientID, len(r.Keys), func(i int) Entry {
-		return Entry{Op: OpPutStart, Key: r.Keys[i], Size: r.Sizes[i], Config: &cfg}
+		return Entry{Op: OpPutStart, Key: r.Keys[i], Size: r.Sizes[i], Config: &cfg, Upsert: r.Upsert}
 	})
 	out := &api.BatchPutStartResponse{Status: st}
 	for _, res := range results {
 		out.Results = append(out.Results, api.PutStartResponse{Status: res.Status(), Replicas: res.Replicas, Retry: res.Retry})
+	}
+	return out, nil
+}
+
+// BatchReplicaClear drops the copies of the keys that may go (see State.replicaClear) and
+// lists them; keys that may not are skipped, as upstream's.
+func (s *Server) BatchReplicaClear(ctx context.Context, r *api.BatchReplicaClearRequest) (*api.BatchReplicaClearResponse, error) {
+	results, st := s.batch(ctx, r.ClientID, len(r.Keys), func(i int) Entry {
+		return Entry{Op: OpReplicaClear, Key: r.Keys[i], SegName: r.SegmentName}
+	})
+	out := &api.BatchReplicaClearResponse{Status: st, ClearedKeys: []string{}}
+	for i, res := range results {
+		if res.Code == api.OK && res.Count > 0 {
+			out.ClearedKeys = append(out.ClearedKeys, r.Keys[i])
+		}
 	}
 	return out, nil
 }

@@ -32,6 +32,11 @@ type object struct {
 	softPin      bool
 	softPinUntil int64
 	hardPin      bool
+	upsert       bool // a put in progress that replaces the key's value (upsert.go)
+	// Until PutEnd: the soft pin to set then (softPin, for softPinTTL ns), or keep the old
+	// value's pin (keepPin, an upsert with SoftPinPreserve).
+	softPinTTL int64
+	keepPin    bool
 	// Storage tiers (tier.go).
 	disk     *diskRec    // the object's G3 file, when it has one
 	offload  *offloadRec // a move to G3 in progress
@@ -73,6 +78,9 @@ type State struct {
 	clients  map[string][]string // client -> mounted segment IDs (sorted)
 	objects  map[string]*object
 	pending  map[string]*object // objects between PutStart and PutEnd/PutRevoke
+	// retired are the memory copies of objects an upsert replaced while readers held a lease on
+	// them: freed when the lease is over (upsert.go).
+	retired  []retiredRec
 	capacity uint64
 	used     uint64
 	applied  uint64
@@ -136,6 +144,7 @@ var entryOps = map[Op]func(*State, Entry) Result{
 	OpRemoveAll:      (*State).removeAll,
 	OpOffloadDone:    (*State).offloadDone,
 	OpPromoteDone:    (*State).promoteDone,
+	OpReplicaClear:   (*State).replicaClear,
 }
 
 func (s *State) apply(e Entry) Result {
@@ -252,6 +261,8 @@ func (s *State) unmountSegment(e Entry) Result {
 // dropSegment removes a segment: complete objects lose their replica there (and disappear with
 // their last replica); puts in progress with a replica there are revoked.
 func (s *State) dropSegment(seg *segment) {
+	s.dropPendingUpsertsOn(seg.ID)
+	s.dropRetiredOn(seg.ID)
 	for _, key := range s.sortedKeys() {
 		o := s.objects[key]
 		idx := slices.IndexFunc(o.replicas, func(r replicaRec) bool { return r.segID == seg.ID })
@@ -314,12 +325,14 @@ func (s *State) putStart(e Entry) Result {
 		return fail(api.INVALID_PARAMS, "value size is 0; empty values cannot be stored")
 	case cfg.ReplicaNum < 0:
 		return fail(api.INVALID_PARAMS, fmt.Sprintf("replica_num %d is negative", cfg.ReplicaNum))
+	case cfg.SoftPinAction < api.SoftPinPreserve || cfg.SoftPinAction > api.SoftPinDisable:
+		return fail(api.INVALID_PARAMS, fmt.Sprintf("soft_pin_action %d is not PRESERVE (0), ENABLE (1) or DISABLE (2)", cfg.SoftPinAction))
+	case cfg.SoftPinTTLMs != nil && !cfg.SoftPinEnabled():
+		return fail(api.INVALID_PARAMS, "soft_pin_ttl_ms is set but the soft pin is not enabled (soft_pin_action ENABLE or with_soft_pin)")
 	}
-	if o, ok := s.objects[e.Key]; ok {
-		if o.complete {
-			return fail(api.OBJECT_ALREADY_EXISTS, fmt.Sprintf("key %q already exists", e.Key))
-		}
-		if e.ClientID != "" && o.putClient == e.ClientID && o.size == e.Size && e.Now-o.putStarted < int64(s.cfg.PutStartDiscardTimeout) {
+	if o, ok := s.pending[e.Key]; ok {
+		if e.ClientID != "" && o.putClient == e.ClientID && o.size == e.Size && o.upsert == e.Upsert &&
+			e.Now-o.putStarted < int64(s.cfg.PutStartDiscardTimeout) {
 			// The same client asks again (a retry after a failover or a lost reply): the put
 			// it started is still open, so hand back the same replicas.
 			return Result{Replicas: s.describe(o), Size: o.size}
@@ -329,6 +342,9 @@ func (s *State) putStart(e Entry) Result {
 		}
 		s.deleteObject(o) // pre-empt a put-start left open too long
 		s.counters.ReclaimedPuts++
+	}
+	if o, ok := s.objects[e.Key]; ok && o.complete && !e.Upsert {
+		return fail(api.OBJECT_ALREADY_EXISTS, fmt.Sprintf("key %q already exists", e.Key))
 	}
 	// Fail fast when no amount of eviction could help.
 	need := alignUp(e.Size)
@@ -362,9 +378,15 @@ func (s *State) putStart(e Entry) Result {
 	}
 	o := &object{
 		key: e.Key, size: e.Size, replicas: reps, putClient: e.ClientID, putStarted: e.Now,
-		softPin: cfg.WithSoftPin, hardPin: cfg.WithHardPin,
+		softPin: cfg.SoftPinEnabled(), hardPin: cfg.WithHardPin, upsert: e.Upsert,
+		keepPin: e.Upsert && !cfg.SoftPinEnabled() && cfg.SoftPinAction == api.SoftPinPreserve,
 	}
-	s.objects[e.Key] = o
+	if o.softPin {
+		o.softPinTTL = s.softPinTTL(cfg)
+	}
+	if _, ok := s.objects[e.Key]; !ok {
+		s.objects[e.Key] = o // an upsert's new version stays out of objects until its PutEnd
+	}
 	s.pending[e.Key] = o
 	return Result{Replicas: s.describe(o), Size: o.size}
 }
@@ -438,36 +460,50 @@ func (s *State) candidateOrder(e Entry, cfg api.ReplicateConfig) []string {
 }
 
 func (s *State) putEnd(e Entry) Result {
-	o, r := s.lookup(e, "has no put in progress")
-	if o == nil {
+	if r, bad := keyFail(e.Key); bad {
 		return r
 	}
-	if o.complete {
-		return Result{}
+	o, ok := s.pending[e.Key]
+	if !ok {
+		if cur, ok := s.objects[e.Key]; ok && cur.complete {
+			return Result{} // a repeated PutEnd (a retry after a lost reply)
+		}
+		return fail(api.OBJECT_NOT_FOUND, fmt.Sprintf("key %q has no put in progress", e.Key))
 	}
 	if r, bad := otherPutter(e, o); bad {
 		return r
 	}
+	if o.softPin {
+		o.softPinUntil = e.Now + o.softPinTTL
+		o.softPin = o.softPinTTL > 0
+	}
+	if cur, ok := s.objects[e.Key]; ok && cur != o {
+		if o.keepPin {
+			o.softPin, o.softPinUntil = cur.softPin, cur.softPinUntil
+		}
+		s.retire(cur, e.Now) // an upsert: the old version goes as the new one becomes readable
+	}
+	s.objects[e.Key] = o
 	o.complete = true
+	o.upsert, o.keepPin, o.softPinTTL = false, false, 0
 	for i := range o.replicas {
 		o.replicas[i].status = api.ReplicaComplete
 	}
 	o.lastAccess = e.Now
-	if o.softPin {
-		ttl := min(s.cfg.DefaultKVSoftPinTTL, s.cfg.MaxKVSoftPinTTL)
-		o.softPinUntil = e.Now + int64(ttl)
-	}
 	delete(s.pending, e.Key)
 	return Result{}
 }
 
 func (s *State) putRevoke(e Entry) Result {
-	o, r := s.lookup(e, "has no put in progress")
-	if o == nil {
+	if r, bad := keyFail(e.Key); bad {
 		return r
 	}
-	if o.complete {
-		return fail(api.INVALID_WRITE, fmt.Sprintf("key %q is already complete; remove it instead", e.Key))
+	o, ok := s.pending[e.Key]
+	if !ok {
+		if cur, ok := s.objects[e.Key]; ok && cur.complete {
+			return fail(api.INVALID_WRITE, fmt.Sprintf("key %q is already complete; remove it instead", e.Key))
+		}
+		return fail(api.OBJECT_NOT_FOUND, fmt.Sprintf("key %q has no put in progress", e.Key))
 	}
 	if r, bad := otherPutter(e, o); bad {
 		return r
@@ -552,6 +588,8 @@ func (s *State) removeAll(e Entry) Result {
 	return Result{Count: n}
 }
 
+// deleteObject frees o's replicas and forgets it. o may be the readable version of its key, a
+// put in progress, or both (an upsert's new version is in pending only, beside the old one).
 func (s *State) deleteObject(o *object) {
 	for _, r := range o.replicas {
 		if seg, ok := s.segments[r.segID]; ok {
@@ -559,9 +597,13 @@ func (s *State) deleteObject(o *object) {
 			s.used -= alignUp(o.size)
 		}
 	}
-	s.dropTiers(o)
-	delete(s.objects, o.key)
-	delete(s.pending, o.key)
+	if s.objects[o.key] == o {
+		s.dropTiers(o)
+		delete(s.objects, o.key)
+	}
+	if s.pending[o.key] == o {
+		delete(s.pending, o.key)
+	}
 }
 
 // ---- background work: stale puts and eviction ----
@@ -577,7 +619,7 @@ func (s *State) NeedsTick(now int64) bool {
 			return true
 		}
 	}
-	return s.staleMoves(now)
+	return s.staleMoves(now) || s.retiredDue(now)
 }
 
 func (s *State) aboveWatermark() bool {
@@ -594,11 +636,22 @@ func (s *State) tick(now int64) Result {
 		}
 	}
 	n += int64(s.expireMoves(now))
+	n += int64(s.freeRetired(now))
 	if s.aboveWatermark() {
 		freed, sched := s.evictPass(now)
 		n += int64(freed + sched)
 	}
 	return Result{Count: n}
+}
+
+// softPinTTL is how long cfg's soft pin lasts, in ns: its own TTL or the default, at most the max.
+func (s *State) softPinTTL(cfg api.ReplicateConfig) int64 {
+	ttl := s.cfg.DefaultKVSoftPinTTL
+	if cfg.SoftPinTTLMs != nil {
+		ms := min(*cfg.SoftPinTTLMs, uint64(math.MaxInt64/int64(time.Millisecond)))
+		ttl = time.Duration(ms) * time.Millisecond
+	}
+	return int64(min(ttl, s.cfg.MaxKVSoftPinTTL))
 }
 
 func (s *State) softPinned(o *object, now int64) bool { return o.softPin && o.softPinUntil > now }

@@ -214,6 +214,11 @@ impl CConfig {
                 with_soft_pin: cfg.with_soft_pin as i32,
                 with_hard_pin: cfg.with_hard_pin as i32,
                 preferred_segments: segments.as_ref().map_or(ptr::null(), |s| s.as_ptr()),
+                // the C ABI's newer options, at their defaults (zero)
+                soft_pin_action: 0,
+                has_soft_pin_ttl: 0,
+                soft_pin_ttl_ms: 0,
+                prefer_alloc_in_same_node: 0,
             },
             _segments: segments,
         }))

@@ -1,0 +1,228 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/mooncake-go/mooncake/internal/memview"
+	"github.com/mooncake-go/mooncake/store/api"
+)
+
+// Ranged reads and multi-buffer transfers (upstream's get_into_ranges,
+// batch_get_into_multi_buffers and batch_put_from_multi_buffers).
+
+// Range is one fragment of a ranged read: Size bytes at offset Src of the value, copied to the
+// local address Dst.
+type Range struct {
+	Src  uint64
+	Dst  uintptr
+	Size uint64
+}
+
+// region returns the registered buffer holding addr.
+func (c *Client) region(addr uintptr) (base uintptr, n uint64, ok bool) {
+	c.regMu.RLock()
+	defer c.regMu.RUnlock()
+	for a, l := range c.regions {
+		if addr >= a && addr < a+uintptr(l) {
+			return a, l, true
+		}
+	}
+	return 0, 0, false
+}
+
+// GetRanges reads fragments of key's value under one lease: for each fragment the bytes read
+// or its error. Destinations must lie inside buffers registered with RegisterBuffer (checked
+// against their bounds); sources are checked against the value's size. Fragments need a memory
+// replica (as upstream's: ranged reads of disk replicas are not supported).
+func (c *Client) GetRanges(ctx context.Context, key string, frags []Range) ([]uint64, []error) {
+	got := make([]uint64, len(frags))
+	errs := make([]error, len(frags))
+	g, start, err := c.replicas(ctx, key)
+	if err != nil {
+		return got, fill(len(frags), err)
+	}
+	var mem []api.Replica
+	for _, r := range c.orderReplicas(g.Replicas) {
+		if !r.IsDisk() {
+			mem = append(mem, r)
+		}
+	}
+	for i, f := range frags {
+		errs[i] = c.readRange(ctx, key, g.Size, mem, f)
+		if errs[i] == nil {
+			got[i] = f.Size
+		}
+	}
+	if ttl := leaseTTL(g); ttl > 0 && sinceOver(start, ttl) {
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = api.Errorf(api.LEASE_EXPIRED, "get %s: the ranged read took longer than the %v lease; the data may have been replaced", quote(key), ttl)
+				got[i] = 0
+			}
+		}
+	}
+	return got, errs
+}
+
+func (c *Client) readRange(ctx context.Context, key string, size uint64, mem []api.Replica, f Range) error {
+	switch {
+	case f.Size == 0:
+		return api.Errorf(api.INVALID_PARAMS, "get %s: a fragment of 0 bytes", quote(key))
+	case f.Src > size || f.Size > size-f.Src:
+		return api.Errorf(api.INVALID_PARAMS, "get %s: bytes [%d, %d) are outside the %d-byte value", quote(key), f.Src, f.Src+f.Size, size)
+	}
+	base, n, ok := c.region(f.Dst)
+	if !ok {
+		return api.Errorf(api.INVALID_PARAMS, "get %s: destination %#x is not in a buffer registered with register_buffer", quote(key), f.Dst)
+	}
+	if uint64(f.Dst-base)+f.Size > n {
+		return api.Errorf(api.BUFFER_OVERFLOW, "get %s: %d bytes at %#x overflow the %d-byte registered buffer at %#x", quote(key), f.Size, f.Dst, n, base)
+	}
+	if len(mem) == 0 {
+		return api.Errorf(api.REPLICA_NOT_FOUND, "get %s: ranged reads need a memory replica and the object has none", quote(key))
+	}
+	dst := buf{b: memview.Bytes(f.Dst, int(f.Size)), registered: true}
+	var last error
+	for _, r := range mem {
+		rr := r
+		rr.Addr += f.Src
+		rr.Size = f.Size
+		if last = c.transfer(ctx, false, dst, rr); last == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("get %s: %w", quote(key), last)
+}
+
+// GetIntoBuffers reads key's value into the buffers in order (the first len(dsts[0]) bytes to
+// the first, ...) and returns the value's size. The buffers must hold the whole value.
+func (c *Client) GetIntoBuffers(ctx context.Context, key string, addrs []uintptr, sizes []uint64) (uint64, error) {
+	if len(addrs) != len(sizes) {
+		return 0, api.Errorf(api.INVALID_PARAMS, "get %s: %d buffers but %d sizes", quote(key), len(addrs), len(sizes))
+	}
+	g, start, err := c.replicas(ctx, key)
+	if err != nil {
+		return 0, err
+	}
+	var total uint64
+	for _, s := range sizes {
+		total += s
+	}
+	if total < g.Size {
+		return 0, api.Errorf(api.BUFFER_OVERFLOW, "get %s: the %d-byte value does not fit %d bytes of buffers", quote(key), g.Size, total)
+	}
+	var mem []api.Replica
+	for _, r := range c.orderReplicas(g.Replicas) {
+		if !r.IsDisk() {
+			mem = append(mem, r)
+		}
+	}
+	if len(mem) == 0 {
+		// a disk-only object: read it whole, then scatter
+		whole := make([]byte, g.Size)
+		if err := c.readInto(ctx, key, g, start, buf{b: whole}); err != nil {
+			return 0, err
+		}
+		var off uint64
+		for i, a := range addrs {
+			n := min(sizes[i], g.Size-off)
+			copy(memview.Bytes(a, int(n)), whole[off:off+n])
+			if off += n; off == g.Size {
+				break
+			}
+		}
+		return g.Size, nil
+	}
+	var off uint64
+	for i, a := range addrs {
+		if off == g.Size {
+			break
+		}
+		n := min(sizes[i], g.Size-off)
+		if n == 0 {
+			continue
+		}
+		if a == 0 {
+			return 0, api.Errorf(api.INVALID_PARAMS, "get %s: buffer %d is NULL", quote(key), i)
+		}
+		dst := buf{b: memview.Bytes(a, int(n)), registered: c.registered(a, n)}
+		var last error
+		for _, r := range mem {
+			rr := r
+			rr.Addr += off
+			rr.Size = n
+			if last = c.transfer(ctx, false, dst, rr); last == nil {
+				break
+			}
+		}
+		if last != nil {
+			return 0, fmt.Errorf("get %s: %w", quote(key), last)
+		}
+		off += n
+	}
+	if ttl := leaseTTL(g); ttl > 0 && sinceOver(start, ttl) {
+		return 0, api.Errorf(api.LEASE_EXPIRED, "get %s: the read took longer than the %v lease; the data may have been replaced", quote(key), ttl)
+	}
+	return g.Size, nil
+}
+
+// BatchPutFromBuffers stores, for each key, the concatenation of its buffers (zero-copy where
+// registered); one error (or nil) per key.
+func (c *Client) BatchPutFromBuffers(ctx context.Context, keys []string, addrs [][]uintptr, sizes [][]uint64, cfg api.ReplicateConfig) []error {
+	if len(addrs) != len(keys) || len(sizes) != len(keys) {
+		return fill(len(keys), api.Errorf(api.INVALID_PARAMS, "%d keys, %d buffer lists, %d size lists", len(keys), len(addrs), len(sizes)))
+	}
+	bufs := make([][]buf, len(keys))
+	errs := make([]error, len(keys))
+	for i := range keys {
+		if len(addrs[i]) != len(sizes[i]) {
+			errs[i] = api.Errorf(api.INVALID_PARAMS, "put %s: %d buffers but %d sizes", quote(keys[i]), len(addrs[i]), len(sizes[i]))
+			continue
+		}
+		for j, a := range addrs[i] {
+			if a == 0 && sizes[i][j] > 0 {
+				errs[i] = api.Errorf(api.INVALID_PARAMS, "put %s: buffer %d is NULL", quote(keys[i]), j)
+				break
+			}
+			bufs[i] = append(bufs[i], buf{b: memview.Bytes(a, int(sizes[i][j])), registered: c.registered(a, sizes[i][j])})
+		}
+	}
+	var okKeys []string
+	var okBufs [][]buf
+	var idx []int
+	for i := range keys {
+		if errs[i] == nil {
+			okKeys = append(okKeys, keys[i])
+			okBufs = append(okBufs, bufs[i])
+			idx = append(idx, i)
+		}
+	}
+	for j, e := range c.batchPut(ctx, okKeys, okBufs, cfg, false) {
+		errs[idx[j]] = e
+	}
+	return errs
+}
+
+func leaseTTL(g *api.GetReplicaListResponse) time.Duration {
+	return time.Duration(g.LeaseTTLMs) * time.Millisecond
+}
+
+func sinceOver(start time.Time, d time.Duration) bool { return time.Since(start) > d }
+
+// BatchReplicaClear drops this client's copies of keys on the segment segmentName (every copy,
+// the whole object, when empty) and returns the keys cleared; keys that are leased, still being
+// written, written by another client or missing are skipped.
+func (c *Client) BatchReplicaClear(ctx context.Context, keys []string, segmentName string) ([]string, error) {
+	rctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	resp, err := c.master.BatchReplicaClear(rctx, &api.BatchReplicaClearRequest{ClientID: c.id, Keys: keys, SegmentName: segmentName})
+	if err != nil {
+		return nil, c.rpcErr("batch_replica_clear", err)
+	}
+	if err := resp.Err(); err != nil {
+		return nil, fmt.Errorf("batch_replica_clear: %w", err)
+	}
+	return resp.ClearedKeys, nil
+}

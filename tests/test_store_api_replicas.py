@@ -1,0 +1,135 @@
+"""Replica-level calls of upstream's store API: get_replica_desc / batch_get_replica_desc
+(ReplicaDescriptor), batch_replica_clear, create_copy_task / create_move_task / query_task,
+remove_by_regex / remove_all / batch_remove, and the calls this build refuses with a clear error
+(setup_dummy). A real master and a second client process."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+from test_store import MB, master, new_store, run_peer, start_master, store  # noqa: F401
+from mooncake.store import (ErrorCode, MooncakeDistributedStore, QueryTaskResponse, ReplicaStatus,
+                            ReplicateConfig, TaskStatus, TaskType)
+
+
+def peer_host(master):
+    """A second client that stays up until its stdin closes; returns (process, its segment)."""
+    p = run_peer(master, """
+        print("UP", flush=True)
+        sys.stdin.readline()
+        s.close()
+    """, wait=False, stdin=subprocess.PIPE)
+    host = p.stdout.readline().split()[1]
+    assert p.stdout.readline().strip() == "UP"
+    return p, host
+
+
+def end(p):
+    p.stdin.close()
+    assert p.wait(timeout=60) == 0
+
+
+def wait_task(store, tid):
+    while True:  # the task runs on the store's own thread; it ends in SUCCESS or FAILED
+        resp, rc = store.query_task(tid)
+        assert rc == 0 and isinstance(resp, QueryTaskResponse)
+        if resp.status in (TaskStatus.SUCCESS, TaskStatus.FAILED):
+            return resp
+        time.sleep(0.01)
+
+
+def test_replica_desc(master, store):
+    p, peer = peer_host(master)
+    try:
+        assert store.put("two", b"v" * 1000, ReplicateConfig(replica_num=2)) == 0
+        ds = store.get_replica_desc("two")
+        assert len(ds) == 2
+        assert sorted(d.get_memory_descriptor().buffer_descriptor.transport_endpoint for d in ds) == sorted([store.get_hostname(), peer])
+        for d in ds:
+            assert d.is_memory_replica() and not d.is_disk_replica() and not d.is_local_disk_replica()
+            assert d.status == ReplicaStatus.COMPLETE and d["tier"] == "memory" and d["size"] == 1000
+            bd = d.get_memory_descriptor().buffer_descriptor
+            assert bd.size == 1000 and bd.buffer_address > 0 and bd.protocol == "tcp"
+        m = store.batch_get_replica_desc(["two", "nope"])
+        assert set(m) == {"two", "nope"} and len(m["two"]) == 2 and m["nope"] == []
+    finally:
+        end(p)
+
+
+def test_batch_replica_clear(start_master):
+    master = start_master("--client_ttl=2", "--default_kv_lease_ttl=600000")  # a lease outlasts the test
+    store = new_store(master)
+    p, peer = peer_host(master)
+    try:
+        keys = ["c1", "c2", "c3"]
+        for k in keys:
+            assert store.put(k, k.encode() * 100, ReplicateConfig(replica_num=2)) == 0
+        # clear the copies on the peer's segment: both keys stay readable from ours
+        assert store.batch_replica_clear(keys[:2], peer) == keys[:2]
+        for k in keys[:2]:
+            segs = [d.get_memory_descriptor().buffer_descriptor.transport_endpoint for d in store.get_replica_desc(k)]
+            assert segs == [store.get_hostname()]
+            assert store.get(k) == k.encode() * 100
+        # a leased key is skipped (the get above leased c1, c2); c3 has no lease: whole object
+        assert store.batch_replica_clear(["c1", "c3", "nope"]) == ["c3"]
+        assert store.is_exist("c3") == 0 and store.is_exist("c1") == 1
+        # another client's keys are skipped
+        q = run_peer(master, 'print("CLEARED", s.batch_replica_clear(["c2"]), flush=True)')
+        assert "CLEARED []" in q.output
+        assert store.batch_replica_clear([]) == []
+    finally:
+        end(p)
+        store.close()
+
+
+def test_copy_and_move_tasks(master, store):
+    p, peer = peer_host(master)
+    try:
+        v = bytes(range(256)) * 1000
+        assert store.put("t", v, ReplicateConfig(preferred_segment=store.get_hostname())) == 0
+        tid, rc = store.create_copy_task("t", [peer])
+        assert rc == 0 and tid != (0, 0)
+        resp = wait_task(store, tid)
+        assert resp.status == TaskStatus.SUCCESS and resp.type == TaskType.REPLICA_COPY, resp.message
+        segs = sorted(d["segment_name"] for d in store.get_replica_desc("t"))
+        assert segs == sorted([store.get_hostname(), peer]) and store.get("t") == v
+
+        tid, rc = store.create_move_task("t", store.get_hostname(), peer)
+        assert rc == 0
+        resp = wait_task(store, tid)
+        assert resp.status == TaskStatus.SUCCESS and resp.type == TaskType.REPLICA_MOVE, resp.message
+        assert [d["segment_name"] for d in store.get_replica_desc("t")] == [peer]
+        assert store.get("t") == v
+
+        # submission errors: no task
+        assert store.create_copy_task("nope", [peer]) == ((0, 0), ErrorCode.OBJECT_NOT_FOUND)
+        assert store.create_move_task("t", "nowhere:1", peer) == ((0, 0), ErrorCode.INVALID_PARAMS)
+        assert store.create_copy_task("t", []) == ((0, 0), ErrorCode.INVALID_PARAMS)
+        assert store.query_task((1, 2)) == (None, -1300)
+        # a copy to a segment that does not exist fails in the task, the value untouched
+        tid, rc = store.create_copy_task("t", ["nowhere:1"])
+        assert rc == 0
+        resp = wait_task(store, tid)
+        assert resp.status == TaskStatus.FAILED and "nowhere:1" in resp.message
+        assert store.get("t") == v
+    finally:
+        end(p)
+
+
+def test_removal_family(store):
+    for i in range(5):
+        assert store.put(f"rx/{i}", b"v") == 0
+    assert store.put("keep", b"k") == 0
+    assert store.remove_by_regex("^rx/[0-2]$") == 3
+    assert store.batch_is_exist([f"rx/{i}" for i in range(5)]) == [0, 0, 0, 1, 1]
+    assert store.remove_by_regex("(") == ErrorCode.INVALID_PARAMS
+    assert store.batch_remove(["rx/3", "nope"]) == [0, ErrorCode.OBJECT_NOT_FOUND]
+    assert store.remove_all() == 2
+    assert store.is_exist("keep") == 0 and store.is_exist("rx/4") == 0
+
+
+def test_refused_calls(master):
+    s = MooncakeDistributedStore()
+    assert s.setup_dummy(256 * MB, 64 * MB, "localhost:50052") == ErrorCode.INVALID_PARAMS
+    assert s.health_check() == 1
