@@ -239,3 +239,29 @@ def test_initialize_ext_metadata_types():
         finally:
             a.close()
             b.close()
+
+
+def test_store_setup_takes_get_engine():
+    """Upstream's clients pass te.get_engine() to the store's setup (engine=...)."""
+    import textwrap
+
+    from test_store import Master
+
+    m = Master()
+    try:
+        code = textwrap.dedent(f"""
+            from mooncake.engine import TransferEngine
+            from mooncake.store import MooncakeDistributedStore
+            te = TransferEngine()
+            assert te.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+            inner = te.get_engine()
+            s = MooncakeDistributedStore()
+            print(s.setup("127.0.0.1", "P2PHANDSHAKE", 16 << 20, 16 << 20, "tcp", "",
+                          {m.addr!r}, inner), inner.get_rpc_port() == te.get_rpc_port())
+            print(s.put("k", b"shared engine"), s.get("k"))
+            s.close()
+        """)
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+        assert r.stdout == "0 True\n0 b'shared engine'\n", r.stdout + r.stderr
+    finally:
+        m.stop()

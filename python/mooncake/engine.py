@@ -93,6 +93,12 @@ class InnerTransferEngine:
         self.handle = owner._need()
         self.segment_name = owner.get_segment_name()
 
+    def get_rpc_port(self) -> int:
+        return self._owner.get_rpc_port()
+
+    def get_segment_name(self) -> str:
+        return self.segment_name
+
     def __repr__(self) -> str:
         return f"InnerTransferEngine(segment_name={self.segment_name!r}, handle={self.handle})"
 
