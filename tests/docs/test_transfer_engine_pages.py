@@ -144,7 +144,7 @@ def test_hip_memory_registration():
                           "device memory: "), out
     assert out.rstrip("\n").endswith(REGISTER_HOST[2:]), out
     if gpus():
-        out = run_snippet("from mooncake.engine import last_error\n" + tcp,
+        out = run_snippet("from mooncake.engine import TransferEngine, last_error\n" + tcp,
                           "print('RC', te.register_memory(buf, 256 * 1024 * 1024, 'cuda:0'))\n")
         assert "RC -1" in out
 
