@@ -55,6 +55,9 @@ class KVPoll(enum.Enum):
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as the engines' HTTP clients expect
+    # Headers and body go out in two writes: without TCP_NODELAY, Nagle's algorithm holds the
+    # body until the client's delayed ACK (40 ms per request on Linux).
+    disable_nagle_algorithm = True
     server_version = "mooncake-http-metadata"
     owner: "KVBootstrapServer"  # set on the per-server subclass
 
