@@ -909,3 +909,57 @@ func mc_store_batch_replica_clear(h C.uint64_t, keys **C.char, n C.int32_t, segm
 	}
 	return C.int(len(done))
 }
+
+// ---- more segments ----
+
+// mc_store_mount_segment maps size bytes of the file path (from offset) and mounts them as a
+// new segment of this store; the segment id is copied to idbuf (copyOut: returns its length,
+// or a negative code).
+//
+//export mc_store_mount_segment
+func mc_store_mount_segment(h C.uint64_t, path *C.char, size, offset C.uint64_t, idbuf *C.char, buflen C.int32_t) C.int {
+	c, err := storeClient(h)
+	if err != nil {
+		return serr(err)
+	}
+	if path == nil {
+		return serr(api.Errorf(api.INVALID_PARAMS, "path is NULL"))
+	}
+	id, err := c.MountSegment(context.Background(), C.GoString(path), uint64(size), uint64(offset))
+	if err != nil {
+		return serr(err)
+	}
+	return copyOut(id, idbuf, C.int(buflen))
+}
+
+// mc_store_allocate_and_mount_segment allocates size bytes (rounded up to pages) and mounts
+// them as a new segment; *allocated gets the size, idbuf the id (copyOut).
+//
+//export mc_store_allocate_and_mount_segment
+func mc_store_allocate_and_mount_segment(h C.uint64_t, size C.uint64_t, allocated *C.uint64_t, idbuf *C.char, buflen C.int32_t) C.int {
+	c, err := storeClient(h)
+	if err != nil {
+		return serr(err)
+	}
+	id, n, err := c.AllocateAndMountSegment(context.Background(), uint64(size))
+	if err != nil {
+		return serr(err)
+	}
+	if allocated != nil {
+		*allocated = C.uint64_t(n)
+	}
+	return copyOut(id, idbuf, C.int(buflen))
+}
+
+// mc_store_unmount_segments unmounts segments from mc_store_mount_segment (free=0) or
+// mc_store_allocate_and_mount_segment (free=1) and releases their memory; an unknown id (or
+// one of the other kind) changes nothing.
+//
+//export mc_store_unmount_segments
+func mc_store_unmount_segments(h C.uint64_t, ids **C.char, n C.int32_t, free C.int32_t) C.int {
+	c, ks, err := batchArgs(h, ids, n)
+	if err != nil {
+		return serr(err)
+	}
+	return serr(c.UnmountSegments(context.Background(), ks, free != 0))
+}

@@ -296,3 +296,31 @@ def test_master_port_and_max_threads_flags():
         stop(p)
     r = subprocess.run([master_bin(), "--port=99999"], capture_output=True, text=True, timeout=30)
     assert r.returncode != 0 and "--port=99999 is not a valid port" in r.stderr
+
+
+def test_mooncake_client_upstream_flags(master):
+    from conftest import go_command
+    p = subprocess.Popen([go_command("mooncake_client"), f"--master_server_address={master.addr}", "--host=127.0.0.1",
+                          "--port=0", "--global_segment_size=16MB", "--threads=4", "--tenant_id=default",
+                          "--enable_offload=false"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = p.stdout.readline()
+        assert line.startswith("MOONCAKE_CLIENT_READY segment=127.0.0.1:"), line
+    finally:
+        stop(p)
+    r = subprocess.run([go_command("mooncake_client"), f"--master_server_address={master.addr}", "--enable_offload=true",
+                        "--port=0", "--global_segment_size=16MB"], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "enable_ssd_offload" in r.stderr
+    r = subprocess.run([go_command("mooncake_client"), "--help"], capture_output=True, text=True, timeout=60)
+    assert "-port int" in r.stderr and "(default 50052)" in r.stderr
+
+
+def test_init_all_from_environment(master, monkeypatch):
+    monkeypatch.setenv("MOONCAKE_MASTER", master.addr)
+    monkeypatch.setenv("MC_LOCAL_HOSTNAME", "127.0.0.1")
+    s = MooncakeDistributedStore()
+    assert s.init_all("tcp", "", 16 * MB) == 0
+    try:
+        assert s.put("ia", b"init_all") == 0 and s.get("ia") == b"init_all"
+    finally:
+        s.close()

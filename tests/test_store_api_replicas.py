@@ -133,3 +133,43 @@ def test_refused_calls(master):
     s = MooncakeDistributedStore()
     assert s.setup_dummy(256 * MB, 64 * MB, "localhost:50052") == ErrorCode.INVALID_PARAMS
     assert s.health_check() == 1
+
+
+def test_more_segments(master, tmp_path):
+    s = MooncakeDistributedStore()
+    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 8 * MB, "tcp", "", master.addr) == 0  # no memory of its own
+    try:
+        assert s.put("nowhere", b"x") == ErrorCode.NO_AVAILABLE_HANDLE
+        r = s.allocate_and_mount_segment(4 * MB + 1)
+        assert r["ret"] == 0 and len(r["segment_ids"]) == 1 and r["allocated_size"] == 4 * MB + 4096
+        v = bytes(range(256)) * 8192
+        assert s.put("alloc", v) == 0
+        path = tmp_path / "seg"
+        with open(path, "wb") as f:
+            f.truncate(4 * MB)
+        m = s.mount_segment(str(path), 2 * MB, offset=4096)
+        assert m["ret"] == 0 and m["segment_ids"][0] != r["segment_ids"][0]
+        # a second process reads values placed on either segment
+        assert s.put("first", b"A" * 1000, ReplicateConfig(replica_num=2)) == 0
+        assert s.put("onfile", b"F" * 5000, ReplicateConfig(preferred_segment=m["segment_ids"][0])) == 0
+        with open(path, "rb") as f:  # the bytes are in the mapped file
+            assert b"F" * 5000 in f.read()
+        p = run_peer(master, 'print("GOT", s.get("alloc") == bytes(range(256)) * 8192, s.get("first") == b"A" * 1000, '
+                             's.get("onfile") == b"F" * 5000, flush=True)')
+        assert "GOT True True True" in p.output
+        # wrong kinds and unknown ids change nothing
+        assert s.unmount_segment(r["segment_ids"]) == ErrorCode.INVALID_PARAMS
+        assert s.unmount_and_free_segment(m["segment_ids"]) == ErrorCode.INVALID_PARAMS
+        assert s.unmount_segment(["nope"]) == ErrorCode.SEGMENT_NOT_FOUND
+        assert s.unmount_segment(m["segment_ids"], grace_period_seconds=5) == ErrorCode.INVALID_PARAMS
+        assert s.mount_segment(str(path), 8 * MB)["ret"] == ErrorCode.INVALID_PARAMS  # file too short
+        assert s.mount_segment(str(tmp_path / "missing"), MB)["ret"] == ErrorCode.INVALID_PARAMS
+        assert s.get("first") == b"A" * 1000
+        # unmounting the file segment drops the copies there; the other survives
+        assert s.unmount_segment(m["segment_ids"]) == 0
+        assert s.get("first") == b"A" * 1000
+        assert s.unmount_and_free_segment(r["segment_ids"]) == 0
+        assert s.is_exist("alloc") == 0 and s.is_exist("first") == 0
+        assert s.put("nowhere", b"x") == ErrorCode.NO_AVAILABLE_HANDLE
+    finally:
+        s.close()

@@ -138,6 +138,17 @@ int64_t mc_store_remove_all(uint64_t store);                                    
 int mc_store_batch_replica_clear(uint64_t store, const char *const *keys, int32_t n,
                                  const char *segment, int32_t *cleared);
 
+/* More segments. mc_store_mount_segment maps size bytes of the file path from offset (a page
+ * multiple) and mounts them; mc_store_allocate_and_mount_segment allocates size bytes (rounded
+ * up to pages; *allocated gets the size). Both copy the new segment id into idbuf and return its
+ * length (or <0). mc_store_unmount_segments unmounts ids of the first kind (free=0) or of the
+ * second (free=1) and releases their memory; an unknown id changes nothing. */
+int mc_store_mount_segment(uint64_t store, const char *path, uint64_t size, uint64_t offset,
+                           char *idbuf, int32_t buflen);
+int mc_store_allocate_and_mount_segment(uint64_t store, uint64_t size, uint64_t *allocated,
+                                        char *idbuf, int32_t buflen);
+int mc_store_unmount_segments(uint64_t store, const char *const *ids, int32_t n, int32_t free);
+
 #ifdef __cplusplus
 }
 #endif

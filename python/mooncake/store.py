@@ -273,6 +273,9 @@ def _lib():
                     "mc_store_get_into_buffers": (_i64, [_u64, _cs, _i32, _P(_u64), _P(_u64)]),
                     "mc_store_batch_put_from_buffers": (ctypes.c_int, [_u64, _P(_cs), _i32, _P(_i32), _P(_u64), _P(_u64), cfg, _P(_i32)]),
                     "mc_store_batch_replica_clear": (ctypes.c_int, [_u64, _P(_cs), _i32, _cs, _P(_i32)]),
+                    "mc_store_mount_segment": (ctypes.c_int, [_u64, _cs, _u64, _u64, _cs, _i32]),
+                    "mc_store_allocate_and_mount_segment": (ctypes.c_int, [_u64, _u64, _P(_u64), _cs, _i32]),
+                    "mc_store_unmount_segments": (ctypes.c_int, [_u64, _P(_cs), _i32, _i32]),
                     "mc_store_close": (ctypes.c_int, [_u64]),
                     "mc_store_health_check": (ctypes.c_int, [_u64]),
                     "mc_store_get_hostname": (ctypes.c_int, [_u64, _cs, _i32]),
@@ -1418,6 +1421,60 @@ class MooncakeDistributedStore:
     def query_task(self, task_id) -> tuple:
         """(QueryTaskResponse, 0) for a task this store created, or (None, TASK_NOT_FOUND)."""
         return _tasks(self).query(task_id)
+
+    # ---- more segments ----
+    def mount_segment(self, path: str, size: int, offset: int = 0, protocol: str = "tcp",
+                      location: str = "") -> Dict[str, Any]:
+        """Maps ``size`` bytes of the file ``path`` (e.g. under /dev/shm) from ``offset`` (a
+        multiple of the page size) and mounts them as another segment of this client:
+        ``{"ret": 0 or a negative code, "segment_ids": [...]}``. ``protocol`` must be the store's
+        ("tcp"); ``location`` is accepted (a locality hint; host memory here)."""
+        if protocol not in ("", "tcp"):
+            log.error("mount_segment: protocol %r: this build transfers over tcp only", protocol)
+            return {"ret": ErrorCode.INVALID_PARAMS, "segment_ids": []}
+        buf = ctypes.create_string_buffer(256)
+        rc = _lib().mc_store_mount_segment(self._h, str(path).encode(), int(size), int(offset), buf, 256)
+        if rc < 0:
+            log.error("mount_segment(%r) failed: %s", path, last_error())
+            return {"ret": rc, "segment_ids": []}
+        return {"ret": 0, "segment_ids": [buf.value.decode()]}
+
+    def allocate_and_mount_segment(self, size: int, protocol: str = "tcp", location: str = "") -> Dict[str, Any]:
+        """Allocates ``size`` bytes (rounded up to pages) in this process and mounts them as
+        another segment: ``{"ret", "segment_ids", "allocated_size"}``."""
+        if protocol not in ("", "tcp"):
+            log.error("allocate_and_mount_segment: protocol %r: this build transfers over tcp only", protocol)
+            return {"ret": ErrorCode.INVALID_PARAMS, "segment_ids": [], "allocated_size": 0}
+        buf = ctypes.create_string_buffer(256)
+        got = _u64()
+        rc = _lib().mc_store_allocate_and_mount_segment(self._h, int(size), ctypes.byref(got), buf, 256)
+        if rc < 0:
+            log.error("allocate_and_mount_segment(%d) failed: %s", size, last_error())
+            return {"ret": rc, "segment_ids": [], "allocated_size": 0}
+        return {"ret": 0, "segment_ids": [buf.value.decode()], "allocated_size": got.value}
+
+    def unmount_segment(self, segment_ids: Sequence[str], grace_period_seconds: int = 0) -> int:
+        """Unmounts segments from mount_segment and unmaps their files; 0 or a negative code.
+        A positive ``grace_period_seconds`` (upstream: readable but closed to new allocations
+        meanwhile) is refused: the master here has no such segment state."""
+        return self._unmount(segment_ids, grace_period_seconds, False, "unmount_segment")
+
+    def unmount_and_free_segment(self, segment_ids: Sequence[str], grace_period_seconds: int = 0) -> int:
+        """Unmounts segments from allocate_and_mount_segment and frees their memory."""
+        return self._unmount(segment_ids, grace_period_seconds, True, "unmount_and_free_segment")
+
+    def _unmount(self, ids, grace, free: bool, what: str) -> int:
+        if grace:
+            log.error("%s(grace_period_seconds=%r): grace periods are not supported in this build; pass 0", what, grace)
+            return ErrorCode.INVALID_PARAMS
+        n = len(ids)
+        if n == 0:
+            return 0
+        karr, keep = _keys(ids)
+        rc = _lib().mc_store_unmount_segments(self._h, karr, n, int(free))
+        if rc != 0:
+            log.error("%s failed: %s", what, last_error())
+        return rc
 
     # ---- hardware- or deployment-bound ----
     def setup_dummy(self, mem_pool_size: int, local_buffer_size: int, server_address: str) -> int:

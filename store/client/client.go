@@ -76,7 +76,9 @@ type Client struct {
 	cc        *masterConn
 	master    *api.MasterClient
 
-	segment   *api.Segment // nil for a pure client
+	segment   *api.Segment         // nil for a pure client
+	extra     map[string]*extraSeg // segments mounted after setup, by id (segments.go; segMu)
+	extraN    int                  // extra segments mounted so far (their ids)
 	stageAddr uintptr
 	stageSize uint64
 	chunk     uint64
@@ -189,7 +191,7 @@ func NewWithEngine(ctx context.Context, eng Engine, cfg Config) (*Client, error)
 		return nil, api.Errorf(api.INVALID_PARAMS, "%v", err)
 	}
 	c := &Client{cfg: cfg, eng: eng, id: newID(), cc: cc, master: api.NewMasterClient(cc),
-		segIDs: map[string]engine.SegmentID{}, regions: map[uintptr]uint64{}, healthy: true, done: make(chan struct{})}
+		segIDs: map[string]engine.SegmentID{}, extra: map[string]*extraSeg{}, regions: map[uintptr]uint64{}, healthy: true, done: make(chan struct{})}
 	fail := func(err error) (*Client, error) {
 		c.release()
 		return nil, err
@@ -293,6 +295,7 @@ func (c *Client) heartbeat(ctx context.Context) {
 			continue
 		}
 		c.setHealth(true, nil)
+		c.remountExtra(ctx, resp.MountedSegments)
 		if c.segment != nil && !containsStr(resp.MountedSegments, c.segment.ID) {
 			if err := c.mount(ctx); err != nil {
 				log.Printf("mooncake store client: re-mount of %s failed: %v", c.segment.Name, err)
@@ -338,6 +341,9 @@ func (c *Client) Close() error {
 			c.stop()
 			<-c.done
 			c.bg.Wait()
+		}
+		if e := c.closeExtra(); e != nil {
+			err = e
 		}
 		if c.segment != nil {
 			ctx, cancel := c.rpcCtx(context.Background())

@@ -34,7 +34,10 @@ func run(args []string) error {
 	devices := fs.String("device_names", "", "NICs for rdma-like protocols (comma-separated)")
 	meta := fs.String("metadata_server", engine.P2PHandshake, "metadata server: P2PHANDSHAKE, http://h:p/metadata, etcd://h:p, redis://h:p")
 	segSize := fs.String("global_segment_size", "4 GB", "memory contributed to the store")
-	bufSize := fs.String("local_buffer_size", "16 MB", "staging buffer")
+	bufSize := fs.String("local_buffer_size", "0", "staging buffer (0: 16 MB)")
+	fs.Int("threads", 1, "accepted for compatibility with upstream's mooncake_client (its RPC service threads; this client serves no RPC)")
+	offload := fs.Bool("enable_offload", false, "client-local SSD offload (not implemented in this build: true is refused)")
+	tenant := fs.String("tenant_id", "default", "tenant namespace (only \"default\" in this build)")
 	if err := fs.Parse(args); err != nil {
 		return cli.Usagef("bad command line: %w", err)
 	}
@@ -51,6 +54,9 @@ func run(args []string) error {
 	buf, err := client.ParseSize(*bufSize)
 	if err != nil {
 		return cli.Usagef("--local_buffer_size: %w", err)
+	}
+	if *tenant != "default" {
+		return cli.Usagef("--tenant_id=%q: tenant namespaces are not supported in this build (only \"default\")", *tenant)
 	}
 	if *port < 0 || *port > 65535 {
 		return cli.Usagef("--port=%d is not a valid port", *port)
@@ -72,7 +78,7 @@ func run(args []string) error {
 	cfg := config.StoreClient(client.Config{
 		LocalHostname: name, MetadataServer: *meta,
 		GlobalSegmentSize: seg, LocalBufferSize: buf, Protocol: *protocol, DeviceName: *devices,
-		MasterServerAddress: *master,
+		MasterServerAddress: *master, EnableSSDOffload: *offload,
 	})
 	c, err := client.New(ctx, cfg)
 	if err != nil {

@@ -1,5 +1,5 @@
 // Package mastercmd is the command mooncake_master, which runs the metadata service of Mooncake
-// Store: the gRPC master service (--rpc_port, default 50051), the admin HTTP API with Prometheus
+// Store: the gRPC master service (--port, alias --rpc_port, default 50051), the admin HTTP API with Prometheus
 // metrics (--metrics_port, default 9003) and, with --enable_http_metadata_server, the transfer
 // engine's HTTP metadata server (--http_metadata_server_port, default 8080) so a store needs no
 // other service.
