@@ -40,7 +40,7 @@ var (
 
 // Master start: read when mooncake_master starts.
 var (
-	SnapshotLocalPath  = knob("MOONCAKE_SNAPSHOT_LOCAL_PATH", String, "", MasterStart, "directory of the local snapshot backend when --snapshot_backup_dir is empty")
+	SnapshotLocalPath  = knob("MOONCAKE_SNAPSHOT_LOCAL_PATH", String, "", MasterStart, "directory of the local snapshot backend when --snapshot_backup_dir is empty (neither: /tmp/mooncake_snapshots)")
 	SnapshotS3Endpoint = knob("MOONCAKE_SNAPSHOT_S3_ENDPOINT", String, "", MasterStart, "S3 endpoint of the s3 snapshot backend (empty: AWS)")
 	SnapshotS3Bucket   = knob("MOONCAKE_SNAPSHOT_S3_BUCKET", String, "", MasterStart, "bucket of the s3 snapshot backend (required for it)")
 	SnapshotS3Prefix   = knob("MOONCAKE_SNAPSHOT_S3_PREFIX", String, "", MasterStart, "key prefix of the s3 snapshot backend")

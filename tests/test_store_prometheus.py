@@ -48,7 +48,12 @@ def test_promtool_check_metrics_clean(master):
                  "mooncake_master_get_replica_list_failures_total 1", "mooncake_master_put_end_requests_total 1"):
         assert name in body, name
     r = subprocess.run([_tool("promtool"), "check", "metrics"], input=body, capture_output=True, text=True)
-    assert r.returncode == 0 and r.stdout.strip() == "" and r.stderr.strip() == "", r.stdout + r.stderr
+    # The one lint finding is upstream's name: mooncake_master_kv_object_count is a gauge (as
+    # Mooncake's monitoring page shows it) whose name ends in _count, which promlint reserves
+    # for histograms and summaries.
+    known = 'mooncake_master_kv_object_count non-histogram and non-summary metrics should not have "_count" suffix'
+    problems = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.strip() and ln.strip() != known]
+    assert r.returncode in (0, 3) and problems == [], r.stdout + r.stderr
 
 
 def test_prometheus_scrapes_master(master):

@@ -30,6 +30,7 @@ import ctypes
 import enum
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
@@ -76,6 +77,7 @@ __all__ = [
     "get_failed_ranks_hint",
     "get_local_success",
     "get_backend",
+    "get_preferred_hca",
     "BACKEND_CPU",
     "BACKEND_CUDA",
 ]
@@ -259,6 +261,17 @@ def get_active_ranks(pg: Any = None) -> torch.Tensor:
     if b.name() == BACKEND_CUDA and torch.cuda.is_available():
         t = t.cuda()  # on the group's device
     return t
+
+
+def get_preferred_hca(pg: Any, location: str) -> str:
+    """The RDMA HCA (NIC) upstream's topology prefers for memory at ``location`` ("cpu:N" or
+    "cuda:N"). This build's engine moves the group's data over tcp and shared memory and uses
+    no HCA, so the answer is "" (what upstream answers when its topology lists no preferred
+    HCA for the location)."""
+    get_backend(pg)
+    if not isinstance(location, str) or not re.fullmatch(r"(cpu|cuda):\d+", location):
+        raise ValueError(f"mooncake: get_preferred_hca: location must be 'cpu:N' or 'cuda:N', got {location!r}")
+    return ""
 
 
 def get_current_epoch(pg: Any = None) -> int:

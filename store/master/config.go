@@ -283,7 +283,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.SnapshotRetentionCount, "snapshot_retention_count", c.SnapshotRetentionCount, "snapshots kept")
 	fs.StringVar(&c.SnapshotBackendType, "snapshot_backend_type", c.SnapshotBackendType, "snapshot backend: local or s3 (MOONCAKE_SNAPSHOT_S3_* environment)")
 	fs.BoolVar(&c.EnableSnapshotRestore, "enable_snapshot_restore", c.EnableSnapshotRestore, "load the newest valid snapshot at start")
-	fs.StringVar(&c.SnapshotBackupDir, "snapshot_backup_dir", c.SnapshotBackupDir, "local snapshot directory (default: MOONCAKE_SNAPSHOT_LOCAL_PATH)")
+	fs.StringVar(&c.SnapshotBackupDir, "snapshot_backup_dir", c.SnapshotBackupDir, "local snapshot directory (default: MOONCAKE_SNAPSHOT_LOCAL_PATH, else /tmp/mooncake_snapshots)")
 	hs := &c.HotStandby
 	fs.StringVar(&hs.StandbyID, "standby_id", hs.StandbyID, "name of this master in standby logs")
 	fs.StringVar(&hs.PrimaryAddress, "primary_address", hs.PrimaryAddress, "accepted for compatibility: the standby finds the primary through --etcd_endpoints")

@@ -276,7 +276,7 @@ class FreshHost:
             for name, addr in names.items():
                 f.write(f"{addr} {name}\n")
         self._holder = subprocess.Popen(
-            ["unshare", "--net", "--mount", "--propagation", "private", "--fork", "sh", "-c",
+            ["unshare", "--net", "--mount", "--propagation", "private", "sh", "-c",
              f"ip link set lo up && mount --bind {hosts_file} /etc/hosts && echo ready && "
              "exec sleep 100000"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -285,9 +285,8 @@ class FreshHost:
             err = self._holder.stderr.read() if self._holder.poll() is not None else ""
             self._holder.kill()
             raise RuntimeError(f"cannot make a private network namespace: {err.strip()}")
-        # unshare --fork: the namespaces belong to its child (sh, now sleep).
-        self._ns_pid = int(subprocess.check_output(
-            ["pgrep", "-P", str(self._holder.pid)], text=True).split()[0])
+        # unshare entered the namespaces and exec'd sh, which exec'd sleep: the same process.
+        self._ns_pid = self._holder.pid
 
     def private_dir(self, path: str) -> None:
         """An empty tmpfs at ``path`` on this host only (the page's directories, e.g.
@@ -303,13 +302,15 @@ class FreshHost:
         subprocess.run(self._enter() + ["mount", "-t", "tmpfs", "tmpfs", path], check=True,
                        capture_output=True)
 
-    def _enter(self) -> List[str]:
-        return ["nsenter", f"--target={self._ns_pid}", "--net", "--mount"]
+    def _enter(self, cwd: Optional[str] = None) -> List[str]:
+        # nsenter --mount starts in / unless told the directory (--wd).
+        return ["nsenter", f"--target={self._ns_pid}", "--net", "--mount",
+                f"--wd={cwd or self.workdir}"]
 
     def sh(self, command: str, env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None,
            timeout: float = 120.0, check: bool = False) -> Result:
         """Runs a shell command line (bash) on the host to completion."""
-        p = subprocess.run(self._enter() + ["bash", "-c", command], env=venv_env(env),
+        p = subprocess.run(self._enter(cwd) + ["bash", "-c", command], env=venv_env(env),
                            cwd=cwd or self.workdir, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True, timeout=timeout)
         r = Result(p.returncode, p.stdout)
@@ -318,7 +319,7 @@ class FreshHost:
     def spawn(self, command: str, name: str, env: Optional[Dict[str, str]] = None,
               cwd: Optional[str] = None) -> Proc:
         """Starts a long-running shell command line on the host (stopped at teardown)."""
-        p = Proc(self._enter() + ["bash", "-c", command], name, self.workdir, venv_env(env),
+        p = Proc(self._enter(cwd) + ["bash", "-c", command], name, self.workdir, venv_env(env),
                  cwd=cwd or self.workdir)
         self.procs.append(p)
         return p
@@ -328,7 +329,7 @@ class FreshHost:
         """A process on the host with the caller's pipes (``kw``: subprocess.Popen's); the
         caller waits for it."""
         kw.setdefault("cwd", self.workdir)
-        return subprocess.Popen(self._enter() + list(argv), env=venv_env(env), **kw)
+        return subprocess.Popen(self._enter(kw["cwd"]) + list(argv), env=venv_env(env), **kw)
 
     def python(self, code: str, env: Optional[Dict[str, str]] = None, **kw) -> subprocess.Popen:
         """This interpreter running ``code`` on the host (see popen)."""
