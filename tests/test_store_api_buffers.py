@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ctypes
 import gc
-import os
 import random
 import subprocess
 

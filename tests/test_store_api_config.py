@@ -10,7 +10,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from datetime import datetime
 
 import pytest
@@ -324,3 +323,11 @@ def test_init_all_from_environment(master, monkeypatch):
         assert s.put("ia", b"init_all") == 0 and s.get("ia") == b"init_all"
     finally:
         s.close()
+
+
+def test_hardware_protocols_fail_clearly(master, caplog):
+    for proto in ("rdma", "efa", "ascend"):
+        s = MooncakeDistributedStore()
+        assert s.setup("127.0.0.1", "P2PHANDSHAKE", 16 * MB, 8 * MB, proto, "mlx5_0", master.addr) == ErrorCode.INVALID_PARAMS
+        assert f'protocol "{proto}"' in s._setup_error and "not supported on this host" in s._setup_error
+        assert s.health_check() == 1

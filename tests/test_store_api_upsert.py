@@ -113,3 +113,40 @@ def test_upsert_across_clients_readers_never_see_a_mix(master, store):
         p.stdin.close()
         p.wait(timeout=60)
     assert p.returncode == 0
+
+
+def test_client_killed_mid_upsert_keeps_a_whole_value(master, store):
+    """A second client upserts one key over and over onto our segment and is killed mid-way:
+    the key holds one whole value afterwards (an old or a new one), the killed client's open
+    upsert is reclaimed at its expiry, and then the key takes upserts again."""
+    import signal
+    import time
+    size = 4 << 20
+    assert store.put("k", b"\x00" * size) == 0
+    p = run_peer(master, f"""
+        cfg = ReplicateConfig(); cfg.preferred_segment = {store.get_hostname()!r}
+        i = 0
+        while True:
+            assert s.upsert("k", bytes([1 + i % 250]) * {size}, cfg) == 0
+            i += 1
+            if i == 3:
+                print("RUNNING", flush=True)
+    """, wait=False)
+    try:
+        for line in p.stdout:
+            if line.startswith("RUNNING"):
+                break
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        v = store.get("k")
+        assert len(v) == size and v.count(v[:1]) == size, "a mix of versions is visible"
+        # the dead client expires (client_ttl): its segment and its open upsert (if any) go;
+        # then upserts work again
+        while master.http("/get_all_segments").split() != [store.get_hostname()] or \
+                master.metric("mooncake_master_pending_tasks") > 0:
+            time.sleep(0.1)
+        assert store.upsert("k", b"after") == 0 and store.get("k") == b"after"
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()

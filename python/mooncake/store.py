@@ -11,6 +11,11 @@ bytes read or a negative code; ``is_exist`` 1/0/negative; ``get_size`` bytes or 
 1 not set up, 2 master unreachable. ``last_error()`` gives the message of the calling thread's
 last failure.
 
+Beyond put/get: ``upsert*`` (insert or replace, swapped atomically by the master), zero-copy
+``get_buffer`` (BufferHandle), ranged and multi-buffer reads and writes, replica descriptors,
+``batch_replica_clear``, copy/move tasks and extra segments. docs/store.md lists every method of
+upstream's reference with what it does here.
+
 Tensors: ``put_tensor`` stores a tensor (any dtype and shape, CPU or CUDA — read back on the CPU),
 or a list/tuple/dict of tensors, in a self-describing format; ``get_tensor`` rebuilds it.
 """
@@ -874,7 +879,18 @@ def _tasks(store: "MooncakeDistributedStore") -> _TaskRunner:
         return store._task_runner
 
 
-class MooncakeDistributedStore:
+# The tensor methods live in store_tensor.TensorMixin when that module is present.
+try:
+    from .store_tensor import TensorMixin as _TensorMixin
+except ModuleNotFoundError as _e:
+    if _e.name != f"{__package__}.store_tensor":
+        raise
+
+    class _TensorMixin:  # type: ignore[no-redef]
+        pass
+
+
+class MooncakeDistributedStore(_TensorMixin):
     """A client of Mooncake Store. Call ``setup`` first, ``close`` at the end."""
 
     def __init__(self):

@@ -13,8 +13,11 @@
 //     PutEnd — or PutRevoke on any failure, so a failed or interrupted put is never visible) and
 //     gets by asking the master for replicas (granting a lease) and reading the best one: the
 //     local segment, then any same-host segment (a memcpy through MapRemote), then tcp;
-//   - pings the master every second and re-mounts its segment when the master no longer lists
-//     it (after a client_ttl expiry or a master restart);
+//   - upserts the same way (the master swaps versions at PutEnd), reads byte ranges and
+//     scatters/gathers values over several buffers (ranges.go), and mounts more segments than
+//     the first (segments.go: a mapped file or more shared memory);
+//   - pings the master every second and re-mounts its segments when the master no longer lists
+//     them (after a client_ttl expiry or a master restart);
 //   - talks to the master through store/api with a per-call timeout, so a master that is down
 //     gives a clear RPC_FAIL/RPC_TIMEOUT error, never a hang.
 //

@@ -29,10 +29,17 @@
 //     OBJECT_ALREADY_EXISTS, which clients treat as success (write-once). An unfinished put may
 //     be pre-empted after put_start_discard_timeout (30 s) and is reclaimed after
 //     put_start_release_timeout (600 s), or at once when its client expires.
+//   - An upsert (put_start with Entry.Upsert) inserts or replaces: the new version is written
+//     beside the readable old one (it waits in pending, out of objects) and put_end swaps them;
+//     the old version's memory is freed at once, or when the readers' lease ends (upsert.go).
+//     A put_start may carry its own soft-pin TTL, and on an upsert keep (PRESERVE) or drop
+//     (DISABLE) the old version's pin.
+//   - replica_clear drops a key's copies on one segment (or the whole object) for the client
+//     that wrote it, when no reader holds a lease (upstream's BatchReplicaClear).
 //   - A get (grant_lease) returns the replicas and extends the lease to now+default_kv_lease_ttl.
 //     Leased objects are neither evicted nor removed without force (OBJECT_HAS_LEASE).
 //   - Hard-pinned objects are never evicted and are removed only by force or remove_all.
-//     Soft pins last default_kv_soft_pin_ttl from put_end (capped by max_kv_soft_pin_ttl), are not
+//     Soft pins last default_kv_soft_pin_ttl (or the put's own TTL) from put_end (capped by max_kv_soft_pin_ttl), are not
 //     extended by reads, and soft-pinned objects are evicted last and only when
 //     allow_evict_soft_pinned_objects.
 //   - Eviction runs above eviction_high_watermark_ratio (a tick entry) and when an allocation
