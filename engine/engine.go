@@ -81,14 +81,8 @@ type Engine struct {
 // New starts an engine: it binds the RPC/data listener, chooses the segment name, connects
 // to the metadata store (unless P2PHANDSHAKE) and publishes the (empty) descriptor.
 func New(ctx context.Context, cfg Config) (*Engine, error) {
-	proto := strings.ToLower(strings.TrimSpace(cfg.Protocol))
-	switch {
-	case proto == "" || proto == "tcp" || proto == "shm":
-	case hasNeeds(proto):
-		return nil, realHost().unsupportedProtocol(proto)
-	default:
-		return nil, fmt.Errorf("unknown protocol %q: %w (known: \"tcp\", \"shm\"; upstream's %s need hardware drivers this build does not have)",
-			cfg.Protocol, ErrNotSupported, knownUnsupported())
+	if err := CheckProtocol(cfg.Protocol); err != nil {
+		return nil, err
 	}
 	meta := strings.TrimSpace(cfg.MetadataServer)
 	if meta == "" {

@@ -197,3 +197,20 @@ func knownUnsupported() string {
 	sort.Strings(names)
 	return strings.Join(names, ", ")
 }
+
+// CheckProtocol returns nil for the protocols this build drives ("tcp", "shm", "" = tcp) and,
+// for any other, the ErrNotSupported error New gives: for upstream's hardware protocols it
+// names what the protocol needs and what this host has of it. Callers that share an engine
+// (the store's setup) use it to refuse a protocol with the same words.
+func CheckProtocol(protocol string) error {
+	proto := strings.ToLower(strings.TrimSpace(protocol))
+	switch {
+	case proto == "" || proto == "tcp" || proto == "shm":
+		return nil
+	case hasNeeds(proto):
+		return realHost().unsupportedProtocol(proto)
+	default:
+		return fmt.Errorf("unknown protocol %q: %w (known: \"tcp\", \"shm\"; upstream's %s need hardware drivers this build does not have)",
+			protocol, ErrNotSupported, knownUnsupported())
+	}
+}
