@@ -124,3 +124,15 @@ func TestNewAndRegisterFailWithTheHostsStory(t *testing.T) {
 		t.Fatalf("the same memory as cpu:0: %v", err)
 	}
 }
+
+func TestCheckProtocol(t *testing.T) {
+	for _, p := range []string{"", "tcp", "TCP", " shm "} {
+		if err := CheckProtocol(p); err != nil {
+			t.Errorf("%q: %v", p, err)
+		}
+	}
+	_, newErr := New(context.Background(), Config{Protocol: "cxl", LocalServerName: "127.0.0.1"})
+	if err := CheckProtocol("cxl"); err == nil || newErr == nil || err.Error() != newErr.Error() {
+		t.Errorf("CheckProtocol and New disagree: %v / %v", err, newErr)
+	}
+}
