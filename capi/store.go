@@ -246,8 +246,8 @@ func storeSetup(h C.uint64_t, base client.Config, ssdOffload bool, offloadPath s
 	cfg := config.StoreClient(base)
 	// The process-wide engine may exist already (tcp): refuse another protocol here rather than
 	// run over tcp while the caller asked for rdma.
-	if p := strings.ToLower(strings.TrimSpace(cfg.Protocol)); p != "" && p != "tcp" && p != "shm" {
-		return serr(api.Errorf(api.INVALID_PARAMS, "protocol %q: not supported on this host (this build moves data over tcp and shared memory)", cfg.Protocol))
+	if err := engine.CheckProtocol(cfg.Protocol); err != nil {
+		return serr(api.Errorf(api.INVALID_PARAMS, "%v", err))
 	}
 	if cfg.MasterServerAddress == "" {
 		return serr(api.Errorf(api.INVALID_PARAMS, "master_server_address is empty (want host:port of mooncake_master)"))

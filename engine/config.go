@@ -45,10 +45,3 @@ type Config struct {
 	AuthToken     string
 	AuthTokenFile string
 }
-
-// Protocols that exist upstream but need hardware or libraries this build does not drive.
-var unsupportedProtocols = map[string]bool{
-	"rdma": true, "efa": true, "nvlink": true, "nvlink_intra": true, "mnnvl": true,
-	"cxl": true, "nvmeof": true, "ascend": true, "hccl": true, "hip": true, "barex": true,
-	"ubshmem": true, "gds": true,
-}

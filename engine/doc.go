@@ -23,7 +23,10 @@
 //     lies in a shared buffer goes through engine/transport/shm (a memcpy into a mapping of
 //     the peer's memfd); everything else (plain registered memory, another host, or
 //     MC_FORCE_TCP=1) goes through engine/transport/tcp. Protocols this build cannot drive
-//     (rdma, nvlink, cxl, efa, ...) fail with ErrNotSupported.
+//     (rdma, nvlink, cxl, efa, ...) and device-memory locations ("cuda:N", "npu:N", ...) fail
+//     with ErrNotSupported, worded with what the host has (hardware.go: "it needs an RDMA NIC
+//     and this host has none (/sys/class/infiniband lists none)", or "this host has ..., but
+//     this build has no rdma transport yet").
 //
 // Mapping peers' memory. MapRemote returns a view of a same-host peer's shared buffer that
 // lasts while the peer lives; MapRemotePinned returns one with a release function that stays

@@ -87,13 +87,8 @@ type Engine struct {
 // New starts an engine: it binds the RPC/data listener, chooses the segment name, connects
 // to the metadata store (unless P2PHANDSHAKE) and publishes the (empty) descriptor.
 func New(ctx context.Context, cfg Config) (*Engine, error) {
-	proto := strings.ToLower(strings.TrimSpace(cfg.Protocol))
-	switch {
-	case proto == "" || proto == "tcp" || proto == "shm":
-	case unsupportedProtocols[proto]:
-		return nil, fmt.Errorf("protocol %q: %w (this build moves data over tcp and shared memory)", cfg.Protocol, ErrNotSupported)
-	default:
-		return nil, fmt.Errorf("unknown protocol %q: %w", cfg.Protocol, ErrNotSupported)
+	if err := CheckProtocol(cfg.Protocol); err != nil {
+		return nil, err
 	}
 	meta := strings.TrimSpace(cfg.MetadataServer)
 	if meta == "" {

@@ -129,6 +129,9 @@ func (e *Engine) RegisterLocalMemoryBatch(bufs []Buffer, location string) error 
 		return ErrClosed
 	}
 	location = normLocation(location)
+	if err := realHost().deviceLocation(location); err != nil {
+		return err
+	}
 	e.segMu.Lock()
 	for i, b := range bufs {
 		if err := e.insertLocked(&localBuf{addr: uint64(b.Addr), length: b.Length, location: location}); err != nil {

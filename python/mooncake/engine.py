@@ -12,13 +12,26 @@ from __future__ import annotations
 import ctypes
 import enum
 import json
+import sys
 import threading
 from typing import Iterable, List, Sequence
 
 from . import _native
 from ._native import MooncakeError
 
-__all__ = ["TransferEngine", "TransferOpcode", "TransferStatus", "MooncakeError", "last_error"]
+__all__ = ["TransferEngine", "TransferOpcode", "TransferStatus", "TransferNotify",
+           "InnerTransferEngine", "MooncakeError", "last_error", "SUPPORT_CUDA", "SUPPORT_EFA",
+           "SUPPORT_HIP", "SUPPORT_MNNVL", "SUPPORT_MUSA", "SUPPORT_INTRA_NVLINK"]
+
+# Upstream's compile-time feature flags. This build moves host memory over tcp and shared
+# memory; it registers no device memory and has none of these transports (asking for one gives
+# an error naming what the host lacks), so all are False.
+SUPPORT_CUDA = False
+SUPPORT_EFA = False
+SUPPORT_HIP = False
+SUPPORT_MNNVL = False
+SUPPORT_MUSA = False
+SUPPORT_INTRA_NVLINK = False
 
 _u64 = ctypes.c_uint64
 _i32 = ctypes.c_int32
@@ -41,6 +54,82 @@ class TransferStatus(enum.IntEnum):
     COMPLETED = 4
     TIMEOUT = 5
     FAILED = 6
+
+
+class TransferNotify(tuple):
+    """A notification: ``name`` and ``msg`` (upstream's class). ``get_notifies()`` returns
+    these; being a ``(name, msg)`` tuple too, they unpack, compare and serialise like one."""
+
+    __slots__ = ()
+
+    def __new__(cls, name: str = "", msg: str = ""):
+        if not isinstance(name, str) or not isinstance(msg, str):
+            raise TypeError(f"TransferNotify(name, msg) takes two str, got "
+                            f"{type(name).__name__} and {type(msg).__name__}")
+        return super().__new__(cls, (name, msg))
+
+    @property
+    def name(self) -> str:
+        return self[0]
+
+    @property
+    def msg(self) -> str:
+        return self[1]
+
+    def __repr__(self) -> str:
+        return f"TransferNotify(name={self.name!r}, msg={self.msg!r})"
+
+
+class InnerTransferEngine:
+    """What ``TransferEngine.get_engine()`` returns: the Go engine behind a TransferEngine
+    (``handle`` in libmooncake, ``segment_name``). In one process, the store and the process
+    groups use the first engine the process created, so create the TransferEngine first when
+    they should share it (upstream passes get_engine() to them for the same purpose)."""
+
+    __slots__ = ("handle", "segment_name", "_owner")
+
+    def __init__(self, owner: "TransferEngine") -> None:
+        self._owner = owner
+        self.handle = owner._need()
+        self.segment_name = owner.get_segment_name()
+
+    def get_rpc_port(self) -> int:
+        return self._owner.get_rpc_port()
+
+    def get_segment_name(self) -> str:
+        return self.segment_name
+
+    def __repr__(self) -> str:
+        return f"InnerTransferEngine(segment_name={self.segment_name!r}, handle={self.handle})"
+
+
+def _notify_pair(notify) -> "tuple[str, str] | None":
+    if notify is None:
+        return None
+    if isinstance(notify, TransferNotify):
+        return (notify.name, notify.msg)
+    if isinstance(notify, (tuple, list)) and len(notify) == 2 and all(isinstance(x, str) for x in notify):
+        return (notify[0], notify[1])
+    raise TypeError(f"notify must be a TransferNotify(name, msg) or None, got {type(notify).__name__}")
+
+
+def _device_location(addr: int, length: int, location: str) -> str:
+    """The location to register [addr, addr+length) with: a block of allocate_gpu_memory is
+    device memory whatever tag the caller gave (the engine then refuses it by name)."""
+    gpu = sys.modules.get("mooncake._gpu")  # only when allocate_gpu_memory was used
+    if gpu is not None:
+        block = gpu.gpu_block(addr, length)
+        if block is not None:
+            prefix = gpu.runtime().tag
+            return f"{prefix}:{block[1]}"
+    return location
+
+
+def _cuda_stream_sync(api: str, stream_ptr: int) -> None:
+    """Waits for the work queued on a CUDA stream so far; raises RuntimeError naming what this
+    host lacks when there is no CUDA."""
+    from . import _gpu
+    _gpu.stream_synchronize(api, stream_ptr)
 
 
 def last_error() -> str:
@@ -142,6 +231,10 @@ class TransferEngine:
     def get_rpc_port(self) -> int:
         return _lib().mc_engine_rpc_port(self._need())
 
+    def get_engine(self) -> InnerTransferEngine:
+        """The engine behind this TransferEngine (see InnerTransferEngine)."""
+        return InnerTransferEngine(self)
+
     def get_segment_name(self) -> str:
         """This engine's segment name (host:rpc_port under P2PHANDSHAKE)."""
         return _native.read_string(_lib().mc_engine_segment_name, self._need())
@@ -153,6 +246,10 @@ class TransferEngine:
 
     # -- memory ---------------------------------------------------------------------------
     def register_memory(self, buffer_addr: int, capacity: int, location: str = "cpu:0") -> int:
+        """Registers [buffer_addr, buffer_addr+capacity) of host memory ("cpu:N"). Device
+        memory ("cuda:N", or a block of mooncake.allocate_gpu_memory under any tag) cannot be
+        registered by this build: -1, and last_error() says what the host has and lacks."""
+        location = _device_location(buffer_addr, capacity, location)
         return 0 if _lib().mc_engine_register(self._need(), buffer_addr, capacity,
                                               _native.cstr(location)) == 0 else -1
 
@@ -164,9 +261,12 @@ class TransferEngine:
         if len(buffer_addresses) != len(capacities):
             return -1
         n = len(buffer_addresses)
+        loc = "cpu:0"
+        for a, c in zip(buffer_addresses, capacities):
+            loc = _device_location(a, c, loc)
         return 0 if _lib().mc_engine_register_batch(
             self._need(), _arr(_u64, buffer_addresses), _arr(_u64, capacities), n,
-            b"cpu:0") == 0 else -1
+            _native.cstr(loc)) == 0 else -1
 
     def batch_unregister_memory(self, buffer_addresses: Sequence[int]) -> int:
         return 0 if _lib().mc_engine_unregister_batch(
@@ -256,19 +356,25 @@ class TransferEngine:
             return -1
         return self._wait_free(batch)
 
+    # transport_hint: upstream's TENT-only per-request transport pin, ignored by its classic
+    # backend; accepted and ignored here likewise (this build has one data path per peer).
     def transfer_sync_write(self, target_hostname: str, buffer: int, peer_buffer_address: int,
-                            length: int) -> int:
+                            length: int, transport_hint: str = "") -> int:
         return self._sync(target_hostname, TransferOpcode.Write, [buffer], [peer_buffer_address],
                           [length])
 
     def transfer_sync_read(self, target_hostname: str, buffer: int, peer_buffer_address: int,
-                           length: int) -> int:
+                           length: int, transport_hint: str = "") -> int:
         return self._sync(target_hostname, TransferOpcode.Read, [buffer], [peer_buffer_address],
                           [length])
 
     def transfer_sync(self, target_hostname: str, buffer: int, peer_buffer_address: int,
-                      length: int, opcode: TransferOpcode) -> int:
-        return self._sync(target_hostname, int(opcode), [buffer], [peer_buffer_address], [length])
+                      length: int, opcode: TransferOpcode, notify: TransferNotify | None = None,
+                      transport_hint: str = "") -> int:
+        """One READ or WRITE; ``notify`` (a TransferNotify) reaches the peer's get_notifies()
+        once the transfer completed. 0 or -1."""
+        return self._sync(target_hostname, int(opcode), [buffer], [peer_buffer_address], [length],
+                          _notify_pair(notify))
 
     def transfer_sync_write_with_notify(self, target_hostname: str, buffer: int,
                                         peer_buffer_address: int, length: int,
@@ -277,14 +383,24 @@ class TransferEngine:
                           [length], (notify_name, notify_msg))
 
     def batch_transfer_sync_write(self, target_hostname: str, buffers: List[int],
-                                  peer_buffer_addresses: List[int], lengths: List[int]) -> int:
+                                  peer_buffer_addresses: List[int], lengths: List[int],
+                                  transport_hint: str = "") -> int:
         return self._sync(target_hostname, TransferOpcode.Write, buffers, peer_buffer_addresses,
                           lengths)
 
     def batch_transfer_sync_read(self, target_hostname: str, buffers: List[int],
-                                 peer_buffer_addresses: List[int], lengths: List[int]) -> int:
+                                 peer_buffer_addresses: List[int], lengths: List[int],
+                                 transport_hint: str = "") -> int:
         return self._sync(target_hostname, TransferOpcode.Read, buffers, peer_buffer_addresses,
                           lengths)
+
+    def batch_transfer_sync(self, target_hostname: str, buffers: List[int],
+                            peer_buffer_addresses: List[int], lengths: List[int],
+                            opcode: TransferOpcode, notify: TransferNotify | None = None,
+                            transport_hint: str = "") -> int:
+        """A batch of READs or WRITEs, then ``notify`` (optional). 0 or -1."""
+        return self._sync(target_hostname, int(opcode), buffers, peer_buffer_addresses, lengths,
+                          _notify_pair(notify))
 
     def _async(self, target_hostname, opcode, buffers, peers, lengths) -> int:
         try:
@@ -293,19 +409,68 @@ class TransferEngine:
             return 0
 
     def batch_transfer_async_write(self, target_hostname: str, buffers: List[int],
-                                   peer_buffer_addresses: List[int], lengths: List[int]) -> int:
+                                   peer_buffer_addresses: List[int], lengths: List[int],
+                                   transport_hint: str = "") -> int:
         return self._async(target_hostname, TransferOpcode.Write, buffers,
                            peer_buffer_addresses, lengths)
 
     def batch_transfer_async_read(self, target_hostname: str, buffers: List[int],
-                                  peer_buffer_addresses: List[int], lengths: List[int]) -> int:
+                                  peer_buffer_addresses: List[int], lengths: List[int],
+                                  transport_hint: str = "") -> int:
         return self._async(target_hostname, TransferOpcode.Read, buffers,
                            peer_buffer_addresses, lengths)
 
+    def batch_transfer_async(self, target_hostname: str, buffers: List[int],
+                             peer_buffer_addresses: List[int], lengths: List[int],
+                             opcode: TransferOpcode, transport_hint: str = "") -> int:
+        """Submits a batch of READs or WRITEs and returns at once: the batch id (0 on failure).
+        Poll it with transfer_check_status(id) (1 done, 0 running, -1 failed, -2 timed out) or
+        wait with get_batch_transfer_status([id, ...]); either frees the batch when final."""
+        try:
+            op = TransferOpcode(int(opcode))
+        except (TypeError, ValueError):
+            return 0
+        return self._async(target_hostname, int(op), buffers, peer_buffer_addresses, lengths)
+
     def transfer_submit_write(self, target_hostname: str, buffer: int, peer_buffer_address: int,
-                              length: int) -> int:
+                              length: int, transport_hint: str = "") -> int:
         return self._async(target_hostname, TransferOpcode.Write, [buffer],
                            [peer_buffer_address], [length])
+
+    # -- on a CUDA stream -------------------------------------------------------------------
+    # Upstream schedules these with cudaLaunchHostFunc. Here they wait for the work already
+    # queued on the stream, run the transfer, and return when it is done (so later work on the
+    # stream sees it); without CUDA they raise RuntimeError naming what the host lacks.
+    def _on_cuda(self, api, target_hostname, opcode, buffers, peers, lengths, stream_ptr):
+        _cuda_stream_sync(api, stream_ptr)
+        try:
+            batch = self._submit(target_hostname, opcode, buffers, peers, lengths)
+        except MooncakeError as e:
+            raise RuntimeError(f"{api}: {e}") from e
+        if self._wait_free(batch) != 0:
+            raise RuntimeError(f"{api}: the transfer to {target_hostname} failed: {last_error()}")
+
+    def transfer_write_on_cuda(self, target_hostname: str, buffer: int, peer_buffer_address: int,
+                               length: int, stream_ptr: int = 0, transport_hint: str = "") -> None:
+        self._on_cuda("transfer_write_on_cuda", target_hostname, TransferOpcode.Write, [buffer],
+                      [peer_buffer_address], [length], stream_ptr)
+
+    def transfer_read_on_cuda(self, target_hostname: str, buffer: int, peer_buffer_address: int,
+                              length: int, stream_ptr: int = 0, transport_hint: str = "") -> None:
+        self._on_cuda("transfer_read_on_cuda", target_hostname, TransferOpcode.Read, [buffer],
+                      [peer_buffer_address], [length], stream_ptr)
+
+    def batch_transfer_write_on_cuda(self, target_hostname: str, buffers: List[int],
+                                     peer_buffer_addresses: List[int], lengths: List[int],
+                                     stream_ptr: int = 0, transport_hint: str = "") -> None:
+        self._on_cuda("batch_transfer_write_on_cuda", target_hostname, TransferOpcode.Write,
+                      buffers, peer_buffer_addresses, lengths, stream_ptr)
+
+    def batch_transfer_read_on_cuda(self, target_hostname: str, buffers: List[int],
+                                    peer_buffer_addresses: List[int], lengths: List[int],
+                                    stream_ptr: int = 0, transport_hint: str = "") -> None:
+        self._on_cuda("batch_transfer_read_on_cuda", target_hostname, TransferOpcode.Read,
+                      buffers, peer_buffer_addresses, lengths, stream_ptr)
 
     def get_batch_transfer_status(self, batch_ids: Iterable[int]) -> int:
         """Waits for every batch, frees them; 0 if all completed, -1 otherwise."""
@@ -340,10 +505,11 @@ class TransferEngine:
         return 0 if _lib().mc_engine_send_notify(self._need(), seg, _native.cstr(name),
                                                  _native.cstr(msg)) == 0 else -1
 
-    def get_notifies(self) -> list[tuple[str, str]]:
-        """Drains received notifications, oldest first, as (name, msg) pairs."""
+    def get_notifies(self) -> list[TransferNotify]:
+        """Drains received notifications, oldest first (TransferNotify: .name, .msg; each also
+        equals its (name, msg) tuple)."""
         raw = _native.read_string(_lib().mc_engine_get_notifies, self._need(), initial=65536)
-        return [(n["name"], n["msg"]) for n in json.loads(raw or "[]")]
+        return [TransferNotify(n["name"], n["msg"]) for n in json.loads(raw or "[]")]
 
     def send_probe(self, target_hostname: str) -> int:
         """0 if the peer answers, -1 otherwise."""
