@@ -1,4 +1,4 @@
-"""docs/upstream/deployment__multi-tier-storage.md, block by block (docs/docs-tests-tiers.md
+"""docs/upstream/deployment__multi-tier-storage.md, block by block (docs/docs-tests.md
 lists each one and what the test changes).
 
 The master runs on a fresh host (a private network namespace, conftest.FreshHost), so the

@@ -2,7 +2,7 @@
 integration.md), on a fresh host (a private network namespace) so its fixed addresses
 (localhost:8080, localhost:50051, localhost:12345/12346) work as written.
 
-Substitutions (docs/docs-tests-b.md): upstream's paths mooncake-rl/examples/ and
+Substitutions (docs/docs-tests.md): upstream's paths mooncake-rl/examples/ and
 mooncake-transfer-engine/example/http-metadata-server-python/ are our examples/; `pip install
 aiohttp` is dropped (our bootstrap server needs only the standard library); ./build/mooncake_master
 is the installed mooncake_master; the clients' "rdma"/"erdma_N" (no RDMA NIC here: asserted) become

@@ -2,7 +2,7 @@
 rust/ (rust/mooncake_store, rust/transfer_engine), built by cargo (no CMake). Commands run on a
 fresh host (private network namespace) for the page's ports 8080 and 50051.
 
-Substitutions (docs/docs-tests-b.md): upstream's paths (mooncake-store/rust, build/...,
+Substitutions (docs/docs-tests.md): upstream's paths (mooncake-store/rust, build/...,
 mooncake-transfer-engine/rust/target/release) are rust/ and rust/target/debug; the CMake targets
 are `cargo build`; the snippet's "node1"/10.0.0.1 are localhost and "rdma"/"mlx5_0" are "tcp"/""
 (the literal "rdma" is run first: its error names the missing NIC); the page's step 8

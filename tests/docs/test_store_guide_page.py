@@ -2,7 +2,7 @@
 guide.md: the S3 snapshot backend and the Redis HA backend), on a fresh host (private network
 namespace) so the page's port 50051 and Redis addresses work as written.
 
-Substitutions (docs/docs-tests-b.md): the S3 bucket is a local MinIO started with the page's
+Substitutions (docs/docs-tests.md): the S3 bucket is a local MinIO started with the page's
 keys as its credentials, reached through MOONCAKE_SNAPSHOT_S3_ENDPOINT (the page's literal command,
 with no endpoint, is run first: it names the S3 host it cannot reach); --snapshot_interval_seconds
 300 -> 1 so a snapshot is taken during the test; Redis 10.0.0.10 -> 127.0.0.1 (a redis-server on

@@ -1,6 +1,6 @@
 """The transfer-engine design pages (docs/upstream/design__transfer-engine__*.md): the index and
 the seven accelerator/specialised transport pages. Every code block is a test here (see
-docs/docs-tests-b.md): the Python snippets run as written and, on a host without the hardware,
+docs/docs-tests.md): the Python snippets run as written and, on a host without the hardware,
 fail with an error naming what is missing; the CMake build lines have no counterpart (this build
 is `go build`, with no hardware features to switch on: the engine's SUPPORT_* flags say so);
 shell diagnostics run where their tools exist."""
