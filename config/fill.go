@@ -68,6 +68,7 @@ func ProcessEngine() engine.Config {
 func Metadata(o metadata.Options) metadata.Options {
 	setString(&o.RedisPassword, RedisPassword)
 	setString(&o.RedisDBIndex, RedisDBIndex)
+	o.Etcd = Etcd()
 	return o
 }
 
@@ -77,6 +78,7 @@ func HA(o ha.Options) ha.Options {
 	setString(&o.RedisPassword, RedisPassword)
 	setString(&o.RedisDBIndex, RedisDBIndex)
 	o.TLS = TLSClient(o.TLS)
+	o.Etcd = Etcd()
 	return o
 }
 

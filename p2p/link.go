@@ -38,7 +38,7 @@ type peer struct {
 	lastAlive atomic.Int64 // unix ns of the last message or answered probe
 	segName   atomic.Pointer[string]
 	engineID  atomic.Pointer[string]
-	instance  atomic.Uint64 // the peer endpoint's Info.Instance
+	instance  atomic.Uint64                 // the peer endpoint's Info.Instance
 	link      atomic.Pointer[link]          // what the creditor writes to
 	reset     atomic.Pointer[chan struct{}] // Reconnect asks progress to reset the receive side
 }

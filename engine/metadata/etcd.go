@@ -9,6 +9,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/mooncake-go/mooncake/etcdsec"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -26,14 +28,18 @@ type etcdStore struct {
 	cli       *clientv3.Client
 }
 
-func openEtcd(endpoints []string) (*etcdStore, error) {
-	cli, err := clientv3.New(clientv3.Config{
+func openEtcd(endpoints []string, sec etcdsec.Options) (*etcdStore, error) {
+	cfg := clientv3.Config{
 		Endpoints:   endpoints,
 		DialTimeout: DefaultTimeout,
 		// Errors come back to the caller; the client's own log lines would only be noise
 		// inside a Python process.
 		Logger: zap.NewNop(),
-	})
+	}
+	if err := sec.Apply(&cfg); err != nil {
+		return nil, fmt.Errorf("metadata: etcd at %s: %w", strings.Join(endpoints, ","), err)
+	}
+	cli, err := clientv3.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("metadata: connecting to etcd at %s: %w", strings.Join(endpoints, ","), err)
 	}

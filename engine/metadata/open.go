@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mooncake-go/mooncake/auth"
+	"github.com/mooncake-go/mooncake/etcdsec"
 )
 
 // P2PHandshake is the connection string that selects direct peer-to-peer handshakes
@@ -33,9 +34,10 @@ func Open(conn string) (Store, error) { return OpenWith(conn, Options{}) }
 // zero value means none. The package reads no environment: capi/ and cmd/ fill them from the
 // knobs named below (package config).
 type Options struct {
-	RedisPassword string      // Redis password when the URL has none (MC_REDIS_PASSWORD)
-	RedisDBIndex  string      // Redis database index when the URL names none, a number >= 0 (MC_REDIS_DB_INDEX)
-	AuthToken     *auth.Token // signs requests to an HTTP metadata server that requires it (nil: the engine's own token, MC_AUTH_TOKEN)
+	RedisPassword string          // Redis password when the URL has none (MC_REDIS_PASSWORD)
+	RedisDBIndex  string          // Redis database index when the URL names none, a number >= 0 (MC_REDIS_DB_INDEX)
+	AuthToken     *auth.Token     // signs requests to an HTTP metadata server that requires it (nil: the engine's own token, MC_AUTH_TOKEN)
+	Etcd          etcdsec.Options // etcd credentials and TLS (MC_ETCD_CONF_FILE, MC_ETCD_TLS_*)
 }
 
 // OpenWith is Open with settings the connection string leaves out.
@@ -54,7 +56,7 @@ func OpenWith(conn string, o Options) (Store, error) {
 		if err != nil {
 			return nil, fmt.Errorf("metadata: connection string %q is not a known form (%s): %w", conn, connHelp, err)
 		}
-		return openEtcd(eps)
+		return openEtcd(eps, o.Etcd)
 	}
 	switch strings.ToLower(scheme) {
 	case "http", "https":
@@ -64,7 +66,7 @@ func OpenWith(conn string, o Options) (Store, error) {
 		if err != nil {
 			return nil, fmt.Errorf("metadata: bad etcd connection string %q (want etcd://host:port[,host:port]): %w", conn, err)
 		}
-		return openEtcd(eps)
+		return openEtcd(eps, o.Etcd)
 	case "redis", "rediss":
 		return openRedis(conn, o)
 	default:

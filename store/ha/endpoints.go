@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/mooncake-go/mooncake/etcdsec"
 	"github.com/mooncake-go/mooncake/store/tlsconf"
 )
 
@@ -44,6 +45,8 @@ type Endpoints struct {
 	TLS bool
 	// TLSFiles are the client's TLS files (Options.TLS), used when TLS is set.
 	TLSFiles tlsconf.Client
+	// Etcd are the MC_ETCD_* settings (Options.Etcd) an etcd connection applies.
+	Etcd etcdsec.Options
 }
 
 func (e Endpoints) String() string {
@@ -73,6 +76,9 @@ type Options struct {
 	// server's certificate must chain to, default the system's; MC_TLS_CERT_FILE and
 	// MC_TLS_KEY_FILE: a client certificate for servers that require one).
 	TLS tlsconf.Client
+	// Etcd: credentials and TLS of etcd endpoints under upstream's names (MC_ETCD_CONF_FILE,
+	// MC_ETCD_TLS_*); with MC_ETCD_TLS_CA_CERT set, etcd:// endpoints are dialled over TLS too.
+	Etcd etcdsec.Options
 }
 
 // ParseEndpointsWith is ParseEndpoints where o's Redis password and database apply when the
@@ -82,7 +88,7 @@ func ParseEndpointsWith(s string, o Options) (Endpoints, error) {
 	if raw == "" {
 		return Endpoints{}, fmt.Errorf("ha: no endpoints given (want e.g. \"http://127.0.0.1:2379\" or \"redis://127.0.0.1:6379\")")
 	}
-	ep := Endpoints{TLSFiles: o.TLS}
+	ep := Endpoints{TLSFiles: o.TLS, Etcd: o.Etcd}
 	dbSet := false
 	etcdTLS := map[bool]bool{}
 	for _, item := range strings.FieldsFunc(raw, func(r rune) bool { return r == ';' || r == ',' || r == ' ' }) {
@@ -217,7 +223,7 @@ func DialEndpoints(ctx context.Context, ep Endpoints) (*Conn, error) {
 				return nil, fmt.Errorf("ha: TLS to %s: %w", ep, err)
 			}
 		}
-		cli, err := clientv3.New(clientv3.Config{
+		cfg := clientv3.Config{
 			TLS:                  tc,
 			Endpoints:            ep.Addrs,
 			DialTimeout:          DefaultTimeout,
@@ -225,7 +231,11 @@ func DialEndpoints(ctx context.Context, ep Endpoints) (*Conn, error) {
 			DialKeepAliveTimeout: 2 * time.Second,
 			Logger:               zap.NewNop(),
 			Context:              context.Background(),
-		})
+		}
+		if err := ep.Etcd.Apply(&cfg); err != nil {
+			return nil, fmt.Errorf("ha: etcd %s: %w", ep, err)
+		}
+		cli, err := clientv3.New(cfg)
 		if err != nil {
 			return nil, fmt.Errorf("ha: connecting to %s: %w", ep, err)
 		}
