@@ -24,6 +24,7 @@ import "C"
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"strings"
 	"sync"
 	"unsafe"
@@ -42,6 +43,7 @@ type storeHandle struct {
 	mu      sync.RWMutex
 	c       *client.Client        // nil until setup
 	offload *client.OffloadConfig // SSD offload asked for before setup (mc_store_enable_ssd_offload)
+	dummy   io.Closer             // a dummy client's attachment to its real client (mc_store_setup_dummy)
 }
 
 var stores handles[*storeHandle]
@@ -282,6 +284,10 @@ func mc_store_close(h C.uint64_t) C.int {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.dummy != nil {
+		s.dummy.Close()
+		s.dummy = nil
+	}
 	if s.c == nil {
 		return 0
 	}

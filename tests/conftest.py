@@ -49,6 +49,18 @@ def go_command(name: str) -> str:
     raise FileNotFoundError(f"{name} is not built: run `make setup`")
 
 
+def run_child(script: str, spec: dict, env: dict, timeout: float, what: str = "child") -> dict:
+    """Runs ``python -c script json(spec)`` with env and returns the JSON of the line it prints
+    as ``RESULT {...}``; fails the test with its output when there is none."""
+    import json
+    p = subprocess.run([sys.executable, "-c", script, json.dumps(spec)], env=env,
+                       capture_output=True, text=True, timeout=timeout)
+    for line in p.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    raise AssertionError(f"{what} failed ({p.returncode}):\n{p.stdout}\n{p.stderr[-4000:]}")
+
+
 def stop(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         proc.terminate()

@@ -28,7 +28,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from conftest import free_port, go_command, stop, wait_port  # noqa: E402
+from conftest import free_port, go_command, run_child, stop, wait_port  # noqa: E402
 from test_store import Master  # noqa: E402
 
 TOKEN = "store-test-token-" + "0123456789abcdef"
@@ -78,12 +78,7 @@ print("RESULT " + json.dumps(res), flush=True)
 def client(master: str, ops=(), envv=None, meta="P2PHANDSHAKE", segment=0, timeout=90) -> dict:
     """Runs one store client process: setup() against master, then ops; returns its result."""
     spec = {"master": master, "ops": list(ops), "meta": meta, "segment": segment}
-    p = subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec)], env=envv or env(),
-                       capture_output=True, text=True, timeout=timeout)
-    for line in p.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
-    raise AssertionError(f"client failed ({p.returncode}):\n{p.stdout}\n{p.stderr[-4000:]}")
+    return run_child(CHILD, spec, envv or env(), timeout, "client")
 
 
 class Provider:
@@ -107,6 +102,7 @@ class Provider:
 def token_master():
     m = Master("--client_ttl=5", env=env(MC_AUTH_TOKEN=TOKEN))
     prov = Provider(m.addr, env(MC_AUTH_TOKEN=TOKEN))
+    m.provider = prov
     yield m
     prov.stop()
     m.stop()
@@ -235,6 +231,9 @@ def test_engines_with_the_token_work_against_a_signed_metadata_server(token_mast
     """Store clients whose engines publish their segments on the HTTP metadata server: with the
     token they register and move data; without it the engine's metadata writes are refused."""
     m, meta = token_master, token_metadata_server
+    # Every segment must be on the HTTP metadata server: the fixture's provider (P2P handshake)
+    # goes, so that no put lands in a segment this client cannot look up.
+    m.provider.stop()
     prov = Provider(m.addr, env(MC_AUTH_TOKEN=TOKEN), meta=meta)
     try:
         ok(client(m.addr, [("put", "via-http-meta"), ("get", "via-http-meta")], env(MC_AUTH_TOKEN=TOKEN),

@@ -1,7 +1,7 @@
 """Replica-level calls of upstream's store API: get_replica_desc / batch_get_replica_desc
 (ReplicaDescriptor), batch_replica_clear, create_copy_task / create_move_task / query_task,
-remove_by_regex / remove_all / batch_remove, and the calls this build refuses with a clear error
-(setup_dummy). A real master and a second client process."""
+remove_by_regex / remove_all / batch_remove. A real master and a second client process.
+(setup_dummy: test_store_dummy.py.)"""
 
 from __future__ import annotations
 
@@ -127,12 +127,6 @@ def test_removal_family(store):
     assert store.batch_remove(["rx/3", "nope"]) == [0, ErrorCode.OBJECT_NOT_FOUND]
     assert store.remove_all() == 2
     assert store.is_exist("keep") == 0 and store.is_exist("rx/4") == 0
-
-
-def test_refused_calls(master):
-    s = MooncakeDistributedStore()
-    assert s.setup_dummy(256 * MB, 64 * MB, "localhost:50052") == ErrorCode.INVALID_PARAMS
-    assert s.health_check() == 1
 
 
 def test_more_segments(master, tmp_path):

@@ -49,6 +49,13 @@ int mc_store_setup(uint64_t store, const char *local_hostname, const char *metad
  * rdma_devices, master_server_addr, enable_ssd_offload, ssd_offload_path. Unknown names are
  * refused (INVALID_PARAMS). */
 int mc_store_setup_json(uint64_t store, const char *options);
+/* Upstream's setup_dummy: attaches to the real client (mooncake_client --port) at
+ * server_address ("host:port"), learns the master, metadata server and protocol from it, and
+ * joins as a client that owns no segment, with a local_buffer_size staging buffer (0: 16 MiB).
+ * mem_pool_size is recorded for the real client's log. INVALID_PARAMS when no real client
+ * answers there or it refuses (MC_AUTH_TOKEN). mc_store_close detaches. */
+int mc_store_setup_dummy(uint64_t store, uint64_t mem_pool_size, uint64_t local_buffer_size,
+                         const char *server_address);
 int mc_store_close(uint64_t store);
 /* 0 healthy, 1 not set up (or unknown handle), 2 master unreachable. */
 int mc_store_health_check(uint64_t store);

@@ -276,6 +276,7 @@ def _lib():
                     "mc_store_create": (ctypes.c_int, [_P(_u64)]),
                     "mc_store_setup": (ctypes.c_int, [_u64, _cs, _cs, _u64, _u64, _cs, _cs, _cs]),
                     "mc_store_setup_json": (ctypes.c_int, [_u64, _cs]),
+                    "mc_store_setup_dummy": (ctypes.c_int, [_u64, _u64, _u64, _cs]),
                     "mc_store_get_ranges": (ctypes.c_int, [_u64, _cs, _i32, _P(_u64), _P(_u64), _P(_u64), _P(_i64)]),
                     "mc_store_get_into_buffers": (_i64, [_u64, _cs, _i32, _P(_u64), _P(_u64)]),
                     "mc_store_batch_put_from_buffers": (ctypes.c_int, [_u64, _P(_cs), _i32, _P(_i32), _P(_u64), _P(_u64), cfg, _P(_i32)]),
@@ -801,6 +802,8 @@ class MooncakeDistributedStore(TensorMixin):
         self._lock = threading.Lock()
         self._no_buffer = False
         self._pool: List[int] = []
+        self._pool_bytes = 0
+        self._mem_pool_limit: Optional[int] = None  # setup_dummy's mem_pool_size
         self._task_runner = None
 
     # ---- lifecycle ----
@@ -859,20 +862,24 @@ class MooncakeDistributedStore(TensorMixin):
             # client-local SSD offload: one flag, read by the Go client (store/client Config)
             "enable_ssd_offload": bool(enable_ssd_offload), "ssd_offload_path": ssd_offload_path or "",
         }
+        return self._set_up("setup", lambda l, h: l.mc_store_setup_json(h, json.dumps(opts).encode()), buf)
+
+    def _set_up(self, what: str, call, buf: int) -> int:
+        """Creates the native store and runs call(lib, handle) to set it up; 0 or its code."""
         l = _lib()
         with self._lock:
             if self._h:
-                log.error("setup: this store is already set up; close() it first")
+                log.error("%s: this store is already set up; close() it first", what)
                 return ErrorCode.INVALID_PARAMS
             h = _u64()
             rc = l.mc_store_create(ctypes.byref(h))
             if rc != 0:
                 return rc
-            rc = l.mc_store_setup_json(h, json.dumps(opts).encode())
+            rc = call(l, h)
             if rc != 0:
                 msg = last_error()
                 l.mc_store_close(h)
-                log.error("MooncakeDistributedStore.setup failed: %s", msg)
+                log.error("MooncakeDistributedStore.%s failed: %s", what, msg)
                 self._setup_error = msg
                 return rc
             self._h = h.value
@@ -898,6 +905,7 @@ class MooncakeDistributedStore(TensorMixin):
             h, self._h = self._h, 0
         rc = _lib().mc_store_close(h) if h else 0
         pool, self._pool = self._pool, []
+        self._pool_bytes, self._mem_pool_limit = 0, None
         for ptr in pool:
             _host_free(ptr)
         return rc
@@ -1328,6 +1336,10 @@ class MooncakeDistributedStore(TensorMixin):
         get_into on it are zero-copy); the address, or 0 on failure. Freed at close()."""
         if not self._h or size <= 0:
             return 0
+        if self._mem_pool_limit is not None and self._pool_bytes + size > self._mem_pool_limit:
+            log.error("alloc_from_mem_pool(%d): %d of this dummy client's mem_pool_size=%d bytes are in use",
+                      size, self._pool_bytes, self._mem_pool_limit)
+            return 0
         ptr = _host_alloc(int(size))
         if not ptr:
             return 0
@@ -1335,6 +1347,7 @@ class MooncakeDistributedStore(TensorMixin):
             _host_free(ptr)
             return 0
         self._pool.append(ptr)
+        self._pool_bytes += size
         return ptr
 
     # ---- replica tasks ----
@@ -1407,15 +1420,24 @@ class MooncakeDistributedStore(TensorMixin):
         return rc
 
     # ---- hardware- or deployment-bound ----
-    def setup_dummy(self, mem_pool_size: int, local_buffer_size: int, server_address: str) -> int:
-        """Upstream's dummy client attaches to a real client process's shared-memory pool
-        through that process's RPC service. This build has no such service: returns
-        INVALID_PARAMS (use setup() with global_segment_size=0 for a client that contributes no
-        memory)."""
-        log.error("setup_dummy(%r): dummy clients need a real client's RPC service, which this build "
-                  "does not have; use setup(..., global_segment_size=0, ...) for a client that "
-                  "contributes no memory", server_address)
-        return ErrorCode.INVALID_PARAMS
+    def setup_dummy(self, mem_pool_size: Union[int, str], local_buffer_size: Union[int, str],
+                    server_address: str) -> int:
+        """Sets up as a dummy client of the real client (``mooncake_client --port``) at
+        ``server_address`` ("host:port"): the master, metadata server and protocol come from it,
+        and this client owns no segment, so what it puts lands in real clients' memory. 0, or
+        INVALID_PARAMS when no real client answers there or it refuses (MC_AUTH_TOKEN).
+        ``mem_pool_size`` bounds what ``alloc_from_mem_pool`` hands out; ``local_buffer_size``
+        is the staging buffer (0: none, as in setup). This client moves its own bytes
+        (docs/store.md, "Dummy clients")."""
+        pool = parse_size(mem_pool_size, "mem_pool_size")
+        buf = parse_size(local_buffer_size, "local_buffer_size")
+        if not isinstance(server_address, str):
+            raise TypeError(f"setup_dummy(server_address=...): want 'host:port', got {type(server_address).__name__}")
+        rc = self._set_up("setup_dummy", lambda l, h: l.mc_store_setup_dummy(
+            h, pool, buf or _NO_BUFFER_STAGING, server_address.encode()), buf)
+        if rc == 0:
+            self._mem_pool_limit = pool
+        return rc
 
     # ---- queries and removal ----
     def is_exist(self, key: str) -> int:

@@ -14,6 +14,7 @@ import (
 	"github.com/mooncake-go/mooncake/engine"
 	"github.com/mooncake-go/mooncake/internal/cli"
 	"github.com/mooncake-go/mooncake/store/client"
+	"github.com/mooncake-go/mooncake/store/realclient"
 )
 
 // Name is the command's name, the one the multi-call binary answers to.
@@ -29,13 +30,13 @@ func run(args []string) error {
 	fs := flag.NewFlagSet(Name, flag.ContinueOnError)
 	master := fs.String("master_server_address", "127.0.0.1:50051", "host:port of mooncake_master")
 	host := fs.String("host", "127.0.0.1", "address peers reach this client at")
-	port := fs.Int("port", 50052, "transfer-engine port (0 picks a free one)")
+	port := fs.Int("port", 50052, "real client service port: dummy clients attach here with setup_dummy(..., \"host:port\") (0 picks a free one); the transfer engine picks its own")
 	protocol := fs.String("protocol", "tcp", "transfer protocol")
 	devices := fs.String("device_names", "", "NICs for rdma-like protocols (comma-separated)")
 	meta := fs.String("metadata_server", engine.P2PHandshake, "metadata server: P2PHANDSHAKE, http://h:p/metadata, etcd://h:p, redis://h:p")
 	segSize := fs.String("global_segment_size", "4 GB", "memory contributed to the store")
 	bufSize := fs.String("local_buffer_size", "0", "staging buffer (0: 16 MB)")
-	fs.Int("threads", 1, "accepted for compatibility with upstream's mooncake_client (its RPC service threads; this client serves no RPC)")
+	fs.Int("threads", 1, "accepted for compatibility with upstream's mooncake_client (its RPC service threads; here each attached dummy client has its own goroutine)")
 	offload := fs.Bool("enable_offload", false, "SSD offload to MOONCAKE_OFFLOAD_FILE_STORAGE_PATH (with mooncake_master --enable_offload)")
 	tenant := fs.String("tenant_id", "default", "tenant namespace (only \"default\" in this build)")
 	if err := fs.Parse(args); err != nil {
@@ -65,16 +66,19 @@ func run(args []string) error {
 	defer stop()
 	portSet := false
 	fs.Visit(func(f *flag.Flag) { portSet = portSet || f.Name == "port" })
-	if !portSet && *port != 0 && portBusy(*host, *port) {
+	svcAddr := net.JoinHostPort(*host, strconv.Itoa(*port))
+	l, err := net.Listen("tcp", svcAddr)
+	if err != nil && !portSet && errors.Is(err, syscall.EADDRINUSE) {
 		// The default port is taken, e.g. by a standby mooncake_master started with
-		// --rpc_port=50052 on this host (docs/ha.md): let the engine pick a free one.
+		// --rpc_port=50052 on this host (docs/ha.md): serve on a free one.
 		log.Printf("mooncake_client: port %d on %s is in use (a mooncake_master's --rpc_port?): using a free port instead; pass --port to choose", *port, *host)
-		*port = 0
+		l, err = net.Listen("tcp", net.JoinHostPort(*host, "0"))
 	}
-	name := net.JoinHostPort(*host, strconv.Itoa(*port))
-	if *port == 0 {
-		name = *host // the engine (or client.EngineConfig) picks the port
+	if err != nil {
+		return fmt.Errorf("real client service on %s (--port): %w", svcAddr, err)
 	}
+	defer l.Close()
+	name := *host // the engine picks its port (client.EngineConfig)
 	cfg := config.StoreClient(client.Config{
 		LocalHostname: name, MetadataServer: *meta,
 		GlobalSegmentSize: seg, LocalBufferSize: buf, Protocol: *protocol, DeviceName: *devices,
@@ -88,22 +92,20 @@ func run(args []string) error {
 		return err
 	}
 	log.Printf("mooncake_client: segment %s (%d bytes) mounted on master %s", c.Hostname(), seg, *master)
-	fmt.Printf("MOONCAKE_CLIENT_READY segment=%s\n", c.Hostname())
+	svc := realclient.NewServer(realclient.Info{MasterServerAddress: cfg.MasterServerAddress, ClusterID: cfg.ClusterID,
+		MetadataServer: *meta, Protocol: cfg.Protocol, Host: *host, Segment: c.Hostname()}, cfg.AuthToken, log.Printf)
+	served := make(chan error, 1)
+	go func() { served <- svc.Serve(ctx, l) }()
+	log.Printf("mooncake_client: real client service on %s: dummy clients attach with setup_dummy(mem_pool_size, local_buffer_size, %q)", l.Addr(), l.Addr().String())
+	fmt.Printf("MOONCAKE_CLIENT_READY segment=%s service=%s\n", c.Hostname(), l.Addr())
 	os.Stdout.Sync()
 	<-ctx.Done()
+	if err := <-served; err != nil {
+		log.Printf("mooncake_client: %v", err)
+	}
 	if err := c.Close(); err != nil {
 		log.Printf("mooncake_client: close: %v", err)
 	}
 	log.Printf("mooncake_client: stopped")
 	return nil
-}
-
-// portBusy reports whether host:port cannot be listened on because something else uses it.
-func portBusy(host string, port int) bool {
-	l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
-	if err != nil {
-		return errors.Is(err, syscall.EADDRINUSE)
-	}
-	l.Close()
-	return false
 }
