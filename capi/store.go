@@ -27,6 +27,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/mooncake-go/mooncake/config"
@@ -953,15 +954,15 @@ func mc_store_allocate_and_mount_segment(h C.uint64_t, size C.uint64_t, allocate
 
 // mc_store_unmount_segments unmounts segments from mc_store_mount_segment (free=0) or
 // mc_store_allocate_and_mount_segment (free=1) and releases their memory; an unknown id (or
-// one of the other kind) changes nothing.
+// one of the other kind) changes nothing. grace_seconds > 0: see Client.UnmountSegments.
 //
 //export mc_store_unmount_segments
-func mc_store_unmount_segments(h C.uint64_t, ids **C.char, n C.int32_t, free C.int32_t) C.int {
+func mc_store_unmount_segments(h C.uint64_t, ids **C.char, n C.int32_t, free C.int32_t, graceSeconds C.uint32_t) C.int {
 	c, ks, err := batchArgs(h, ids, n)
 	if err != nil {
 		return serr(err)
 	}
-	return serr(c.UnmountSegments(context.Background(), ks, free != 0))
+	return serr(c.UnmountSegments(context.Background(), ks, free != 0, time.Duration(graceSeconds)*time.Second))
 }
 
 // mc_store_enable_ssd_offload asks for SSD offload (client-local disk) at the next setup of h:

@@ -8,9 +8,11 @@ from __future__ import annotations
 import subprocess
 import time
 
+import pytest
+
 from test_store import MB, master, new_store, run_peer, start_master, store  # noqa: F401
 from mooncake.store import (ErrorCode, MooncakeDistributedStore, QueryTaskResponse, ReplicaStatus,
-                            ReplicateConfig, TaskStatus, TaskType)
+                            ReplicateConfig, TaskStatus, TaskType, last_error)
 
 
 def peer_host(master):
@@ -155,7 +157,9 @@ def test_more_segments(master, tmp_path):
         assert s.unmount_segment(r["segment_ids"]) == ErrorCode.INVALID_PARAMS
         assert s.unmount_and_free_segment(m["segment_ids"]) == ErrorCode.INVALID_PARAMS
         assert s.unmount_segment(["nope"]) == ErrorCode.SEGMENT_NOT_FOUND
-        assert s.unmount_segment(m["segment_ids"], grace_period_seconds=5) == ErrorCode.INVALID_PARAMS
+        assert s.unmount_segment(m["segment_ids"], grace_period_seconds=-1) == ErrorCode.INVALID_PARAMS
+        with pytest.raises(TypeError, match="grace_period_seconds"):
+            s.unmount_segment(m["segment_ids"], grace_period_seconds=1.5)
         assert s.mount_segment(str(path), 8 * MB)["ret"] == ErrorCode.INVALID_PARAMS  # file too short
         assert s.mount_segment(str(tmp_path / "missing"), MB)["ret"] == ErrorCode.INVALID_PARAMS
         assert s.get("first") == b"A" * 1000
@@ -167,3 +171,42 @@ def test_more_segments(master, tmp_path):
         assert s.put("nowhere", b"x") == ErrorCode.NO_AVAILABLE_HANDLE
     finally:
         s.close()
+
+
+def test_unmount_grace_period(master, tmp_path):
+    """unmount_and_free_segment(..., grace_period_seconds=2): the call returns at once; for two
+    seconds the segment's objects stay readable (here and in another process) while new objects
+    go elsewhere (the file segment, where their bytes show); then it is gone with its objects.
+    close() does not wait for a grace period to end."""
+    s = MooncakeDistributedStore()
+    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 8 * MB, "tcp", "", master.addr) == 0
+    try:
+        a = s.allocate_and_mount_segment(4 * MB)["segment_ids"][0]
+        path = tmp_path / "seg"
+        with open(path, "wb") as f:
+            f.truncate(4 * MB)
+        assert s.mount_segment(str(path), 4 * MB)["ret"] == 0
+        assert s.put("onA", b"A" * 5000, ReplicateConfig(preferred_segment=a)) == 0
+        assert b"A" * 5000 not in path.read_bytes()
+        t0 = time.monotonic()
+        assert s.unmount_and_free_segment([a], grace_period_seconds=2) == 0
+        assert time.monotonic() - t0 < 1.5
+        assert s.unmount_and_free_segment([a]) == ErrorCode.SEGMENT_NOT_FOUND  # already on its way out
+        for i in range(5):  # preferred, but closed to new objects: they land in the file
+            assert s.put(f"new{i}", bytes([i]) * 5000, ReplicateConfig(preferred_segment=a)) == 0
+            assert bytes([i]) * 5000 in path.read_bytes()
+        assert s.get("onA") == b"A" * 5000, last_error()
+        p = run_peer(master, 'print("GOT", s.get("onA") == b"A" * 5000, flush=True)')
+        assert "GOT True" in p.output
+        deadline = time.monotonic() + 10
+        while s.is_exist("onA") == 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert s.is_exist("onA") == 0 and time.monotonic() - t0 >= 2
+        assert all(s.get(f"new{i}") == bytes([i]) * 5000 for i in range(5))
+        # A grace period that outlives the store: close() unmounts at once.
+        c = s.allocate_and_mount_segment(4 * MB)["segment_ids"][0]
+        assert s.unmount_and_free_segment([c], grace_period_seconds=3600) == 0
+    finally:
+        t1 = time.monotonic()
+        s.close()
+        assert time.monotonic() - t1 < 10

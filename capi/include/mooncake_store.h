@@ -149,12 +149,15 @@ int mc_store_batch_replica_clear(uint64_t store, const char *const *keys, int32_
  * multiple) and mounts them; mc_store_allocate_and_mount_segment allocates size bytes (rounded
  * up to pages; *allocated gets the size). Both copy the new segment id into idbuf and return its
  * length (or <0). mc_store_unmount_segments unmounts ids of the first kind (free=0) or of the
- * second (free=1) and releases their memory; an unknown id changes nothing. */
+ * second (free=1) and releases their memory; an unknown id changes nothing. With grace_seconds > 0
+ * the segments are first closed to new objects while what they hold stays readable, and are
+ * unmounted (and released) grace_seconds later, or at mc_store_close; the call returns at once. */
 int mc_store_mount_segment(uint64_t store, const char *path, uint64_t size, uint64_t offset,
                            char *idbuf, int32_t buflen);
 int mc_store_allocate_and_mount_segment(uint64_t store, uint64_t size, uint64_t *allocated,
                                         char *idbuf, int32_t buflen);
-int mc_store_unmount_segments(uint64_t store, const char *const *ids, int32_t n, int32_t free);
+int mc_store_unmount_segments(uint64_t store, const char *const *ids, int32_t n, int32_t free,
+                              uint32_t grace_seconds);
 
 #ifdef __cplusplus
 }

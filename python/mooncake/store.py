@@ -283,7 +283,7 @@ def _lib():
                     "mc_store_batch_replica_clear": (ctypes.c_int, [_u64, _P(_cs), _i32, _cs, _P(_i32)]),
                     "mc_store_mount_segment": (ctypes.c_int, [_u64, _cs, _u64, _u64, _cs, _i32]),
                     "mc_store_allocate_and_mount_segment": (ctypes.c_int, [_u64, _u64, _P(_u64), _cs, _i32]),
-                    "mc_store_unmount_segments": (ctypes.c_int, [_u64, _P(_cs), _i32, _i32]),
+                    "mc_store_unmount_segments": (ctypes.c_int, [_u64, _P(_cs), _i32, _i32, ctypes.c_uint32]),
                     "mc_store_close": (ctypes.c_int, [_u64]),
                     "mc_store_health_check": (ctypes.c_int, [_u64]),
                     "mc_store_get_hostname": (ctypes.c_int, [_u64, _cs, _i32]),
@@ -1398,8 +1398,9 @@ class MooncakeDistributedStore(TensorMixin):
 
     def unmount_segment(self, segment_ids: Sequence[str], grace_period_seconds: int = 0) -> int:
         """Unmounts segments from mount_segment and unmaps their files; 0 or a negative code.
-        A positive ``grace_period_seconds`` (upstream: readable but closed to new allocations
-        meanwhile) is refused: the master here has no such segment state."""
+        With ``grace_period_seconds > 0`` the segments are closed to new objects at once while
+        what they hold stays readable, and are unmounted when the period ends (or at close());
+        the call returns at once."""
         return self._unmount(segment_ids, grace_period_seconds, False, "unmount_segment")
 
     def unmount_and_free_segment(self, segment_ids: Sequence[str], grace_period_seconds: int = 0) -> int:
@@ -1407,14 +1408,16 @@ class MooncakeDistributedStore(TensorMixin):
         return self._unmount(segment_ids, grace_period_seconds, True, "unmount_and_free_segment")
 
     def _unmount(self, ids, grace, free: bool, what: str) -> int:
-        if grace:
-            log.error("%s(grace_period_seconds=%r): grace periods are not supported in this build; pass 0", what, grace)
+        if isinstance(grace, bool) or not isinstance(grace, int):
+            raise TypeError(f"{what}(grace_period_seconds=...): want an int, got {type(grace).__name__}")
+        if grace < 0 or grace >= 1 << 32:
+            log.error("%s(grace_period_seconds=%r): want 0 <= seconds < 2**32", what, grace)
             return ErrorCode.INVALID_PARAMS
         n = len(ids)
         if n == 0:
             return 0
         karr, keep = _keys(ids)
-        rc = _lib().mc_store_unmount_segments(self._h, karr, n, int(free))
+        rc = _lib().mc_store_unmount_segments(self._h, karr, n, int(free), grace)
         if rc != 0:
             log.error("%s failed: %s", what, last_error())
         return rc

@@ -43,6 +43,10 @@ type Segment struct {
 	// OffloadEndpoint is set by a client with SSD offload (setup(enable_ssd_offload=True)):
 	// the host:port where it serves reads of the objects on its local disk.
 	OffloadEndpoint string `json:"offload_endpoint,omitempty"`
+	// Draining is set by the master while the segment is in an unmount's grace period
+	// (unmount_segment with grace_period_seconds > 0): its objects stay readable, no new
+	// object is placed on it. A mount request's value is ignored.
+	Draining bool `json:"draining,omitempty"`
 }
 
 // Replica is where one copy of an object lives: Size bytes at the absolute address Addr inside
@@ -147,6 +151,10 @@ type MountSegmentRequest struct {
 type UnmountSegmentRequest struct {
 	ClientID  string `json:"client_id"`
 	SegmentID string `json:"segment_id"`
+	// Drain, when set, does not unmount: it closes the segment to new objects and leaves
+	// what it holds readable (the start of an unmount's grace period; the client unmounts it
+	// when the period ends).
+	Drain bool `json:"drain,omitempty"`
 }
 
 type PingRequest struct {

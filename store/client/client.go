@@ -103,6 +103,7 @@ type Client struct {
 
 	closeOnce sync.Once
 	stop      context.CancelFunc
+	life      context.Context // ends at Close (c.stop); nil before the background work starts
 	done      chan struct{}
 
 	rootFS string         // the master's G3 directory ("" = no G3 tier)
@@ -248,7 +249,7 @@ func NewWithEngine(ctx context.Context, eng Engine, cfg Config) (*Client, error)
 		}
 	}
 	hctx, stop := context.WithCancel(context.Background())
-	c.stop = stop
+	c.stop, c.life = stop, hctx
 	go c.heartbeat(hctx)
 	if c.local != nil {
 		c.bg.Add(1)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -118,7 +119,12 @@ func (c *Client) MountSegment(ctx context.Context, path string, size, offset uin
 // UnmountSegments unmounts segments mounted by MountSegment (free=false) or by
 // AllocateAndMountSegment (free=true) and releases their memory. Every id is checked first:
 // an unknown id, or one of the other kind, changes nothing.
-func (c *Client) UnmountSegments(ctx context.Context, ids []string, free bool) error {
+//
+// With grace > 0 (upstream's grace_period_seconds) the master first closes the segments to new
+// objects (a drain, in its oplog) while what they hold stays readable; the client unmounts and
+// releases them when grace has passed, or at Close, whichever comes first. The call returns once
+// the drain is recorded.
+func (c *Client) UnmountSegments(ctx context.Context, ids []string, free bool, grace time.Duration) error {
 	c.segMu.Lock()
 	var xs []*extraSeg
 	for _, id := range ids {
@@ -142,11 +148,46 @@ func (c *Client) UnmountSegments(ctx context.Context, ids []string, free bool) e
 	c.segMu.Unlock()
 	var first error
 	for _, x := range xs {
+		if grace > 0 && c.life != nil {
+			if err := c.drainExtra(ctx, x, grace); err == nil {
+				continue
+			} else if first == nil {
+				first = err
+			}
+		}
 		if err := c.dropExtra(ctx, x); err != nil && first == nil {
 			first = err
 		}
 	}
 	return first
+}
+
+// drainExtra closes x to new objects on the master and unmounts it after grace (or at Close)
+// in the background. On an error nothing was scheduled.
+func (c *Client) drainExtra(ctx context.Context, x *extraSeg, grace time.Duration) error {
+	rctx, cancel := c.rpcCtx(ctx)
+	st, err := c.master.UnmountSegment(rctx, &api.UnmountSegmentRequest{ClientID: c.id, SegmentID: x.seg.ID, Drain: true})
+	cancel()
+	if err == nil {
+		err = st.Err()
+	}
+	if err != nil {
+		return fmt.Errorf("close segment %s to new objects: %w", x.seg.ID, err)
+	}
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-c.life.Done():
+		}
+		if err := c.dropExtra(context.Background(), x); err != nil {
+			log.Printf("mooncake store client: unmount of segment %s after its grace period: %v", x.seg.ID, err)
+		}
+	}()
+	return nil
 }
 
 func (c *Client) dropExtra(ctx context.Context, x *extraSeg) error {

@@ -26,6 +26,7 @@ const (
 	OpOffloadDone  Op = "offload_done"  // a client wrote (or failed to write) an object's G3 file
 	OpPromoteDone  Op = "promote_done"  // a client copied (or failed to copy) a G3 object back into memory
 	OpReplicaClear Op = "replica_clear" // drop a key's copies on one segment (or all of them): upsert.go
+	OpDrainSegment Op = "drain_segment" // close a segment to new objects (an unmount's grace period)
 )
 
 // Entry is one change to the master's metadata. Everything Apply needs is inside it, including

@@ -421,7 +421,11 @@ func (s *Server) MountSegment(ctx context.Context, r *api.MountSegmentRequest) (
 }
 
 func (s *Server) UnmountSegment(ctx context.Context, r *api.UnmountSegmentRequest) (*api.Status, error) {
-	return statusOf(s.do(ctx, Entry{Op: OpUnmountSegment, ClientID: r.ClientID, SegmentID: r.SegmentID})), nil
+	op := OpUnmountSegment
+	if r.Drain {
+		op = OpDrainSegment
+	}
+	return statusOf(s.do(ctx, Entry{Op: op, ClientID: r.ClientID, SegmentID: r.SegmentID})), nil
 }
 
 func (s *Server) Ping(ctx context.Context, r *api.PingRequest) (*api.PingResponse, error) {

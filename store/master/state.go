@@ -143,6 +143,7 @@ func (s *State) Apply(e Entry) Result {
 var entryOps = map[Op]func(*State, Entry) Result{
 	OpMountSegment:   (*State).mountSegment,
 	OpUnmountSegment: (*State).unmountSegment,
+	OpDrainSegment:   (*State).drainSegment,
 	OpExpireClient:   (*State).expireClient,
 	OpPutStart:       (*State).putStart,
 	OpPutEnd:         (*State).putEnd,
@@ -232,6 +233,7 @@ func (s *State) mountSegment(e Entry) Result {
 	}
 	seg := *e.Segment
 	seg.ClientID = e.ClientID
+	seg.Draining = false
 	switch {
 	case e.ClientID == "":
 		return fail(api.INVALID_PARAMS, "mount without a client id")
@@ -256,15 +258,35 @@ func (s *State) mountSegment(e Entry) Result {
 }
 
 func (s *State) unmountSegment(e Entry) Result {
-	seg, ok := s.segments[e.SegmentID]
-	if !ok {
-		return fail(api.SEGMENT_NOT_FOUND, fmt.Sprintf("segment %s is not mounted", e.SegmentID))
-	}
-	if e.ClientID != "" && seg.ClientID != e.ClientID {
-		return fail(api.ILLEGAL_CLIENT, fmt.Sprintf("segment %s belongs to another client", e.SegmentID))
+	seg, r, bad := s.ownSegment(e)
+	if bad {
+		return r
 	}
 	s.dropSegment(seg)
 	return Result{}
+}
+
+// drainSegment starts an unmount's grace period: the segment takes no new object (allocate
+// skips it) and what it holds stays readable until the client unmounts it.
+func (s *State) drainSegment(e Entry) Result {
+	seg, r, bad := s.ownSegment(e)
+	if bad {
+		return r
+	}
+	seg.Draining = true
+	return Result{}
+}
+
+// ownSegment is the segment e names, when it is mounted by e's client (or e has none).
+func (s *State) ownSegment(e Entry) (*segment, Result, bool) {
+	seg, ok := s.segments[e.SegmentID]
+	if !ok {
+		return nil, fail(api.SEGMENT_NOT_FOUND, fmt.Sprintf("segment %s is not mounted", e.SegmentID)), true
+	}
+	if e.ClientID != "" && seg.ClientID != e.ClientID {
+		return nil, fail(api.ILLEGAL_CLIENT, fmt.Sprintf("segment %s belongs to another client", e.SegmentID)), true
+	}
+	return seg, Result{}, false
 }
 
 // dropSegment removes a segment: complete objects lose their replica there (and disappear with
@@ -360,13 +382,13 @@ func (s *State) putStart(e Entry) Result {
 	need := alignUp(e.Size)
 	fit := 0
 	for _, id := range s.segIDs {
-		if s.segments[id].alloc.size >= need {
+		if seg := s.segments[id]; seg.alloc.size >= need && !seg.Draining {
 			fit++
 		}
 	}
 	if fit < cfg.ReplicaNum {
 		return fail(api.NO_AVAILABLE_HANDLE, fmt.Sprintf(
-			"cannot place %d replica(s) of %d bytes: only %d mounted segment(s) are large enough", cfg.ReplicaNum, e.Size, fit))
+			"cannot place %d replica(s) of %d bytes: only %d mounted segment(s) open to new objects are large enough", cfg.ReplicaNum, e.Size, fit))
 	}
 	reps, ok := s.allocate(e, cfg)
 	for !ok {
@@ -414,7 +436,7 @@ func (s *State) allocate(e Entry, cfg api.ReplicateConfig) ([]replicaRec, bool) 
 				break
 			}
 			seg := s.segments[id]
-			if usedSeg[id] || (pass == 0 && usedName[seg.Name]) {
+			if usedSeg[id] || seg.Draining || (pass == 0 && usedName[seg.Name]) {
 				continue
 			}
 			off, ok := seg.alloc.alloc(e.Size)

@@ -404,3 +404,55 @@ func TestReplayIsDeterministic(t *testing.T) {
 		}
 	}
 }
+
+// TestDrainedSegmentTakesNoNewObjects: a drain (an unmount's grace period) keeps a segment's
+// objects readable and places nothing new there; only its owner may drain it; a snapshot and a
+// replay keep the state; the final unmount drops the objects; a re-mount reopens it.
+func TestDrainedSegmentTakesNoNewObjects(t *testing.T) {
+	h := newHarness(t)
+	h.mount("c1", "s1", "h1:1", 4096, 1<<16)
+	h.mount("c2", "s2", "h2:1", 1<<30, 1<<16)
+	h.put("c1", "old", 100, api.ReplicateConfig{PreferredSegments: []string{"s1"}})
+	expectCode(t, "drain by another", h.apply(Entry{Op: OpDrainSegment, ClientID: "c2", SegmentID: "s1"}), api.ILLEGAL_CLIENT)
+	expectCode(t, "drain unknown", h.apply(Entry{Op: OpDrainSegment, ClientID: "c1", SegmentID: "nope"}), api.SEGMENT_NOT_FOUND)
+	expectCode(t, "drain", h.apply(Entry{Op: OpDrainSegment, ClientID: "c1", SegmentID: "s1"}), api.OK)
+	for i := range 20 {
+		r := h.put("c1", fmt.Sprintf("new%d", i), 100, api.ReplicateConfig{PreferredSegments: []string{"s1"}})
+		if r.Code != api.OK || r.Replicas[0].SegmentID != "s2" {
+			t.Fatalf("put %d after the drain: %+v", i, r)
+		}
+	}
+	expectCode(t, "two replicas with one open segment", h.put("c1", "two", 100, api.ReplicateConfig{ReplicaNum: 2}), api.NO_AVAILABLE_HANDLE)
+	if r := h.apply(Entry{Op: OpGrantLease, Key: "old"}); r.Code != api.OK || r.Replicas[0].SegmentID != "s1" {
+		t.Fatalf("the drained segment's object is not readable: %+v", r)
+	}
+	b, err := h.s.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	restored, err := DecodeState(h.s.cfg, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if restored.Digest() != h.s.Digest() || !restored.segments["s1"].Draining {
+		t.Fatal("a snapshot lost the drain")
+	}
+	replay := NewState(h.s.cfg)
+	for _, e := range h.log {
+		replay.Apply(e)
+	}
+	if replay.Digest() != h.s.Digest() {
+		t.Fatal("replaying the log does not give the same state")
+	}
+	expectCode(t, "unmount", h.apply(Entry{Op: OpUnmountSegment, ClientID: "c1", SegmentID: "s1"}), api.OK)
+	if ok, _ := h.s.Exists("old"); ok {
+		t.Fatal("the drained segment's object outlived its unmount")
+	}
+	h.mount("c1", "s1", "h1:1", 4096, 1<<16)
+	if h.s.segments["s1"].Draining {
+		t.Fatal("a re-mounted segment is still draining")
+	}
+	if r := h.put("c1", "back", 100, api.ReplicateConfig{PreferredSegments: []string{"s1"}}); r.Replicas[0].SegmentID != "s1" {
+		t.Fatalf("a re-mounted segment takes no objects: %+v", r)
+	}
+}
