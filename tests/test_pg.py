@@ -127,3 +127,21 @@ def test_pgbench_runs_and_checks(collective, tmp_path):
         assert row["mooncake-cpu/gloo"] == pytest.approx(
             row["mooncake-cpu"]["busbw"] / row["gloo"]["busbw"])
     assert "mooncake-cpu/gloo" in r.stdout and "cpu(us)" in r.stdout
+
+
+def test_segv_trace_prints_a_native_backtrace():
+    """MOONCAKE_PG_SEGV_TRACE=1: a crash in native code (here a read of address 0) prints the
+    faulting thread's native frames before the process dies of the signal; unset, it does not."""
+    code = ("import ctypes, mooncake.pg as m; m._pg_ext; print('LOADED', flush=True); "
+            "ctypes.string_at(0)")
+    for on in (True, False):
+        env = dict(os.environ)
+        env.pop("MOONCAKE_PG_SEGV_TRACE", None)
+        if on:
+            env["MOONCAKE_PG_SEGV_TRACE"] = "1"
+        p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert "LOADED" in p.stdout and p.returncode != 0, (p.returncode, p.stdout, p.stderr[-2000:])
+        traced = "mooncake._pg_ext: fatal signal; native backtrace:" in p.stderr
+        assert traced == on, p.stderr[-2000:]
+        if on:
+            assert "libc.so" in p.stderr or "python" in p.stderr, p.stderr[-2000:]

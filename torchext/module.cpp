@@ -1,6 +1,11 @@
 // Python module mooncake._pg_ext: creates MooncakeBackend instances for the creator registered
 // by python/mooncake/pg.py and exposes the elastic queries over backends and works.
+#include <execinfo.h>
 #include <torch/extension.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdlib>
 
 #include "mooncake_backend.hpp"
 
@@ -27,9 +32,40 @@ mooncake::MooncakeWork* asMooncakeWork(const c10::intrusive_ptr<c10d::Work>& w) 
   return mw;
 }
 
+// MOONCAKE_PG_SEGV_TRACE=1: on the first SIGSEGV/SIGBUS, write the native backtrace of the
+// faulting thread to stderr, then hand the fault to the handler that was there before (Go's
+// runtime, Python's faulthandler). A debugging aid for crashes inside torch or the shim, which
+// Python's faulthandler shows without their C++ frames; read the offsets with addr2line on a
+// MOONCAKE_DEBUG_BUILD=1 build.
+struct sigaction oldSegv, oldBus;
+
+void segvTrace(int sig, siginfo_t*, void*) {
+  static const char msg[] = "mooncake._pg_ext: fatal signal; native backtrace:\n";
+  ssize_t ignored = write(2, msg, sizeof msg - 1);
+  (void)ignored;
+  void* frames[64];
+  int n = backtrace(frames, 64);
+  backtrace_symbols_fd(frames, n, 2);
+  sigaction(sig, sig == SIGSEGV ? &oldSegv : &oldBus, nullptr);  // the fault recurs there
+}
+
+void installSegvTrace() {
+  const char* v = std::getenv("MOONCAKE_PG_SEGV_TRACE");
+  if (v == nullptr || *v == '\0' || *v == '0') {
+    return;
+  }
+  struct sigaction sa {};
+  sa.sa_sigaction = segvTrace;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGSEGV, &sa, &oldSegv);
+  sigaction(SIGBUS, &sa, &oldBus);
+}
+
 } // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  installSegvTrace();
   m.doc() = "Mooncake c10d backend shim over libmooncake.so";
   py::module_::import("torch.distributed");
   m.attr("TORCH_VERSION") = MOONCAKE_TORCH_VERSION;

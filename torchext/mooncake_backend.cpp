@@ -6,6 +6,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <locale>
 #include <sstream>
 
 #include "util.hpp"
@@ -135,6 +136,7 @@ void MooncakeBackend::shutdownGroup() {
 
 std::string MooncakeBackend::where(const char* op) const {
   std::ostringstream s;
+  s.imbue(std::locale::classic());
   s << getBackendName() << " " << op << " (rank " << rank_ << " of " << curSize_ << ")";
   return s.str();
 }
