@@ -216,11 +216,12 @@ type setupOptions struct {
 	MasterServerAddr  string `json:"master_server_addr"`
 	EnableSSDOffload  bool   `json:"enable_ssd_offload"`
 	SSDOffloadPath    string `json:"ssd_offload_path"`
+	TenantID          string `json:"tenant_id"`
 }
 
 // mc_store_setup_json is mc_store_setup with its arguments as one JSON object of upstream's
 // setup() names (local_hostname, metadata_server, global_segment_size, local_buffer_size,
-// protocol, rdma_devices, master_server_addr, enable_ssd_offload, ssd_offload_path); unknown
+// protocol, rdma_devices, master_server_addr, enable_ssd_offload, ssd_offload_path, tenant_id); unknown
 // names are refused.
 //
 //export mc_store_setup_json
@@ -234,7 +235,7 @@ func mc_store_setup_json(h C.uint64_t, opts *C.char) C.int {
 	return storeSetup(h, client.Config{
 		LocalHostname: o.LocalHostname, MetadataServer: o.MetadataServer, GlobalSegmentSize: o.GlobalSegmentSize,
 		LocalBufferSize: o.LocalBufferSize, Protocol: o.Protocol, DeviceName: o.RDMADevices,
-		MasterServerAddress: o.MasterServerAddr,
+		MasterServerAddress: o.MasterServerAddr, TenantID: o.TenantID,
 	}, o.EnableSSDOffload, o.SSDOffloadPath)
 }
 

@@ -45,6 +45,7 @@ func mc_store_setup_dummy(h C.uint64_t, memPoolSize, localBufferSize C.uint64_t,
 	rc := storeSetup(h, client.Config{
 		LocalHostname: info.Host, MetadataServer: info.MetadataServer, LocalBufferSize: uint64(localBufferSize),
 		Protocol: info.Protocol, MasterServerAddress: info.MasterServerAddress, ClusterID: info.ClusterID,
+		TenantID: info.TenantID,
 	}, false, "")
 	if rc != 0 {
 		conn.Close()

@@ -165,7 +165,7 @@ def test_setup_upstream_positional_order_and_keywords(master):
     assert s.setup("127.0.0.1", "P2PHANDSHAKE", 32 * MB, 8 * MB, "tcp", "", master.addr, None, True) == ErrorCode.INVALID_PARAMS
     assert s.setup("127.0.0.1", "P2PHANDSHAKE", 32 * MB, 8 * MB, "tcp", "", master.addr,
                    enable_ssd_offload=True, ssd_offload_path="/tmp/x") == ErrorCode.INVALID_PARAMS
-    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 32 * MB, 8 * MB, "tcp", "", master.addr, tenant_id="other") == ErrorCode.INVALID_PARAMS
+    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 32 * MB, 8 * MB, "tcp", "", master.addr, tenant_id="a\x1fb") == ErrorCode.INVALID_PARAMS
     with pytest.raises(TypeError, match="unexpected keyword"):
         s.setup("127.0.0.1", bogus=1)
     with pytest.raises(TypeError, match="engine"):

@@ -35,12 +35,12 @@ def env(**kv) -> dict:
 class RealClient:
     """mooncake_client on a free service port; its log goes to a file the test reads."""
 
-    def __init__(self, master: str, tmp_path, e: dict | None = None):
+    def __init__(self, master: str, tmp_path, e: dict | None = None, extra: tuple = ()):
         self.log_path = tmp_path / f"real-client-{time.monotonic_ns()}.log"
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
             [go_command("mooncake_client"), f"--master_server_address={master}", "--host=127.0.0.1",
-             "--port=0", "--global_segment_size=32MB"],
+             "--port=0", "--global_segment_size=32MB", *extra],
             stdout=subprocess.PIPE, stderr=self.log, text=True, env=e or env())
         line = self.proc.stdout.readline()
         m = re.match(r"MOONCAKE_CLIENT_READY segment=(\S+) service=(\S+)$", line.strip())

@@ -46,7 +46,8 @@ int mc_store_setup(uint64_t store, const char *local_hostname, const char *metad
                    const char *device_name, const char *master_server_address);
 /* mc_store_setup with its arguments as one JSON object, named as upstream's setup():
  * local_hostname, metadata_server, global_segment_size, local_buffer_size (integers), protocol,
- * rdma_devices, master_server_addr, enable_ssd_offload, ssd_offload_path. Unknown names are
+ * rdma_devices, master_server_addr, enable_ssd_offload, ssd_offload_path, tenant_id (a key
+ * namespace; "default" or "" for the default one). Unknown names are
  * refused (INVALID_PARAMS). */
 int mc_store_setup_json(uint64_t store, const char *options);
 /* Upstream's setup_dummy: attaches to the real client (mooncake_client --port) at

@@ -826,7 +826,8 @@ class MooncakeDistributedStore(TensorMixin):
         ``enable_ssd_offload=True`` keeps evicted objects on this host's disk, in
         ``ssd_offload_path`` or else ``MOONCAKE_OFFLOAD_FILE_STORAGE_PATH`` (master
         ``--enable_offload``); the shared file tier (G3, the master's ``--root_fs_dir``) needs
-        nothing here (docs/multi-tier.md)."""
+        nothing here (docs/multi-tier.md). ``tenant_id`` names the key namespace this client
+        uses ("default": the one of clients that name none; docs/store.md)."""
         if isinstance(local_hostname, dict) or _is_mooncake_config(local_hostname):
             if _is_mooncake_config(local_hostname):
                 d = local_hostname.to_setup_dict()
@@ -848,10 +849,8 @@ class MooncakeDistributedStore(TensorMixin):
             master_server_addr = aliases["master_server_address"]
         seg = parse_size(global_segment_size, "global_segment_size")
         buf = parse_size(local_buffer_size, "local_buffer_size")
-        if tenant_id not in (None, "", "default"):
-            log.error("setup(tenant_id=%r): tenant namespaces are not supported in this build (only \"default\")", tenant_id)
-            self._setup_error = f"tenant_id {tenant_id!r} is not supported (only 'default')"
-            return ErrorCode.INVALID_PARAMS
+        if tenant_id is not None and not isinstance(tenant_id, str):
+            raise TypeError(f"setup(tenant_id=...): want a str, got {type(tenant_id).__name__}")
         if engine is not None and not hasattr(engine, "get_rpc_port"):
             raise TypeError(f"setup(engine=...): want a mooncake.engine.TransferEngine, got {type(engine).__name__}")
         opts = {
@@ -861,6 +860,7 @@ class MooncakeDistributedStore(TensorMixin):
             "master_server_addr": master_server_addr or "",
             # client-local SSD offload: one flag, read by the Go client (store/client Config)
             "enable_ssd_offload": bool(enable_ssd_offload), "ssd_offload_path": ssd_offload_path or "",
+            "tenant_id": tenant_id or "",
         }
         return self._set_up("setup", lambda l, h: l.mc_store_setup_json(h, json.dumps(opts).encode()), buf)
 

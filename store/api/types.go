@@ -219,6 +219,10 @@ type RemoveByRegexRequest struct {
 	ClientID string `json:"client_id"`
 	Pattern  string `json:"pattern"`
 	Force    bool   `json:"force,omitempty"`
+	// Scoped: only the keys of Tenant ("" = the default tenant), the pattern matched against
+	// their user part (tenant.go). Unscoped: every key, as it is stored.
+	Scoped bool   `json:"scoped,omitempty"`
+	Tenant string `json:"tenant,omitempty"`
 }
 
 type CountResponse struct {
@@ -228,6 +232,8 @@ type CountResponse struct {
 
 type RemoveAllRequest struct {
 	ClientID string `json:"client_id"`
+	Scoped   bool   `json:"scoped,omitempty"` // only the keys of Tenant, as in RemoveByRegexRequest
+	Tenant   string `json:"tenant,omitempty"`
 }
 
 type BatchPutStartRequest struct {

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -50,6 +51,7 @@ type Config struct {
 	DeviceName          string        // NICs for rdma-like protocols
 	MasterServerAddress string        // host:port of mooncake_master, or "etcd://h:p,h:p" / "redis://h:p" to follow the HA leader
 	ClusterID           string        // HA cluster to follow ("" : DefaultClusterID) (MC_STORE_CLUSTER_ID)
+	TenantID            string        // key namespace ("" or "default": the default one) (setup's tenant_id; api/tenant.go)
 	RPCTimeout          time.Duration // per master call (0: DefaultRPCTimeout)
 	PingInterval        time.Duration // heartbeat period (0: 1 s)
 
@@ -82,6 +84,7 @@ type Client struct {
 	eng       Engine
 	ownEngine func() error
 	id        string
+	tenant    string // normalized TenantID ("" = the default tenant)
 	cc        *masterConn
 	master    *api.MasterClient
 
@@ -202,11 +205,15 @@ func NewWithEngine(ctx context.Context, eng Engine, cfg Config) (*Client, error)
 	if cfg.Offload.Enable && cfg.GlobalSegmentSize == 0 {
 		return nil, api.Errorf(api.INVALID_PARAMS, "enable_ssd_offload needs a global segment (global_segment_size > 0): offloaded objects move from it")
 	}
+	tenant, err := api.NormalizeTenant(cfg.TenantID)
+	if err != nil {
+		return nil, err
+	}
 	cc, err := dialMaster(ctx, cfg)
 	if err != nil {
 		return nil, api.Errorf(api.INVALID_PARAMS, "%v", err)
 	}
-	c := &Client{cfg: cfg, eng: eng, id: newID(), cc: cc, master: api.NewMasterClient(cc),
+	c := &Client{cfg: cfg, eng: eng, id: newID(), cc: cc, master: api.NewMasterClient(cc), tenant: tenant,
 		segIDs: map[string]engine.SegmentID{}, extra: map[string]*extraSeg{}, regions: map[uintptr]uint64{}, healthy: true, done: make(chan struct{})}
 	fail := func(err error) (*Client, error) {
 		c.release()
@@ -601,6 +608,15 @@ func (c *Client) writeReplicas(ctx context.Context, parts []buf, reps []api.Repl
 }
 
 func (c *Client) put(ctx context.Context, key string, parts []buf, cfg api.ReplicateConfig, upsert bool) error {
+	key, err := c.tkey(key)
+	if err != nil {
+		return err
+	}
+	return c.putKey(ctx, key, parts, cfg, upsert)
+}
+
+// putKey is put of an internal key.
+func (c *Client) putKey(ctx context.Context, key string, parts []buf, cfg api.ReplicateConfig, upsert bool) error {
 	var size uint64
 	for _, p := range parts {
 		size += uint64(len(p.b))
@@ -647,10 +663,39 @@ func (c *Client) revoke(key string) {
 }
 
 func quote(key string) string {
-	if len(key) > 64 {
-		key = key[:64] + "..."
+	t, user := api.SplitTenant(key)
+	if len(user) > 64 {
+		user = user[:64] + "..."
 	}
-	return fmt.Sprintf("%q", key)
+	return api.DisplayKey(api.TenantKey(t, user))
+}
+
+// tkey is the internal key of the caller's key k: k itself for the default tenant, else k in
+// this client's tenant namespace (api/tenant.go). Keys holding the namespace separator are
+// refused, so that no caller can name another tenant's keys.
+func (c *Client) tkey(k string) (string, error) {
+	if err := api.CheckUserKey(k); err != nil {
+		return "", err
+	}
+	return api.TenantKey(c.tenant, k), nil
+}
+
+// tkeys is tkey for many keys (the same slice when nothing changes); one bad key fails them all.
+func (c *Client) tkeys(ks []string) ([]string, error) {
+	out := ks
+	for i, k := range ks {
+		ik, err := c.tkey(k)
+		if err != nil {
+			return nil, err
+		}
+		if ik != k {
+			if &out[0] == &ks[0] {
+				out = slices.Clone(ks)
+			}
+			out[i] = ik
+		}
+	}
+	return out, nil
 }
 
 // Put stores value under key. A key that already exists is left as it is (write-once).
@@ -763,6 +808,10 @@ func (c *Client) batchPut(ctx context.Context, keys []string, bufs [][]buf, cfg 
 	if len(keys) == 0 {
 		return errs
 	}
+	keys, err := c.tkeys(keys)
+	if err != nil {
+		return fill(len(errs), err)
+	}
 	sizes := make([]uint64, len(keys))
 	for i, b := range bufs {
 		for _, p := range b {
@@ -785,7 +834,7 @@ func (c *Client) batchPut(ctx context.Context, keys []string, bufs [][]buf, cfg 
 		case r.Code == api.OBJECT_ALREADY_EXISTS:
 		case r.Retry:
 			// memory is full while objects move to G3: this key waits for room on its own
-			errs[i] = c.put(ctx, keys[i], bufs[i], cfg, upsert)
+			errs[i] = c.putKey(ctx, keys[i], bufs[i], cfg, upsert)
 		case r.Code != api.OK:
 			errs[i] = fmt.Errorf("put %s: %w", quote(keys[i]), r.Err())
 		default:
@@ -915,6 +964,10 @@ func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
 // GetAlloc reads key into memory obtained from alloc(size) (e.g. C memory for the C ABI) and
 // returns it; on error after alloc the memory is still the caller's to free.
 func (c *Client) GetAlloc(ctx context.Context, key string, alloc func(size uint64) ([]byte, error)) ([]byte, error) {
+	key, err := c.tkey(key)
+	if err != nil {
+		return nil, err
+	}
 	g, start, err := c.replicas(ctx, key)
 	if err != nil {
 		return nil, err
@@ -933,6 +986,10 @@ func (c *Client) GetAlloc(ctx context.Context, key string, alloc func(size uint6
 func (c *Client) GetInto(ctx context.Context, key string, addr uintptr, size uint64) (uint64, error) {
 	if addr == 0 || size == 0 {
 		return 0, api.Errorf(api.INVALID_PARAMS, "get_into needs a non-null buffer and a non-zero size")
+	}
+	key, err := c.tkey(key)
+	if err != nil {
+		return 0, err
 	}
 	g, start, err := c.replicas(ctx, key)
 	if err != nil {
@@ -1000,6 +1057,10 @@ func (c *Client) batchGet(ctx context.Context, keys []string, dst func(i int, si
 	if len(keys) == 0 {
 		return errs
 	}
+	keys, err := c.tkeys(keys)
+	if err != nil {
+		return fill(len(errs), err)
+	}
 	start := time.Now()
 	rctx, cancel := c.rpcCtx(ctx)
 	resp, err := c.master.BatchGetReplicaList(rctx, &api.BatchKeysRequest{ClientID: c.id, Keys: keys})
@@ -1050,6 +1111,10 @@ const batchReadParallel = 8
 
 // Exists reports whether key is stored.
 func (c *Client) Exists(ctx context.Context, key string) (bool, error) {
+	key, err := c.tkey(key)
+	if err != nil {
+		return false, err
+	}
 	rctx, cancel := c.rpcCtx(ctx)
 	r, err := c.master.ExistKey(rctx, &api.KeyRequest{ClientID: c.id, Key: key})
 	cancel()
@@ -1062,6 +1127,10 @@ func (c *Client) Exists(ctx context.Context, key string) (bool, error) {
 // BatchExists is Exists for many keys.
 func (c *Client) BatchExists(ctx context.Context, keys []string) ([]bool, []error) {
 	out := make([]bool, len(keys))
+	keys, err := c.tkeys(keys)
+	if err != nil {
+		return out, fill(len(out), err)
+	}
 	rctx, cancel := c.rpcCtx(ctx)
 	r, err := c.master.BatchExistKey(rctx, &api.BatchKeysRequest{ClientID: c.id, Keys: keys})
 	cancel()
@@ -1077,6 +1146,10 @@ func (c *Client) BatchExists(ctx context.Context, keys []string) ([]bool, []erro
 
 // Size returns the size of key's value.
 func (c *Client) Size(ctx context.Context, key string) (uint64, error) {
+	key, err := c.tkey(key)
+	if err != nil {
+		return 0, err
+	}
 	rctx, cancel := c.rpcCtx(ctx)
 	r, err := c.master.ExistKey(rctx, &api.KeyRequest{ClientID: c.id, Key: key})
 	cancel()
@@ -1094,6 +1167,10 @@ func (c *Client) Size(ctx context.Context, key string) (uint64, error) {
 
 // Remove deletes key; a leased or hard-pinned key needs force.
 func (c *Client) Remove(ctx context.Context, key string, force bool) error {
+	key, err := c.tkey(key)
+	if err != nil {
+		return err
+	}
 	rctx, cancel := c.rpcCtx(ctx)
 	st, err := c.master.Remove(rctx, &api.RemoveRequest{ClientID: c.id, Key: key, Force: force})
 	cancel()
@@ -1104,7 +1181,11 @@ func (c *Client) Remove(ctx context.Context, key string, force bool) error {
 }
 
 // BatchRemove removes many keys; one error per key.
-func (c *Client) BatchRemove(ctx context.Context, keys []string, force bool) []error {
+func (c *Client) BatchRemove(ctx context.Context, userKeys []string, force bool) []error {
+	keys, err := c.tkeys(userKeys)
+	if err != nil {
+		return fill(len(userKeys), err)
+	}
 	rctx, cancel := c.rpcCtx(ctx)
 	r, err := c.master.BatchRemove(rctx, &api.BatchKeysRequest{ClientID: c.id, Keys: keys, Force: force})
 	cancel()
@@ -1121,13 +1202,14 @@ func (c *Client) BatchRemove(ctx context.Context, keys []string, force bool) []e
 	return errs
 }
 
-// RemoveByRegex removes the keys matching pattern (RE2 syntax) and returns how many.
+// RemoveByRegex removes this client's tenant's keys matching pattern (RE2 syntax) and returns
+// how many.
 func (c *Client) RemoveByRegex(ctx context.Context, pattern string, force bool) (int64, error) {
 	if _, err := regexp.Compile(pattern); err != nil {
 		return 0, api.Errorf(api.INVALID_PARAMS, "bad regular expression %q: %v", pattern, err)
 	}
 	rctx, cancel := c.rpcCtx(ctx)
-	r, err := c.master.RemoveByRegex(rctx, &api.RemoveByRegexRequest{ClientID: c.id, Pattern: pattern, Force: force})
+	r, err := c.master.RemoveByRegex(rctx, &api.RemoveByRegexRequest{ClientID: c.id, Pattern: pattern, Force: force, Scoped: true, Tenant: c.tenant})
 	cancel()
 	if err != nil {
 		return 0, c.rpcErr("remove_by_regex", err)
@@ -1135,10 +1217,10 @@ func (c *Client) RemoveByRegex(ctx context.Context, pattern string, force bool) 
 	return r.Count, r.Err()
 }
 
-// RemoveAll removes every stored key and returns how many.
+// RemoveAll removes every key of this client's tenant and returns how many.
 func (c *Client) RemoveAll(ctx context.Context) (int64, error) {
 	rctx, cancel := c.rpcCtx(ctx)
-	r, err := c.master.RemoveAll(rctx, &api.RemoveAllRequest{ClientID: c.id})
+	r, err := c.master.RemoveAll(rctx, &api.RemoveAllRequest{ClientID: c.id, Scoped: true, Tenant: c.tenant})
 	cancel()
 	if err != nil {
 		return 0, c.rpcErr("remove_all", err)

@@ -39,6 +39,10 @@ func (c *Client) region(addr uintptr) (base uintptr, n uint64, ok bool) {
 func (c *Client) GetRanges(ctx context.Context, key string, frags []Range) ([]uint64, []error) {
 	got := make([]uint64, len(frags))
 	errs := make([]error, len(frags))
+	key, err := c.tkey(key)
+	if err != nil {
+		return got, fill(len(frags), err)
+	}
 	g, start, err := c.replicas(ctx, key)
 	if err != nil {
 		return got, fill(len(frags), err)
@@ -101,6 +105,10 @@ func (c *Client) readRange(ctx context.Context, key string, size uint64, mem []a
 func (c *Client) GetIntoBuffers(ctx context.Context, key string, addrs []uintptr, sizes []uint64) (uint64, error) {
 	if len(addrs) != len(sizes) {
 		return 0, api.Errorf(api.INVALID_PARAMS, "get %s: %d buffers but %d sizes", quote(key), len(addrs), len(sizes))
+	}
+	key, err := c.tkey(key)
+	if err != nil {
+		return 0, err
 	}
 	g, start, err := c.replicas(ctx, key)
 	if err != nil {
@@ -215,6 +223,10 @@ func sinceOver(start time.Time, d time.Duration) bool { return time.Since(start)
 // the whole object, when empty) and returns the keys cleared; keys that are leased, still being
 // written, written by another client or missing are skipped.
 func (c *Client) BatchReplicaClear(ctx context.Context, keys []string, segmentName string) ([]string, error) {
+	keys, err := c.tkeys(keys)
+	if err != nil {
+		return nil, err
+	}
 	rctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
 	resp, err := c.master.BatchReplicaClear(rctx, &api.BatchReplicaClearRequest{ClientID: c.id, Keys: keys, SegmentName: segmentName})
@@ -224,5 +236,9 @@ func (c *Client) BatchReplicaClear(ctx context.Context, keys []string, segmentNa
 	if err := resp.Err(); err != nil {
 		return nil, fmt.Errorf("batch_replica_clear: %w", err)
 	}
-	return resp.ClearedKeys, nil
+	cleared := make([]string, len(resp.ClearedKeys))
+	for i, k := range resp.ClearedKeys {
+		_, cleared[i] = api.SplitTenant(k)
+	}
+	return cleared, nil
 }

@@ -53,6 +53,10 @@ func (c *Client) TierStats() TierStats {
 
 // ReplicaDesc describes where key's copies live (memory, G3 disk), without taking a lease.
 func (c *Client) ReplicaDesc(ctx context.Context, key string) ([]api.Replica, error) {
+	key, err := c.tkey(key)
+	if err != nil {
+		return nil, err
+	}
 	rctx, cancel := c.rpcCtx(ctx)
 	g, err := c.master.GetReplicaDesc(rctx, &api.KeyRequest{ClientID: c.id, Key: key})
 	cancel()

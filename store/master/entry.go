@@ -47,6 +47,8 @@ type Entry struct {
 	Upsert    bool                 `json:"upsert,omitempty"`   // OpPutStart: replace the key's value when it exists
 	SegName   string               `json:"seg_name,omitempty"` // OpReplicaClear: the segment ("" = every copy)
 	Pattern   string               `json:"pattern,omitempty"`
+	Scoped    bool                 `json:"scoped,omitempty"` // OpRemoveByRegex/OpRemoveAll: only Tenant's keys (api/tenant.go)
+	Tenant    string               `json:"tenant,omitempty"`
 	Batch     []Entry              `json:"batch,omitempty"`
 	Digest    string               `json:"digest,omitempty"` // OpVerify
 	Path      string               `json:"path,omitempty"`   // OpOffloadDone: the move (its assigned file name)

@@ -488,12 +488,12 @@ func (s *Server) Remove(ctx context.Context, r *api.RemoveRequest) (*api.Status,
 }
 
 func (s *Server) RemoveByRegex(ctx context.Context, r *api.RemoveByRegexRequest) (*api.CountResponse, error) {
-	res := s.do(ctx, Entry{Op: OpRemoveByRegex, ClientID: r.ClientID, Pattern: r.Pattern, Force: r.Force})
+	res := s.do(ctx, Entry{Op: OpRemoveByRegex, ClientID: r.ClientID, Pattern: r.Pattern, Force: r.Force, Scoped: r.Scoped, Tenant: r.Tenant})
 	return &api.CountResponse{Status: res.Status(), Count: res.Count}, nil
 }
 
 func (s *Server) RemoveAll(ctx context.Context, r *api.RemoveAllRequest) (*api.CountResponse, error) {
-	res := s.do(ctx, Entry{Op: OpRemoveAll, ClientID: r.ClientID})
+	res := s.do(ctx, Entry{Op: OpRemoveAll, ClientID: r.ClientID, Scoped: r.Scoped, Tenant: r.Tenant})
 	return &api.CountResponse{Status: res.Status(), Count: res.Count}, nil
 }
 

@@ -601,7 +601,8 @@ func (s *State) removeByRegex(e Entry) Result {
 	var n int64
 	for _, key := range s.sortedKeys() {
 		o := s.objects[key]
-		if re.MatchString(key) && s.removable(o, e.Now, e.Force).Code == api.OK {
+		name, ok := scopedKey(e, key)
+		if ok && re.MatchString(name) && s.removable(o, e.Now, e.Force).Code == api.OK {
 			s.deleteObject(o)
 			n++
 		}
@@ -609,10 +610,23 @@ func (s *State) removeByRegex(e Entry) Result {
 	return Result{Count: n}
 }
 
+// scopedKey is what a scoped removal matches key by (its user part) and whether key is in the
+// entry's tenant; an unscoped entry sees every key as stored.
+func scopedKey(e Entry, key string) (string, bool) {
+	if !e.Scoped {
+		return key, true
+	}
+	t, user := api.SplitTenant(key)
+	return user, t == e.Tenant
+}
+
 // removeAll removes every complete object, leased or pinned; puts in progress are left alone.
 func (s *State) removeAll(e Entry) Result {
 	var n int64
 	for _, key := range s.sortedKeys() {
+		if _, ok := scopedKey(e, key); !ok {
+			continue
+		}
 		if o := s.objects[key]; o.complete {
 			s.deleteObject(o)
 			n++

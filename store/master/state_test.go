@@ -456,3 +456,26 @@ func TestDrainedSegmentTakesNoNewObjects(t *testing.T) {
 		t.Fatalf("a re-mounted segment takes no objects: %+v", r)
 	}
 }
+
+// TestScopedRemovalStaysInItsTenant: a client's remove_by_regex and remove_all see only the keys
+// of its tenant (the pattern matched against the user part); unscoped entries (older oplogs,
+// admin) still see every key.
+func TestScopedRemovalStaysInItsTenant(t *testing.T) {
+	h := newHarness(t)
+	h.mount("c1", "s1", "h1:1", 4096, 1<<20)
+	keys := []string{"k1", "k2", "x", api.TenantKey("alpha", "k1"), api.TenantKey("alpha", "k2"), api.TenantKey("beta", "k1")}
+	for _, k := range keys {
+		h.put("c1", k, 100, api.ReplicateConfig{})
+	}
+	exists := func(k string) bool { ok, _ := h.s.Exists(k); return ok }
+	r := h.apply(Entry{Op: OpRemoveByRegex, Pattern: "^k", Scoped: true, Tenant: "alpha"})
+	if r.Count != 2 || exists(api.TenantKey("alpha", "k1")) || !exists("k1") || !exists(api.TenantKey("beta", "k1")) {
+		t.Fatalf("alpha's ^k removed %d; left %v %v", r.Count, exists("k1"), exists(api.TenantKey("beta", "k1")))
+	}
+	if r := h.apply(Entry{Op: OpRemoveAll, Scoped: true}); r.Count != 3 || !exists(api.TenantKey("beta", "k1")) {
+		t.Fatalf("the default tenant's remove_all removed %d", r.Count)
+	}
+	if r := h.apply(Entry{Op: OpRemoveAll}); r.Count != 1 || exists(api.TenantKey("beta", "k1")) {
+		t.Fatalf("an unscoped remove_all removed %d", r.Count)
+	}
+}

@@ -30,8 +30,9 @@ type Info struct {
 	ClusterID           string `json:"cluster_id,omitempty"`  // the HA cluster it follows
 	MetadataServer      string `json:"metadata_server"`
 	Protocol            string `json:"protocol"`
-	Host                string `json:"host"`    // the address peers reach this host at
-	Segment             string `json:"segment"` // the real client's own segment (host:port)
+	Host                string `json:"host"`                // the address peers reach this host at
+	Segment             string `json:"segment"`             // the real client's own segment (host:port)
+	TenantID            string `json:"tenant_id,omitempty"` // the key namespace its dummies use (--tenant_id)
 }
 
 // Request is what a dummy sends: the sizes it was set up with (for the real client's log).

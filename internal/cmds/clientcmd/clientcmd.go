@@ -13,6 +13,7 @@ import (
 	"github.com/mooncake-go/mooncake/config"
 	"github.com/mooncake-go/mooncake/engine"
 	"github.com/mooncake-go/mooncake/internal/cli"
+	"github.com/mooncake-go/mooncake/store/api"
 	"github.com/mooncake-go/mooncake/store/client"
 	"github.com/mooncake-go/mooncake/store/realclient"
 )
@@ -38,7 +39,7 @@ func run(args []string) error {
 	bufSize := fs.String("local_buffer_size", "0", "staging buffer (0: 16 MB)")
 	fs.Int("threads", 1, "accepted for compatibility with upstream's mooncake_client (its RPC service threads; here each attached dummy client has its own goroutine)")
 	offload := fs.Bool("enable_offload", false, "SSD offload to MOONCAKE_OFFLOAD_FILE_STORAGE_PATH (with mooncake_master --enable_offload)")
-	tenant := fs.String("tenant_id", "default", "tenant namespace (only \"default\" in this build)")
+	tenant := fs.String("tenant_id", "default", "key namespace of the dummy clients attached here (setup_dummy)")
 	if err := fs.Parse(args); err != nil {
 		return cli.Usagef("bad command line: %w", err)
 	}
@@ -56,8 +57,8 @@ func run(args []string) error {
 	if err != nil {
 		return cli.Usagef("--local_buffer_size: %w", err)
 	}
-	if *tenant != "default" {
-		return cli.Usagef("--tenant_id=%q: tenant namespaces are not supported in this build (only \"default\")", *tenant)
+	if _, err := api.NormalizeTenant(*tenant); err != nil {
+		return cli.Usagef("--tenant_id=%q: %v", *tenant, err)
 	}
 	if *port < 0 || *port > 65535 {
 		return cli.Usagef("--port=%d is not a valid port", *port)
@@ -93,7 +94,7 @@ func run(args []string) error {
 	}
 	log.Printf("mooncake_client: segment %s (%d bytes) mounted on master %s", c.Hostname(), seg, *master)
 	svc := realclient.NewServer(realclient.Info{MasterServerAddress: cfg.MasterServerAddress, ClusterID: cfg.ClusterID,
-		MetadataServer: *meta, Protocol: cfg.Protocol, Host: *host, Segment: c.Hostname()}, cfg.AuthToken, log.Printf)
+		MetadataServer: *meta, Protocol: cfg.Protocol, Host: *host, Segment: c.Hostname(), TenantID: *tenant}, cfg.AuthToken, log.Printf)
 	served := make(chan error, 1)
 	go func() { served <- svc.Serve(ctx, l) }()
 	log.Printf("mooncake_client: real client service on %s: dummy clients attach with setup_dummy(mem_pool_size, local_buffer_size, %q)", l.Addr(), l.Addr().String())
