@@ -6,8 +6,6 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
-#include <locale>
-#include <sstream>
 
 #include "util.hpp"
 
@@ -135,10 +133,11 @@ void MooncakeBackend::shutdownGroup() {
 }
 
 std::string MooncakeBackend::where(const char* op) const {
-  std::ostringstream s;
-  s.imbue(std::locale::classic());
-  s << getBackendName() << " " << op << " (rank " << rank_ << " of " << curSize_ << ")";
-  return s.str();
+  // Plain concatenation and std::to_string: no stream, no locale facet. On a CUDA host (an
+  // H200, torch 2.11, GCC 13.3 headers over GCC 14's libstdc++) formatting an int through an
+  // ostringstream here crashed; MOONCAKE_PG_SEGV_TRACE=1 showed it.
+  return getBackendName() + " " + op + " (rank " + std::to_string(rank_) + " of " +
+      std::to_string(curSize_) + ")";
 }
 
 void MooncakeBackend::refreshSize() {
