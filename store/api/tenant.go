@@ -68,9 +68,13 @@ func CheckUserKey(k string) error {
 	return nil
 }
 
-// DisplayKey is how messages show an internal key: the user key, and its tenant when not the default.
+// DisplayKey is how messages show an internal key: the user key (its first 64 bytes), and its
+// tenant when not the default.
 func DisplayKey(key string) string {
 	t, k := SplitTenant(key)
+	if len(k) > 64 {
+		k = k[:64] + "..."
+	}
 	if t == "" {
 		return fmt.Sprintf("%q", k)
 	}

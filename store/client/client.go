@@ -106,7 +106,7 @@ type Client struct {
 
 	closeOnce sync.Once
 	stop      context.CancelFunc
-	life      context.Context // ends at Close (c.stop); nil before the background work starts
+	life      context.Context // ends at Close (c.stop)
 	done      chan struct{}
 
 	rootFS string         // the master's G3 directory ("" = no G3 tier)
@@ -662,12 +662,9 @@ func (c *Client) revoke(key string) {
 	c.master.PutRevoke(ctx, &api.KeyRequest{ClientID: c.id, Key: key})
 }
 
+// quote is how this package's messages show a key (api.DisplayKey).
 func quote(key string) string {
-	t, user := api.SplitTenant(key)
-	if len(user) > 64 {
-		user = user[:64] + "..."
-	}
-	return api.DisplayKey(api.TenantKey(t, user))
+	return api.DisplayKey(key)
 }
 
 // tkey is the internal key of the caller's key k: k itself for the default tenant, else k in
@@ -682,15 +679,15 @@ func (c *Client) tkey(k string) (string, error) {
 
 // tkeys is tkey for many keys (the same slice when nothing changes); one bad key fails them all.
 func (c *Client) tkeys(ks []string) ([]string, error) {
-	out := ks
+	out, cloned := ks, false
 	for i, k := range ks {
 		ik, err := c.tkey(k)
 		if err != nil {
 			return nil, err
 		}
 		if ik != k {
-			if &out[0] == &ks[0] {
-				out = slices.Clone(ks)
+			if !cloned {
+				out, cloned = slices.Clone(ks), true
 			}
 			out[i] = ik
 		}

@@ -148,7 +148,7 @@ func (c *Client) UnmountSegments(ctx context.Context, ids []string, free bool, g
 	c.segMu.Unlock()
 	var first error
 	for _, x := range xs {
-		if grace > 0 && c.life != nil {
+		if grace > 0 {
 			if err := c.drainExtra(ctx, x, grace); err == nil {
 				continue
 			} else if first == nil {
