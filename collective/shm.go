@@ -447,7 +447,11 @@ func (o *shmOp) wait(target uint32) error {
 			slept = time.Now()
 			for _, m := range o.members {
 				if m != p.rank && int32(atomic.LoadUint32(p.stepW[m])-target) < 0 {
-					if err := lc.PeerAlive(o.ctx, m); err != nil && errors.Is(err, ErrPeerDead) {
+					err := lc.PeerAlive(o.ctx, m)
+					// A peer that reached the step while it was probed published its part
+					// and may have finished the op and exited since: its arena stays mapped,
+					// so this round can still be read. Only one still behind has failed.
+					if err != nil && errors.Is(err, ErrPeerDead) && int32(atomic.LoadUint32(p.stepW[m])-target) < 0 {
 						return &PeerError{Op: o.kind.String(), Rank: p.rank, Peer: m, Err: err}
 					}
 				}

@@ -473,3 +473,64 @@ func TestShmOptionsDefaults(t *testing.T) {
 		t.Fatalf("ChunkBytes only: %+v, want chunk = copy = 1024", got)
 	}
 }
+
+// probingConn is a Conn whose liveness probe of one peer blocks until that peer finished its
+// op and then reports it dead, as a probe of a process that finished and exited does.
+type probingConn struct {
+	Conn
+	peer    int
+	probing chan struct{} // closed when the probe of peer starts
+	exited  chan struct{} // closed when peer finished its op and "exited"
+	once    sync.Once
+}
+
+func (c *probingConn) PeerAlive(ctx context.Context, rank int) error {
+	if rank != c.peer {
+		return nil
+	}
+	c.once.Do(func() { close(c.probing) })
+	<-c.exited
+	return fmt.Errorf("rank %d is gone: %w", rank, ErrPeerDead)
+}
+
+// TestShmPeerExitsWhileProbed: rank 1 arrives late, so rank 0 probes it; meanwhile rank 1
+// publishes its input, finishes the all_reduce and exits, and the probe finds it dead. Rank 0
+// still has everything the op needs (rank 1's arena stays mapped) and must complete with the
+// full sum, not fail with rank 1 as a dead peer (the CI flake of test_elastic_parity: a rank
+// that finished an op and exited counted as failed in it).
+func TestShmPeerExitsWhileProbed(t *testing.T) {
+	net := NewMemNetwork(2)
+	sm := newMemShared()
+	defer sm.close()
+	pc := &probingConn{Conn: net.Conn(0), peer: 1, probing: make(chan struct{}), exited: make(chan struct{})}
+	g0, err := NewGroup(pc, 0, 2, 0, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := []*Group{g0, mustGroup(t, net, 1, 2)}
+	noErrs(t, runEach(gs, 10*time.Second, func(ctx context.Context, g *Group) error {
+		ok, err := g.EnableSharedMemory(ctx, sm, SharedOptions{ChunkBytes: 4096})
+		if err == nil && !ok {
+			err = errors.New("not enabled")
+		}
+		return err
+	}))
+	errs := runEach(gs, 10*time.Second, func(ctx context.Context, g *Group) error {
+		b := fill(reduce.Int32, reduce.Sum, g.Rank(), 16, 0)
+		if g.Rank() == 1 {
+			<-pc.probing
+			defer close(pc.exited)
+		}
+		if err := g.AllReduce(ctx, b, reduce.Int32, reduce.Sum); err != nil {
+			return err
+		}
+		want := fill(reduce.Int32, reduce.Sum, 0, 16, 0)
+		other := fill(reduce.Int32, reduce.Sum, 1, 16, 0)
+		reduce.Reduce(want, other, reduce.Int32, reduce.Sum)
+		if !bytes.Equal(b, want) {
+			return fmt.Errorf("rank %d: wrong sum", g.Rank())
+		}
+		return nil
+	})
+	noErrs(t, errs)
+}

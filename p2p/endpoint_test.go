@@ -192,6 +192,36 @@ func TestDeadPeer(t *testing.T) {
 	}
 }
 
+// TestMarkDeadDeliversWhatArrived: a peer sends a message and dies before this side drained
+// it; declaring the peer dead must deliver the message to its receive first, not fail it
+// (a rank that finished an op and exited was counted as failed in it).
+func TestMarkDeadDeliversWhatArrived(t *testing.T) {
+	eps, _ := mkEndpoints(t, 2, small)
+	ctx := ctxT(t, 10*time.Second)
+	buf := make([]byte, 40)
+	req := eps[0].PostRecv(1, collective.UserTag(7), buf)
+	eps[0].drainMu.Lock() // the progress goroutine has not got to the message yet
+	if err := eps[1].Send(ctx, 0, collective.UserTag(7), data(40, 3)); err != nil {
+		eps[0].drainMu.Unlock()
+		t.Fatal(err)
+	}
+	marked := make(chan struct{})
+	go func() {
+		eps[0].MarkDead(1, nil)
+		close(marked)
+	}()
+	time.Sleep(50 * time.Millisecond)
+	eps[0].drainMu.Unlock()
+	<-marked
+	n, src, err := req.Wait(ctx)
+	if err != nil || n != 40 || src != 1 || !bytes.Equal(buf, data(40, 3)) {
+		t.Fatalf("receive after the sender died: n=%d src=%d err=%v", n, src, err)
+	}
+	if eps[0].Dead(1) == nil {
+		t.Fatal("rank 1 not marked dead")
+	}
+}
+
 func TestConcurrentPairs(t *testing.T) {
 	const n = 4
 	eps, _ := mkEndpoints(t, n, small)

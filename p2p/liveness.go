@@ -51,6 +51,14 @@ func (e *Endpoint) MarkDead(rank int, why error) {
 	} else if !errors.Is(why, collective.ErrPeerDead) {
 		why = fmt.Errorf("rank %d is gone: %w (%w)", rank, collective.ErrPeerDead, why)
 	}
+	// What the peer wrote before it died is delivered first: a peer may finish an op, exit,
+	// and be found dead by a probe before this side's progress goroutine drained its last
+	// message; that message must complete its receive, not be failed with the peer.
+	e.drainMu.Lock()
+	if !e.isClosed() {
+		e.drain(false)
+	}
+	e.drainMu.Unlock()
 	e.peers[rank].dead.CompareAndSwap(nil, &deadErr{why})
 	e.failPosted(rank, why)
 	e.wake()

@@ -311,18 +311,8 @@ func (pg *Group) join(ctx context.Context) (Result, error) {
 		if err != nil {
 			return Result{}, fmt.Errorf("join_group on rank %d: no member admitted this rank (activate_ranks/recover_ranks/extend_group_size_to): %w", pg.cfg.Rank, err)
 		}
-		if err := pg.apply(d); err != nil {
-			return Result{}, err
-		}
-		if pg.joined.Load() {
-			for _, r := range pg.g.Members() {
-				if r == pg.cfg.Rank {
-					continue
-				}
-				if _, err := pg.st.Get(pg.key("ack", d.Index, r), time.Until(deadlineOf(ctx))); err != nil {
-					return Result{}, fmt.Errorf("join_group on rank %d: rank %d did not acknowledge the admission (every active rank must call activate_ranks/recover_ranks): %w", pg.cfg.Rank, r, err)
-				}
-			}
+		if err := pg.apply(d); err != nil { // waits for the members' acknowledgements
+			return Result{}, fmt.Errorf("join_group: %w", err)
 		}
 	}
 	pg.logf("joined at epoch %d", pg.g.Epoch())

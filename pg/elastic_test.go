@@ -191,6 +191,41 @@ func TestManualMode(t *testing.T) {
 	wantSum(t, allReduce(t, c, 0, 1, 2), 6)
 }
 
+// TestAdmissionAlreadyInLog: one survivor admits the replacement before the replacement calls
+// join_group, so it finds the decision in the log at once (a catch-up, not a wait); it must
+// still wait for the other survivor's acknowledgement before it sends anything: that survivor
+// resets what it receives from rank 2 when it points its link at the new process, and a
+// message that arrived before would be thrown away (the CI flake of test_elastic_parity's
+// manual mode, where the survivor then counted ranks that had finished as failed).
+func TestAdmissionAlreadyInLog(t *testing.T) {
+	c := newCluster(t, Config{Size: 3, Timeout: 30 * time.Second})
+	wantSum(t, allReduce(t, c, 0, 1, 2), 6)
+	c.kill(2)
+	wantSum(t, allReduce(t, c, 0, 1), 3, 2)
+	calls(t, c, Request{Op: "deactivate", Ranks: []int{2}}, 0, 1)
+	c.start(func(*Config) {}, 2)
+	if x := calls(t, c, Request{Op: "activate", Ranks: []int{2}}, 1)[1]; x.Status != ProposalApplied {
+		t.Fatalf("rank 1 recover_ranks: %+v", x)
+	}
+	joined := make(chan error, 1)
+	go func() {
+		_, err := c.groups()[2].Membership(Request{Op: "join"})
+		joined <- err
+	}()
+	select {
+	case err := <-joined:
+		t.Fatalf("join_group returned (%v) before rank 0 acknowledged the admission", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if x := calls(t, c, Request{Op: "activate", Ranks: []int{2}}, 0)[0]; x.Status != ProposalApplied {
+		t.Fatalf("rank 0 recover_ranks: %+v", x)
+	}
+	if err := <-joined; err != nil {
+		t.Fatal(err)
+	}
+	wantSum(t, allReduce(t, c, 0, 1, 2), 6)
+}
+
 // TestExtendWithSubgroup: a group of 2 with 4 slots grows to 4 with two is_extension ranks;
 // then a subgroup of an original rank and a joiner, made on the same engines, runs its own
 // collectives beside the big group.

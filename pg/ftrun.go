@@ -82,6 +82,7 @@ func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(c
 			pg.catchUp()
 			return err
 		}
+		pg.logf("%s (op #%d) failed: %v; ranks %v do not answer probes", op, seq, err, dead)
 		d, perr := pg.propose(func(cur *decision) (*decision, string) {
 			participating := without(cur.Active, cur.Excluded)
 			if len(without(dead, participating)) == len(dead) {

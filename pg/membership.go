@@ -30,7 +30,10 @@ package pg
 // is_extension) creates its endpoint, publishes it and stays outside the group until
 // join_group, which follows the log until a decision activates it, waits until every other
 // member acknowledged that decision (each acknowledges after pointing its link at the new
-// endpoint), and takes the group's op sequence number from it.
+// endpoint), and takes the group's op sequence number from it. The wait belongs to applying
+// the admission, not to join_group: a joiner that finds the decision already in the log (a
+// catch-up) waits the same way, since a member resets what it receives from the rank when it
+// points its link at it, and anything the joiner sent before that would be lost.
 
 import (
 	"encoding/json"
@@ -256,5 +259,30 @@ func (pg *Group) apply(d *decision) error {
 	}
 	pg.logf("membership decision #%d by rank %d: %s %v -> epoch %d, active %v, excluded %v, pending %v (op #%d)",
 		d.Index, d.By, d.Kind, d.Ranks, d.Epoch, d.Active, d.Excluded, d.Pending, d.Seq)
+	if becameMember {
+		return pg.awaitAdmission(d, time.Now().Add(admissionWait))
+	}
+	return nil
+}
+
+// admissionWait bounds how long a rank that a decision admitted waits for every other member
+// to acknowledge it.
+const admissionWait = decisionWait
+
+// awaitAdmission waits until every other member acknowledged decision d, which admitted this
+// rank: each acknowledges after pointing its link at this rank's endpoint, which resets what
+// it receives from this rank, so a message sent before that would be thrown away. It runs
+// wherever the admission is applied: in join_group, and in a catch-up (a decision already in
+// the log when the rank looks, e.g. from get_active_ranks or the start of join_group).
+func (pg *Group) awaitAdmission(d *decision, deadline time.Time) error {
+	for _, r := range pg.g.Members() {
+		if r == pg.cfg.Rank {
+			continue
+		}
+		if _, err := pg.st.Get(pg.key("ack", d.Index, r), time.Until(deadline)); err != nil {
+			return fmt.Errorf("rank %d joining at decision #%d: rank %d did not acknowledge the admission (every active rank must call activate_ranks/recover_ranks/extend_group_size_to): %w",
+				pg.cfg.Rank, d.Index, r, err)
+		}
+	}
 	return nil
 }

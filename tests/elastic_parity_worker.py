@@ -84,6 +84,11 @@ def manual(a, store, out: dict) -> None:
         out["send_to_dead"] = {"ok": pg.get_local_success(w), "hint": pg.get_failed_ranks_hint(w).tolist()}
     out["round2"] = all_reduce(a.rank + 1)
     out["active2"] = active()
+    # get_active_ranks applies decisions other ranks already wrote to the log: without this
+    # barrier a survivor that is ahead may have deactivated the victim before this one looks.
+    store.set(f"active2_{a.rank}", b"1")
+    for r in range(victim):
+        wait_key(store, f"active2_{r}")
     s = pg.sync_after_failure(None)
     out["sync"] = s.status.name
     out["peer_state_after_sync"] = pg.get_peer_state(None, [victim])
