@@ -23,9 +23,7 @@ func (h *harness) mountOffload(client, id, name, endpoint string, base, size uin
 func TestOffloadOnEvictMovesToTheHoldersDisk(t *testing.T) {
 	h := offloadHarness(t, func(c *Config) { c.OffloadOnEvict = true })
 	h.mountOffload("c1", "s1", "host1", "host1:9000", 1<<20, 4096)
-	for i := range 4 {
-		expectCode(t, "put", h.put("c1", string(rune('a'+i)), 1024, api.ReplicateConfig{}), api.OK)
-	}
+	h.putAll("c1", 1024, 1024, 1024, 1024) // full, and no put crossed the watermark with an evictable object
 	if n := len(h.s.OffloadTasks("c1")); n != 0 {
 		t.Fatalf("%d moves with --offload_on_evict before any eviction", n)
 	}

@@ -420,6 +420,7 @@ func (s *State) putStart(e Entry) Result {
 		s.objects[e.Key] = o // an upsert's new version stays out of objects until its PutEnd
 	}
 	s.pending[e.Key] = o
+	s.moveAhead(e.Now)
 	return Result{Replicas: s.describe(o), Size: o.size}
 }
 

@@ -55,6 +55,24 @@ func (h *harness) put(client, key string, size uint64, cfg api.ReplicateConfig) 
 	return r
 }
 
+// putAll puts objects of the given sizes under keys "a", "b", ... : every put_start before
+// any put_end, so that none of them is evictable (a put in progress) until all are in memory,
+// and a move ahead of need (moveAhead) starts none of them.
+func (h *harness) putAll(client string, sizes ...uint64) {
+	h.t.Helper()
+	for i, size := range sizes {
+		cfg := api.ReplicateConfig{}
+		if r := h.apply(Entry{Op: OpPutStart, ClientID: client, Key: string(rune('a' + i)), Size: size, Config: &cfg}); r.Code != api.OK {
+			h.t.Fatalf("put_start %c: %v", 'a'+i, r.Err())
+		}
+	}
+	for i := range sizes {
+		if r := h.apply(Entry{Op: OpPutEnd, ClientID: client, Key: string(rune('a' + i))}); r.Code != api.OK {
+			h.t.Fatalf("put_end %c: %v", 'a'+i, r.Err())
+		}
+	}
+}
+
 func expectCode(t *testing.T, what string, r Result, want api.ErrorCode) {
 	t.Helper()
 	if r.Code != want {

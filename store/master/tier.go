@@ -83,6 +83,27 @@ func (s *State) moveRoom(quota int) bool {
 	return n < 2*quota || bytes < min(minInFlight, s.capacity/8)
 }
 
+// moveAhead starts moves to a disk tier when a put leaves memory above the high watermark and
+// less than minInFlight bytes (at most an eighth of the memory) are moving: what the tick
+// would start within its period (100 ms), started at once, so that the clients write to disk
+// while the puts use the room left below capacity, instead of after memory filled up (a put
+// short of room waits for a move to end; at 64 KiB objects that serialised puts and writes).
+// Like every entry's effect it depends only on the state and the entry's time.
+func (s *State) moveAhead(now int64) {
+	if !s.tiered() || !s.aboveWatermark() {
+		return
+	}
+	var bytes uint64
+	for _, o := range s.moving {
+		if o.offload != nil && !o.offload.keep {
+			bytes += o.size
+		}
+	}
+	if bytes < min(minInFlight, s.capacity/8) {
+		s.evictPass(now)
+	}
+}
+
 func (s *State) dfsFullNote() string {
 	if c := s.cfg.GlobalFileSegmentSize; c > 0 && s.dfsUsed+s.dfsReserved >= c*9/10 {
 		return fmt.Sprintf("; the G3 tier is full (%d of %d bytes, --dfs_full_policy=%s)", s.dfsUsed, c, s.cfg.DFSFullPolicy)
