@@ -181,7 +181,11 @@ func (c *Client) offloadLoop(ctx context.Context) {
 			id := t.Key + "\x00" + t.Path
 			mu.Lock()
 			busy := inflight[id] || recent[id] || older[id]
-			inflight[id] = true
+			if !busy {
+				// Only moves this loop starts: one already written (recent, older) would stay
+				// in the set for good, as no job of its ends to take it out.
+				inflight[id] = true
+			}
 			mu.Unlock()
 			if busy {
 				continue
