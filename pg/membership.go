@@ -260,14 +260,16 @@ func (pg *Group) apply(d *decision) error {
 	pg.logf("membership decision #%d by rank %d: %s %v -> epoch %d, active %v, excluded %v, pending %v (op #%d)",
 		d.Index, d.By, d.Kind, d.Ranks, d.Epoch, d.Active, d.Excluded, d.Pending, d.Seq)
 	if becameMember {
-		return pg.awaitAdmission(d, time.Now().Add(admissionWait))
+		// Bounded like join_group itself: by the group's op timeout (the members may call
+		// recover_ranks/extend_group_size_to some time apart).
+		wait := pg.cfg.Timeout
+		if wait <= 0 {
+			wait = DefaultTimeout
+		}
+		return pg.awaitAdmission(d, time.Now().Add(wait))
 	}
 	return nil
 }
-
-// admissionWait bounds how long a rank that a decision admitted waits for every other member
-// to acknowledge it.
-const admissionWait = decisionWait
 
 // awaitAdmission waits until every other member acknowledged decision d, which admitted this
 // rank: each acknowledges after pointing its link at this rank's endpoint, which resets what
