@@ -241,7 +241,7 @@ def main():
                    "fdatasync); plain write is one file written sequentially in 1 MiB writes "
                    "with one fdatasync; G3 reads are get_batch calls of 32 keys; reads start with the files dropped from the page cache. \"put GB/s, memory only\" is the "
                    "same put loop before memory reaches the watermark: the ceiling of one Python client's put_batch calls, which bounds the "
-                   "G3 write figure at small sizes. The machine is shared (load average about 6 on 2 cores while this ran): "
+                   f"G3 write figure at small sizes. Load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores when the runs ended: "
                    "figures move by tens of percent from run to run.\n\n" + table + "\n")
         if "## Storage tiers" in text:
             text = re.sub(r"## Storage tiers\n.*?(?=\n## |\Z)", section, text, flags=re.S)

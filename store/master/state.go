@@ -746,6 +746,7 @@ func (s *State) evictPass(now int64) (freed, scheduled int) {
 	slices.SortFunc(soft, lru)
 	quota := max(1, int(math.Ceil(s.cfg.EvictionRatio*float64(total))))
 	victims := append(plain, soft...)[:min(quota, total)]
+	moving, movingBytes := s.movesDown() // counted once, then kept up as moves start
 	for _, o := range victims {
 		switch {
 		case o.disk != nil:
@@ -756,8 +757,9 @@ func (s *State) evictPass(now int64) (freed, scheduled int) {
 			s.counters.EvictedBytes += o.size * uint64(len(o.replicas))
 			s.deleteObject(o)
 			freed++
-		case s.moveRoom(quota) && s.startOffload(o, now, false):
+		case s.moveRoom(quota, moving, movingBytes) && s.startOffload(o, now, false):
 			scheduled++
+			moving, movingBytes = moving+1, movingBytes+o.size
 		}
 	}
 	if freed+scheduled > 0 {

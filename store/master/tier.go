@@ -55,13 +55,20 @@ func (s *State) inMemory(o *object) bool {
 }
 
 func (s *State) offloading() int {
-	n := 0
+	n, _ := s.movesDown()
+	return n
+}
+
+// movesDown counts the moves to a disk tier in progress that free memory when they end (not
+// the copies --enable_offload keeps), and their bytes.
+func (s *State) movesDown() (n int, bytes uint64) {
 	for _, o := range s.moving {
 		if o.offload != nil && !o.offload.keep {
 			n++
+			bytes += o.size
 		}
 	}
-	return n
+	return n, bytes
 }
 
 // minInFlight is the least a client may have moving to a disk tier at once: two 8 MiB bucket
@@ -69,37 +76,28 @@ func (s *State) offloading() int {
 // even when the eviction quota is a few objects.
 const minInFlight = 2 * dfs.BucketBytes
 
-// moveRoom reports whether an eviction pass may start another move: up to two passes' worth
-// of objects (one written while the other is reported), or minInFlight bytes (at most an
-// eighth of the memory, so that a small store is not emptied ahead of need).
-func (s *State) moveRoom(quota int) bool {
-	n, bytes := 0, uint64(0)
-	for _, o := range s.moving {
-		if o.offload != nil && !o.offload.keep {
-			n++
-			bytes += o.size
-		}
-	}
-	return n < 2*quota || bytes < min(minInFlight, s.capacity/8)
+// moveRoom reports whether an eviction pass with n moves of bytes in progress may start
+// another: up to two passes' worth of objects (one written while the other is reported), or
+// moveBytes.
+func (s *State) moveRoom(quota, n int, bytes uint64) bool {
+	return n < 2*quota || bytes < s.moveBytes()
 }
 
+// moveBytes is how many bytes may be moving to a disk tier whatever the pass: minInFlight, at
+// most an eighth of the memory (so that a small store is not emptied ahead of need).
+func (s *State) moveBytes() uint64 { return min(minInFlight, s.capacity/8) }
+
 // moveAhead starts moves to a disk tier when a put leaves memory above the high watermark and
-// less than minInFlight bytes (at most an eighth of the memory) are moving: what the tick
-// would start within its period (100 ms), started at once, so that the clients write to disk
-// while the puts use the room left below capacity, instead of after memory filled up (a put
-// short of room waits for a move to end; at 64 KiB objects that serialised puts and writes).
-// Like every entry's effect it depends only on the state and the entry's time.
+// less than moveBytes are moving: what the tick would start within its period (100 ms),
+// started at once, so that the clients write to disk while the puts use the room left below
+// capacity, instead of after memory filled up (a put short of room waits for a move to end; at
+// 64 KiB objects that serialised puts and writes). Like every entry's effect it depends only
+// on the state and the entry's time.
 func (s *State) moveAhead(now int64) {
 	if !s.tiered() || !s.aboveWatermark() {
 		return
 	}
-	var bytes uint64
-	for _, o := range s.moving {
-		if o.offload != nil && !o.offload.keep {
-			bytes += o.size
-		}
-	}
-	if bytes < min(minInFlight, s.capacity/8) {
+	if _, bytes := s.movesDown(); bytes < s.moveBytes() {
 		s.evictPass(now)
 	}
 }
