@@ -15,8 +15,11 @@
 // Payloads are moved with pwrite/pread of large blocks ([BlockSize]), up to [Parallel] blocks
 // in flight on one file. Writes try O_DIRECT first (when the source memory and length are
 // aligned) and fall back to buffered I/O where the filesystem refuses it (tmpfs, some FUSE
-// mounts). 3FS's USRBIO interface is not available here; the seam for it is [IO]: a backend
-// that implements WriteAt/ReadAt over its own queues can replace [PosixIO].
+// mounts). Bucket files ([WriteBucket]) are written with pwritev straight from the objects'
+// memory, and objects of one file read together ([ReadMany]) with preadv into their
+// destinations. 3FS's USRBIO interface is not available here; the seam for it is [IO]: a
+// backend that implements WriteAt/ReadAt (and, for the vectored paths, [VectorIO] and
+// [VectorReadIO]) over its own queues can replace [PosixIO].
 //
 // The package reads no environment and keeps no global state; the master uses [Remove] to
 // delete the files of removed objects, the store client [Write] and [Read].
