@@ -95,6 +95,7 @@ type State struct {
 	dfsUsed     uint64             // bytes of objects in G3
 	dfsReserved uint64             // bytes of moves to G3 in progress
 	dfsGen      uint64             // generation of the last G3 file name handed out
+	refill      bool               // a move to a disk tier ended in this entry (see refillMoves)
 	moving      map[string]*object // objects with an offload or a promotion in progress
 	fileRefs    map[string]int     // G3 file -> objects stored in it (derived from objects)
 	garbage     []string           // G3 files of dropped objects, handed to the caller of Apply
@@ -130,6 +131,10 @@ func (s *State) VerifiedAt() uint64 { return s.verifiedAt }
 func (s *State) Apply(e Entry) Result {
 	s.applied++
 	r := s.apply(e)
+	if s.refill {
+		s.refill = false
+		s.refillMoves(e.Now)
+	}
 	if len(s.garbage) > 0 {
 		r.Garbage, s.garbage = s.garbage, nil
 	}

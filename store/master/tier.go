@@ -102,6 +102,25 @@ func (s *State) moveAhead(now int64) {
 	}
 }
 
+// refillMoves runs after an entry in which moves to a disk tier ended (once per entry, however
+// many moves a batch report ended): while memory, counting the moves still in progress as
+// freed, is above the eviction's target (the high watermark less eviction_ratio of the
+// capacity) and less than moveBytes are moving, it starts the next moves at once. A drain that
+// began at the high watermark then keeps the clients writing until it reaches its target,
+// instead of stopping after the first moves until a put crosses the watermark again (with puts
+// waiting for room, the disk idled between one bucket's report and the next bucket's moves).
+// Only moves in progress lead here, so a workload below the watermark still never moves.
+func (s *State) refillMoves(now int64) {
+	if !s.tiered() || s.capacity == 0 {
+		return
+	}
+	_, bytes := s.movesDown()
+	target := max(0, s.cfg.EvictionHighWatermarkRatio-s.cfg.EvictionRatio) * float64(s.capacity)
+	if float64(s.used-min(bytes, s.used)) > target && bytes < s.moveBytes() {
+		s.evictPass(now)
+	}
+}
+
 func (s *State) dfsFullNote() string {
 	if c := s.cfg.GlobalFileSegmentSize; c > 0 && s.dfsUsed+s.dfsReserved >= c*9/10 {
 		return fmt.Sprintf("; the G3 tier is full (%d of %d bytes, --dfs_full_policy=%s)", s.dfsUsed, c, s.cfg.DFSFullPolicy)
@@ -339,6 +358,9 @@ func (s *State) offloadDone(e Entry) Result {
 	s.fileRefs[o.disk.ref()]++
 	o.offload = nil
 	s.endMove(o)
+	if !off.keep {
+		s.refill = true
+	}
 	s.counters.OffloadedObjects++
 	s.counters.OffloadedBytes += o.size
 	if !off.keep && o.leaseUntil <= e.Now && o.promote == nil {

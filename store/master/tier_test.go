@@ -1,6 +1,7 @@
 package master
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 
@@ -133,10 +134,16 @@ func TestMoveAheadOfNeed(t *testing.T) {
 	if !slices.Equal(keys, []string{"a", "b", "c", "d"}) {
 		t.Fatalf("moves after the put that crossed the watermark: %v, want [a b c d]", keys)
 	}
-	// Once they are in G3, memory is below the watermark again: the next put moves nothing.
+	// Once they are in G3, memory (4 of 8 KiB) is still above the drain's target (0.9-0.5 of
+	// it): the last report starts the next moves (refillMoves); once those are in G3, memory is
+	// below the target and the next put moves nothing.
+	h.finishMoves("c1")
+	if st := h.s.Stats(h.now); st.DiskOnly != 4 || st.Moving != 2 {
+		t.Fatalf("after the first moves: %+v", st)
+	}
 	h.finishMoves("c1")
 	h.put("c1", "i", 1024, api.ReplicateConfig{})
-	if st := h.s.Stats(h.now); st.DiskOnly != 4 || st.Moving != 0 {
+	if st := h.s.Stats(h.now); st.DiskOnly != 6 || st.Moving != 0 {
 		t.Fatalf("after the moves: %+v", st)
 	}
 
@@ -147,6 +154,44 @@ func TestMoveAheadOfNeed(t *testing.T) {
 	}
 	if st := plain.s.Stats(plain.now); st.Objects != 8 || st.Counters.EvictedObjects != 0 {
 		t.Fatalf("without a disk tier a put above the watermark evicted: %+v", st)
+	}
+}
+
+// TestRefillMovesUntilTarget: when a bucket's moves end (one batch report) and memory is still
+// above the eviction's target (high watermark less eviction_ratio), the next moves start in
+// that same entry; once the target is reached, none do.
+func TestRefillMovesUntilTarget(t *testing.T) {
+	h := tierHarness(t, func(c *Config) { c.EvictionRatio = 0.25 }) // target (0.9-0.25) x 1 MiB
+	h.mount("c1", "s1", "host1", 1<<20, 1<<20)
+	for i := range 16 { // the 15th crosses the watermark: a quarter of the 15 complete objects move
+		h.put("c1", fmt.Sprintf("k%02d", i), 64<<10, api.ReplicateConfig{})
+	}
+	report := func() int {
+		tasks := h.s.OffloadTasks("c1")
+		e := Entry{Op: OpBatch, ClientID: "c1"}
+		for i, task := range tasks {
+			e.Batch = append(e.Batch, Entry{Op: OpOffloadDone, ClientID: "c1", Key: task.Key, Path: task.Path, File: "bucket", Offset: int64(i) << 20, Checksum: 1})
+		}
+		expectCode(t, "batch offload_done", h.apply(e), api.OK)
+		return len(tasks)
+	}
+	if n := report(); n != 4 {
+		t.Fatalf("%d moves after the watermark was crossed, want 4", n)
+	}
+	// 12 objects (768 KiB) left, above the 665.6 KiB target: a quarter of them start at once.
+	var keys []string
+	for _, task := range h.s.OffloadTasks("c1") {
+		keys = append(keys, task.Key)
+	}
+	if !slices.Equal(keys, []string{"k04", "k05", "k06"}) {
+		t.Fatalf("moves started by the report: %v, want [k04 k05 k06]", keys)
+	}
+	// 9 objects (576 KiB) left, below the target: the drain stops.
+	if n := report(); n != 3 {
+		t.Fatalf("reported %d moves, want 3", n)
+	}
+	if st := h.s.Stats(h.now); st.Moving != 0 || st.DiskOnly != 7 {
+		t.Fatalf("after reaching the target: %+v", st)
 	}
 }
 
