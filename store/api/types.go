@@ -178,6 +178,11 @@ type PutStartRequest struct {
 	// Upsert replaces the key's value when it exists (the old value stays readable until the
 	// new one is complete) instead of answering OBJECT_ALREADY_EXISTS.
 	Upsert bool `json:"upsert,omitempty"`
+	// WaitMs: when memory is full while objects move to a disk tier (an answer with Retry), the
+	// master may hold the request up to this long and answer as soon as a move frees room,
+	// instead of answering Retry at once and leaving the client to poll. 0: answer at once (and
+	// what a master without the field does).
+	WaitMs int64 `json:"wait_ms,omitempty"`
 }
 
 type PutStartResponse struct {
@@ -241,7 +246,8 @@ type BatchPutStartRequest struct {
 	Keys     []string        `json:"keys"`
 	Sizes    []uint64        `json:"sizes"`
 	Config   ReplicateConfig `json:"config"`
-	Upsert   bool            `json:"upsert,omitempty"` // replace the values of keys that exist
+	Upsert   bool            `json:"upsert,omitempty"`  // replace the values of keys that exist
+	WaitMs   int64           `json:"wait_ms,omitempty"` // as PutStartRequest's, for the keys answered Retry
 }
 
 // BatchResponse answers a batch call: the call's own status, and one result per key in the

@@ -22,6 +22,7 @@ import (
 	"github.com/mooncake-go/mooncake/engine"
 	"github.com/mooncake-go/mooncake/internal/memview"
 	"github.com/mooncake-go/mooncake/store/api"
+	"github.com/mooncake-go/mooncake/store/dfs"
 	"github.com/mooncake-go/mooncake/store/ha"
 	"github.com/mooncake-go/mooncake/store/tlsconf"
 )
@@ -815,23 +816,67 @@ func (c *Client) batchPut(ctx context.Context, keys []string, bufs [][]buf, cfg 
 			sizes[i] += uint64(len(p.b))
 		}
 	}
-	rctx, cancel := c.rpcCtx(ctx)
-	resp, err := c.master.BatchPutStart(rctx, &api.BatchPutStartRequest{ClientID: c.id, Keys: keys, Sizes: sizes, Config: c.placement(cfg), Upsert: upsert})
-	cancel()
-	if err == nil {
-		err = resp.Err()
+	// Keys answered Retry (memory full while objects move to a disk tier) are asked for again,
+	// as a batch, until the master finds them room or the RPC timeout passes (see putStart).
+	pending := make([]int, len(keys))
+	for i := range pending {
+		pending[i] = i
 	}
-	if err != nil {
-		return fill(len(keys), c.rpcErr("batch put", err))
+	deadline := time.Now().Add(c.cfg.RPCTimeout)
+	var wait roomWait
+	for len(pending) > 0 {
+		req := &api.BatchPutStartRequest{ClientID: c.id, Config: c.placement(cfg), Upsert: upsert, WaitMs: wait.ms(c, deadline)}
+		for _, i := range pending {
+			req.Keys, req.Sizes = append(req.Keys, keys[i]), append(req.Sizes, sizes[i])
+		}
+		rctx, cancel := c.rpcCtx(ctx)
+		resp, err := c.master.BatchPutStart(rctx, req)
+		cancel()
+		if err == nil {
+			err = resp.Err()
+		}
+		if err == nil && len(resp.Results) != len(pending) {
+			err = api.Errorf(api.INTERNAL_ERROR, "the master answered %d of %d keys", len(resp.Results), len(pending))
+		}
+		if err != nil {
+			err = c.rpcErr("batch put", err)
+			for _, i := range pending {
+				errs[i] = err
+			}
+			return errs
+		}
+		var retry []int
+		for j, r := range resp.Results {
+			if r.Retry {
+				retry = append(retry, pending[j])
+			}
+		}
+		c.finishPuts(ctx, keys, bufs, pending, resp.Results, errs)
+		if len(retry) > 0 && len(retry) < len(pending) {
+			wait.backoff = 0 // some keys found room: ask for the others at once
+		} else if len(retry) > 0 && !wait.again(ctx, deadline) {
+			for j, r := range resp.Results {
+				if r.Retry {
+					errs[pending[j]] = fmt.Errorf("put %s: %w", quote(keys[pending[j]]), r.Err())
+				}
+			}
+			return errs
+		}
+		pending = retry
 	}
+	return errs
+}
+
+// finishPuts writes the values of the keys a BatchPutStart gave room (idx[j] is the key of
+// results[j]), revokes those whose writes failed and ends the others in one batch each,
+// setting errs; keys answered Retry are left alone.
+func (c *Client) finishPuts(ctx context.Context, keys []string, bufs [][]buf, idx []int, results []api.PutStartResponse, errs []error) {
 	var ended, revoked []string
 	var endIdx []int
-	for i, r := range resp.Results {
+	for j, r := range results {
+		i := idx[j]
 		switch {
-		case r.Code == api.OBJECT_ALREADY_EXISTS:
-		case r.Retry:
-			// memory is full while objects move to G3: this key waits for room on its own
-			errs[i] = c.putKey(ctx, keys[i], bufs[i], cfg, upsert)
+		case r.Code == api.OBJECT_ALREADY_EXISTS, r.Retry:
 		case r.Code != api.OK:
 			errs[i] = fmt.Errorf("put %s: %w", quote(keys[i]), r.Err())
 		default:
@@ -865,7 +910,6 @@ func (c *Client) batchPut(ctx context.Context, keys []string, bufs [][]buf, cfg 
 			}
 		}
 	}
-	return errs
 }
 
 // ---- get ----
@@ -1088,17 +1132,65 @@ func (c *Client) batchGet(ctx context.Context, keys []string, dst func(i int, si
 	}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, batchReadParallel)
-	for _, i := range todo {
+	run := func(f func()) {
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			errs[i] = c.readInto(ctx, keys[i], &resp.Results[i], start, bufs[i])
+			f()
 		}()
+	}
+	files, todo := c.sharedFiles(resp.Results, todo)
+	for path, idx := range files {
+		run(func() {
+			wants := make([]dfs.Want, len(idx))
+			for j, i := range idx {
+				r := resp.Results[i].Replicas[0]
+				wants[j] = dfs.Want{Offset: r.Offset, Key: keys[i], Sum: r.Checksum, Dst: bufs[i].b}
+			}
+			for j, err := range dfs.ReadMany(c.rootFS, path, wants, dfs.Options{}) {
+				i := idx[j]
+				if err == nil {
+					c.tiers.diskReads.Add(1)
+				} else { // on its own, for its other replicas and its own error
+					errs[i] = c.readInto(ctx, keys[i], &resp.Results[i], start, bufs[i])
+				}
+			}
+		})
+	}
+	for _, i := range todo {
+		run(func() { errs[i] = c.readInto(ctx, keys[i], &resp.Results[i], start, bufs[i]) })
 	}
 	wg.Wait()
 	return errs
+}
+
+// sharedFiles takes out of todo the G3-only objects of a batch get that share a file with
+// another (objects that moved to G3 in one bucket), by file, to be read with one dfs.ReadMany
+// each; it returns them and what is left of todo. Objects with a memory copy, on a client's
+// local disk, or being promoted by this read are left to readInto.
+func (c *Client) sharedFiles(results []api.GetReplicaListResponse, todo []int) (map[string][]int, []int) {
+	if c.rootFS == "" {
+		return nil, todo
+	}
+	byFile := map[string][]int{}
+	var rest []int
+	for _, i := range todo {
+		g := &results[i]
+		if g.Promote == nil && len(g.Replicas) > 0 && !slices.ContainsFunc(g.Replicas, func(r api.Replica) bool { return !r.IsDisk() || r.IsLocalDisk() }) {
+			byFile[g.Replicas[0].Path] = append(byFile[g.Replicas[0].Path], i)
+			continue
+		}
+		rest = append(rest, i)
+	}
+	for path, idx := range byFile {
+		if len(idx) == 1 {
+			rest = append(rest, idx[0])
+			delete(byFile, path)
+		}
+	}
+	return byFile, rest
 }
 
 // batchReadParallel is how many values of one batch get are read at once.

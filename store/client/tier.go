@@ -72,30 +72,57 @@ func (c *Client) ReplicaDesc(ctx context.Context, key string) ([]api.Replica, er
 // RootFSDir is the master's G3 directory ("" without the tier).
 func (c *Client) RootFSDir() string { return c.rootFS }
 
-// putStart asks for room, retrying while the master says objects are moving to G3.
+// putStart asks for room. While the master answers that memory is full with moves to a disk
+// tier in progress (Retry), the master holds the request until a move frees room (WaitMs); a
+// master that answers at once is asked again after a short sleep.
 func (c *Client) putStart(ctx context.Context, key string, size uint64, cfg api.ReplicateConfig, upsert bool) (*api.PutStartResponse, error) {
 	cfg = c.placement(cfg)
 	deadline := time.Now().Add(c.cfg.RPCTimeout)
-	backoff := time.Millisecond
+	var wait roomWait
 	for {
 		rctx, cancel := c.rpcCtx(ctx)
-		ps, err := c.master.PutStart(rctx, &api.PutStartRequest{ClientID: c.id, Key: key, Size: size, Config: cfg, Upsert: upsert})
+		ps, err := c.master.PutStart(rctx, &api.PutStartRequest{ClientID: c.id, Key: key, Size: size, Config: cfg, Upsert: upsert,
+			WaitMs: wait.ms(c, deadline)})
 		cancel()
 		if err != nil {
 			return nil, c.rpcErr("put "+quote(key), err)
 		}
-		if !ps.Retry || time.Now().Add(backoff).After(deadline) {
+		if !ps.Retry || !wait.again(ctx, deadline) {
 			return ps, nil
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ps, nil
-		case <-t.C:
-		}
-		backoff = min(backoff*2, 5*time.Millisecond) // moves free room every few ms: poll soon
 	}
+}
+
+// roomWait paces a put's requests for room (PutStartRequest.WaitMs).
+type roomWait struct {
+	sent    time.Time
+	waitMs  int64
+	backoff time.Duration
+}
+
+// ms is the WaitMs of a request sent now that must be answered by deadline: the time left,
+// less a margin for the answer to come back within the RPC timeout.
+func (w *roomWait) ms(c *Client, deadline time.Time) int64 {
+	w.sent = time.Now()
+	w.waitMs = max(0, (time.Until(deadline) - c.cfg.RPCTimeout/4).Milliseconds())
+	return w.waitMs
+}
+
+// again reports whether to ask again after a Retry answer, sleeping first unless the master
+// held the request for a good part of its wait (a master that does not hold requests answers
+// at once, and so does any master to a request with no wait left: those are polled).
+func (w *roomWait) again(ctx context.Context, deadline time.Time) bool {
+	if time.Now().After(deadline) || ctx.Err() != nil {
+		return false
+	}
+	if w.waitMs > 0 && time.Since(w.sent) >= time.Duration(w.waitMs)*time.Millisecond/2 {
+		return true
+	}
+	w.backoff = min(max(2*w.backoff, time.Millisecond), 5*time.Millisecond) // moves free room every few ms
+	if time.Now().Add(w.backoff).After(deadline) {
+		return false
+	}
+	return sleepCtx(ctx, w.backoff)
 }
 
 func (c *Client) readDisk(ctx context.Context, key string, g *api.GetReplicaListResponse, r api.Replica, dst buf) error {

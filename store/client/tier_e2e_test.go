@@ -232,6 +232,39 @@ func g3WorkingSetLargerThanMemory(t *testing.T, bins [2]string) {
 	if _, err := tc.me.Get(ctx, victims[1]); api.CodeOf(err) != api.FILE_NOT_FOUND {
 		t.Errorf("get of a deleted file: %v, want FILE_NOT_FOUND", err)
 	}
+	// A batch get of every object of the two damaged files (read with one open and one preadv
+	// per run of a file): the corrupt object and those of the deleted file fail, the others
+	// read byte for byte.
+	var batch []string
+	var want []int
+	for i := range n {
+		key := fmt.Sprintf("k%04d", i)
+		if r, ok := diskOnly(tc.replicas(key)); ok && (r.Path == reps[0].Path || r.Path == reps[1].Path) {
+			batch, want = append(batch, key), append(want, i)
+		}
+	}
+	vals, berrs := tc.me.BatchGet(ctx, batch)
+	shared := 0
+	for j, key := range batch {
+		switch r, _ := diskOnly(tc.replicas(key)); {
+		case key == victims[0]:
+			if api.CodeOf(berrs[j]) != api.CHECKSUM_MISMATCH {
+				t.Errorf("batch get of the corrupt object: %v, want CHECKSUM_MISMATCH", berrs[j])
+			}
+		case r.Path == reps[1].Path:
+			if api.CodeOf(berrs[j]) != api.FILE_NOT_FOUND {
+				t.Errorf("batch get of %s in the deleted file: %v, want FILE_NOT_FOUND", key, berrs[j])
+			}
+		default:
+			shared++
+			if berrs[j] != nil || !bytes.Equal(vals[j], tierValue(want[j], size)) {
+				t.Errorf("batch get of %s beside the corrupt one: %v", key, berrs[j])
+			}
+		}
+	}
+	if shared == 0 {
+		t.Errorf("the corrupt object's file holds no other object (%d in the batch)", len(batch))
+	}
 	// Removing every object stored in a file deletes the file (small objects share bucket files).
 	for i := range n {
 		key := fmt.Sprintf("k%04d", i)

@@ -57,6 +57,7 @@ type Server struct {
 	ha       *haState      // nil without --enable_ha
 	haLog    ha.OpLog      // set by RunHA
 	wake     chan struct{} // closed (and replaced) when moves to G3 are handed out (long polls wait on it)
+	room     chan struct{} // closed (and replaced) when an entry frees memory (puts told Retry wait on it)
 	// localGarbage: files on clients' local disks to delete, per client (offload_server.go).
 	localGarbage map[string][]string
 }
@@ -66,7 +67,7 @@ var _ api.MasterServer = (*Server)(nil)
 // NewServer creates a master over an empty state.
 func NewServer(cfg Config, opts ...Option) *Server {
 	s := &Server{cfg: cfg, now: time.Now, state: NewState(cfg), lastSeen: map[string]time.Time{}, role: "leader",
-		wake: make(chan struct{})}
+		wake: make(chan struct{}), room: make(chan struct{})}
 	if cfg.EnableHA {
 		s.ha = &haState{}
 		s.role = "standby"
@@ -127,11 +128,15 @@ func (s *Server) proposeLocked(ctx context.Context, e Entry) (Result, func(conte
 	e.Now = s.now().UnixNano()
 	s.seed = s.seed*6364136223846793005 + 1442695040888963407
 	e.Seed = s.seed
-	gen := s.state.dfsGen
+	gen, used := s.state.dfsGen, s.state.used
 	res := s.state.Apply(e)
 	if s.state.dfsGen != gen {
 		close(s.wake)
 		s.wake = make(chan struct{})
+	}
+	if s.state.used < used {
+		close(s.room)
+		s.room = make(chan struct{})
 	}
 	if s.log != nil {
 		if err := s.log.Append(ctx, e); err != nil {
@@ -443,8 +448,41 @@ func (s *Server) Ping(ctx context.Context, r *api.PingRequest) (*api.PingRespons
 
 func (s *Server) PutStart(ctx context.Context, r *api.PutStartRequest) (*api.PutStartResponse, error) {
 	cfg := r.Config
-	res := s.do(ctx, Entry{Op: OpPutStart, ClientID: r.ClientID, Key: r.Key, Size: r.Size, Config: &cfg, Upsert: r.Upsert})
+	var res Result
+	s.waitRoom(ctx, r.WaitMs, func() bool {
+		res = s.do(ctx, Entry{Op: OpPutStart, ClientID: r.ClientID, Key: r.Key, Size: r.Size, Config: &cfg, Upsert: r.Upsert})
+		return res.Retry
+	})
 	return &api.PutStartResponse{Status: res.Status(), Replicas: res.Replicas, Retry: res.Retry}, nil
+}
+
+// maxPutWait bounds how long a put told Retry is held (PutStartRequest.WaitMs).
+const maxPutWait = 5 * time.Second
+
+// waitRoom runs try, and again each time an entry frees memory, while it reports that memory
+// is full with moves in progress (Retry), for up to waitMs: a put short of room proceeds within
+// one round trip of a move's end instead of at its next poll.
+func (s *Server) waitRoom(ctx context.Context, waitMs int64, try func() (retry bool)) {
+	var timer *time.Timer
+	for {
+		s.mu.Lock()
+		room := s.room // taken before trying: room freed in between closes it
+		s.mu.Unlock()
+		if !try() || waitMs <= 0 {
+			return
+		}
+		if timer == nil {
+			timer = time.NewTimer(min(time.Duration(waitMs)*time.Millisecond, maxPutWait))
+			defer timer.Stop()
+		}
+		select {
+		case <-room:
+		case <-timer.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 func (s *Server) PutEnd(ctx context.Context, r *api.KeyRequest) (*api.Status, error) {
@@ -517,12 +555,44 @@ func (s *Server) BatchPutStart(ctx context.Context, r *api.BatchPutStartRequest)
 			Message: fmt.Sprintf("%d keys but %d sizes", len(r.Keys), len(r.Sizes))}}, nil
 	}
 	cfg := r.Config
-	results, st := s.batch(ctx, r.ClientID, len(r.Keys), func(i int) Entry {
-		return Entry{Op: OpPutStart, Key: r.Keys[i], Size: r.Sizes[i], Config: &cfg, Upsert: r.Upsert}
+	out := &api.BatchPutStartResponse{Results: make([]api.PutStartResponse, len(r.Keys))}
+	pending := make([]int, len(r.Keys)) // the keys told Retry so far: all at first
+	for i := range pending {
+		pending[i] = i
+	}
+	first := true
+	s.waitRoom(ctx, r.WaitMs, func() bool {
+		results, st := s.batch(ctx, r.ClientID, len(pending), func(j int) Entry {
+			i := pending[j]
+			return Entry{Op: OpPutStart, Key: r.Keys[i], Size: r.Sizes[i], Config: &cfg, Upsert: r.Upsert}
+		})
+		if st.Code != api.OK {
+			if first {
+				out.Status = st
+			} else { // keys started in earlier rounds keep their answers
+				for _, i := range pending {
+					out.Results[i] = api.PutStartResponse{Status: st}
+				}
+			}
+			return false
+		}
+		first = false
+		var retry []int
+		for j, res := range results {
+			i := pending[j]
+			out.Results[i] = api.PutStartResponse{Status: res.Status(), Replicas: res.Replicas, Retry: res.Retry}
+			if res.Retry {
+				retry = append(retry, i)
+			}
+		}
+		// Wait only while no key found room: keys that did are answered now, so that the
+		// client writes them while moves free room for the others.
+		progress := len(retry) < len(pending)
+		pending = retry
+		return !progress
 	})
-	out := &api.BatchPutStartResponse{Status: st}
-	for _, res := range results {
-		out.Results = append(out.Results, api.PutStartResponse{Status: res.Status(), Replicas: res.Replicas, Retry: res.Retry})
+	if out.Status.Code != api.OK {
+		out.Results = nil
 	}
 	return out, nil
 }
