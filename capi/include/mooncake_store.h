@@ -131,6 +131,46 @@ int mc_store_batch_put_from_buffers(uint64_t store, const char *const *keys, int
                                     const uint64_t *sizes, const mc_replicate_config *cfg,
                                     int32_t *results);
 
+/* Session-based ranged reads (upstream's RangedReadSnapshot). mc_store_snapshot_prepare queries
+ * the replicas of n keys once (granting read leases; missing keys allowed) and returns a snapshot
+ * handle in *out; a batch that starts when half the lease has passed queries again. Free it with
+ * mc_store_snapshot_free. mc_store_snapshot_get_ranges reads ngroups groups through it: group i
+ * is counts[i] fragments of keys[i], every group's fragments one after another in srcs, dsts
+ * (addresses in registered buffers) and sizes; results[k] = bytes read or <0 per fragment. With
+ * allow_staging != 0 objects without a memory copy are read through a staging buffer. A snapshot
+ * of another store handle is refused (INVALID_PARAMS). */
+int mc_store_snapshot_prepare(uint64_t store, const char *const *keys, int32_t n, uint64_t *out);
+int mc_store_snapshot_free(uint64_t snapshot);
+int mc_store_snapshot_get_ranges(uint64_t store, uint64_t snapshot, int32_t ngroups,
+                                 const char *const *keys, const int64_t *counts,
+                                 const uint64_t *srcs, const uint64_t *dsts,
+                                 const uint64_t *sizes, int32_t allow_staging, int64_t *results);
+/* Templates (immutable range geometry) and plans (templates appended to objects (region,
+ * suffix)); errors are INVALID_PARAMS with upstream's messages ("Invalid ranged-read template
+ * shape", ...). A plan keeps its own copy of its templates' geometry. */
+int mc_store_range_template_create(const uint64_t *dsts, int64_t nd, const uint64_t *srcs,
+                                   int64_t ns, const uint64_t *sizes, int64_t nz, uint64_t *out);
+int mc_store_range_template_free(uint64_t tmpl);
+int mc_store_range_plan_create(const uint64_t *templates, int64_t nt, const char *const *suffixes,
+                               int32_t nsuffixes, const uint64_t *regions, int64_t nr,
+                               uint64_t *out, uint64_t *ranges, uint64_t *objects);
+int mc_store_range_plan_free(uint64_t plan);
+/* Row i reads templates[i] from keys[i] into buffers[indices[i]] + translations[i]; ok[i] (nk
+ * entries) = 1 when every range read its size. Page i of a plan batch runs plans[i] with keys
+ * prefixes[i] + suffix, translation row i being tcounts[i] entries of translations (rows one
+ * after another; one per buffer); ok[i] (np entries). Both return 0, or INVALID_PARAMS with
+ * upstream's message for a malformed batch. */
+int mc_store_snapshot_read_templates(uint64_t store, uint64_t snapshot, const uint64_t *templates,
+                                     int64_t nt, const uint64_t *buffers, int64_t nb,
+                                     const uint64_t *indices, int64_t ni, const char *const *keys,
+                                     int32_t nk, const uint64_t *translations, int64_t ntr,
+                                     int32_t allow_staging, uint8_t *ok);
+int mc_store_snapshot_read_plans(uint64_t store, uint64_t snapshot, const uint64_t *plans,
+                                 int64_t np, const uint64_t *buffers, int64_t nb,
+                                 const char *const *prefixes, int32_t nprefixes,
+                                 const int64_t *tcounts, int64_t ntc, const uint64_t *translations,
+                                 int32_t allow_staging, uint8_t *ok);
+
 /* Queries and removal. */
 int64_t mc_store_get_size(uint64_t store, const char *key);      /* bytes or <0 */
 int mc_store_is_exist(uint64_t store, const char *key);          /* 1, 0 or <0 */

@@ -16,6 +16,10 @@
 //   - upserts the same way (the master swaps versions at PutEnd), reads byte ranges and
 //     scatters/gathers values over several buffers (ranges.go), and mounts more segments than
 //     the first (segments.go: a mapped file or more shared memory);
+//   - reads ranges in sessions (ranges_snapshot.go: a Snapshot queries a set of keys once and
+//     serves batches from those descriptors while the master's read lease holds, querying again
+//     at half the lease; ranges_plan.go: RangeTemplate and RangePlan, geometry checked once and
+//     reused by batches), with staging of objects that have no memory copy;
 //   - pings the master every second and re-mounts its segments when the master no longer lists
 //     them (after a client_ttl expiry or a master restart);
 //   - talks to the master through store/api with a per-call timeout, so a master that is down

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mooncake-go/mooncake/engine"
+	"github.com/mooncake-go/mooncake/internal/memview"
 	"github.com/mooncake-go/mooncake/internal/testsvc"
 	"github.com/mooncake-go/mooncake/store/api"
 )
@@ -113,12 +114,15 @@ func offloadWorkingSet(t *testing.T, bins [2]string) {
 			t.Fatalf("put %d: %v", i, err)
 		}
 	}
-	localOnly, key, idx := 0, "", -1
+	localOnly, key, idx, key2, idx2 := 0, "", -1, "", -1
 	for i := range n {
 		k := fmt.Sprintf("o%03d", i)
 		mem, local, r := oc.kinds(k)
 		if mem == 0 && local == 1 {
 			localOnly++
+			if key != "" && key2 == "" && i < n/2 {
+				key2, idx2 = k, i
+			}
 			if key == "" {
 				key, idx = k, i
 				if r.Endpoint == "" || r.SegmentName == "" {
@@ -180,6 +184,38 @@ func offloadWorkingSet(t *testing.T, bins [2]string) {
 	}
 	if st := oc.me.TierStats(); st.Promoted != 1 {
 		t.Fatalf("promoted %d objects, want 1", st.Promoted)
+	}
+	// Ranged and multi-buffer reads of another local-only object: its local-disk copy is a
+	// file, not memory (ranged reads refuse it, a staged snapshot read and get_into_buffers read
+	// it), and the promotions the master offers the ranged reads are given back, so the multi-
+	// buffer read (the fourth disk hit) promotes it.
+	if key2 == "" {
+		t.Fatal("no second local-only object in the first half")
+	}
+	key, want := key2, tierValue(idx2, size)
+	out := bytes.Repeat([]byte{0}, 4096) // on the heap: a registered address must not move with a stack
+	if err := oc.me.RegisterBuffer(memview.Addr(out), uint64(len(out))); err != nil {
+		t.Fatal(err)
+	}
+	if _, errs := oc.me.GetRanges(ctx, key, []Range{{Src: 10, Dst: memview.Addr(out), Size: 100}}); !api.Is(errs[0], api.REPLICA_NOT_FOUND) {
+		t.Fatalf("ranged read of a local-disk-only object: %v, want REPLICA_NOT_FOUND", errs[0])
+	}
+	snap := oc.me.PrepareSnapshot(ctx, []string{key})
+	gotR, errs := snap.GetRanges(ctx, []RangeGroup{{Key: key, Frags: []Range{{Src: size - 100, Dst: memview.Addr(out) + 50, Size: 100}}}}, true)
+	if errs[0][0] != nil || gotR[0][0] != 100 || !bytes.Equal(out[50:150], want[size-100:]) {
+		t.Fatalf("staged snapshot read of a local-disk-only object: %v", errs[0][0])
+	}
+	if _, errs := oc.me.GetRanges(ctx, key, []Range{{Src: 10, Dst: memview.Addr(out), Size: 100}}); !api.Is(errs[0], api.REPLICA_NOT_FOUND) {
+		t.Fatalf("second ranged read of a local-disk-only object: %v, want REPLICA_NOT_FOUND", errs[0])
+	}
+	whole := [][]byte{make([]byte, size/2), make([]byte, size-size/2)}
+	if n, err := oc.me.GetIntoBuffers(ctx, key, []uintptr{memview.Addr(whole[0]), memview.Addr(whole[1])}, []uint64{size / 2, size - size/2}); err != nil ||
+		n != size || !bytes.Equal(append(whole[0], whole[1]...), want) {
+		t.Fatalf("get_into_buffers of a local-disk-only object: %d %v", n, err)
+	}
+	oc.me.UnregisterBuffer(memview.Addr(out))
+	if mem, local, _ := oc.kinds(key); mem != 1 || local != 1 {
+		t.Fatalf("after four disk hits (two ranged reads, a snapshot, a multi-buffer read) %s has %d memory and %d local-disk replicas, want 1 and 1", key, mem, local)
 	}
 }
 

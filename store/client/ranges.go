@@ -35,7 +35,8 @@ func (c *Client) region(addr uintptr) (base uintptr, n uint64, ok bool) {
 // GetRanges reads fragments of key's value under one lease: for each fragment the bytes read
 // or its error. Destinations must lie inside buffers registered with RegisterBuffer (checked
 // against their bounds); sources are checked against the value's size. Fragments need a memory
-// replica (as upstream's: ranged reads of disk replicas are not supported).
+// replica (as upstream's: ranged reads of file replicas, G3 or SSD offload, are not supported;
+// Snapshot.GetRanges with allowStaging reads them).
 func (c *Client) GetRanges(ctx context.Context, key string, frags []Range) ([]uint64, []error) {
 	got := make([]uint64, len(frags))
 	errs := make([]error, len(frags))
@@ -47,9 +48,14 @@ func (c *Client) GetRanges(ctx context.Context, key string, frags []Range) ([]ui
 	if err != nil {
 		return got, fill(len(frags), err)
 	}
+	if g.Promote != nil {
+		// Ranged reads do not fill a memory copy: give the one offered back now, or it would
+		// block the object's promotion by the next get until the master's move timeout.
+		c.declinePromotion(ctx, key)
+	}
 	var mem []api.Replica
 	for _, r := range c.orderReplicas(g.Replicas) {
-		if !r.IsDisk() {
+		if !r.IsFile() {
 			mem = append(mem, r)
 		}
 	}
@@ -123,7 +129,7 @@ func (c *Client) GetIntoBuffers(ctx context.Context, key string, addrs []uintptr
 	}
 	var mem []api.Replica
 	for _, r := range c.orderReplicas(g.Replicas) {
-		if !r.IsDisk() {
+		if !r.IsFile() {
 			mem = append(mem, r)
 		}
 	}
