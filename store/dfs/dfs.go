@@ -513,7 +513,7 @@ func WriteBucket(root, rel string, entries []Entry, opt Options) ([]Placed, erro
 		if len(e.Key) > HeaderSize-36 {
 			return nil, api.Errorf(api.INVALID_KEY, "key of %d bytes is too long for the G3 tier", len(e.Key))
 		}
-		out[i] = Placed{Offset: int64(size), Sum: Checksum(e.Data)}
+		out[i] = Placed{Offset: int64(size)}
 		size += HeaderSize + padded(len(e.Data))
 	}
 	tmp := fmt.Sprintf("%s.%d.tmp", path, os.Getpid())
@@ -524,10 +524,19 @@ func WriteBucket(root, rel string, entries []Entry, opt Options) ([]Placed, erro
 		return nil, api.Errorf(api.FILE_OPEN_FAIL, "create %s: %v", tmp, err)
 	}
 	if vector {
-		err = writeChunks(bucketChunks(entries, out, direct), func(c chunk) error { return vio.WritevAt(f, c.bufs, c.off) })
+		err = writeChunks(bucketChunks(entries, direct), func(c chunk) error {
+			// The checksums of the objects whose headers this chunk holds, just before it is
+			// written: one chunk's checksums overlap the others' writes.
+			for _, i := range c.headers {
+				out[i].Sum = Checksum(entries[i].Data)
+				putHeader(c.bufs[c.at[i]], entries[i].Key, uint64(len(entries[i].Data)), out[i].Sum)
+			}
+			return vio.WritevAt(f, c.bufs, c.off)
+		})
 	} else {
 		buf := alignedBuf(size)
 		for i, e := range entries {
+			out[i].Sum = Checksum(e.Data)
 			off := int(out[i].Offset)
 			putHeader(buf[off:off+HeaderSize], e.Key, uint64(len(e.Data)), out[i].Sum)
 			copy(buf[off+HeaderSize:], e.Data)
@@ -557,23 +566,31 @@ func WriteBucket(root, rel string, entries []Entry, opt Options) ([]Placed, erro
 // padded is n rounded up to the 4 KiB blocks a payload occupies in a file.
 func padded(n int) int { return (n + align - 1) &^ (align - 1) }
 
-// chunk is one vectored write: bufs back to back at file offset off.
+// chunk is one vectored write: bufs back to back at file offset off. headers lists the
+// entries whose header blocks it holds (bufs[at[i]], filled just before the write).
 type chunk struct {
-	off  int64
-	bufs [][]byte
+	off     int64
+	bufs    [][]byte
+	headers []int
+	at      map[int]int
 }
 
 // maxIov bounds the buffers of one pwritev (IOV_MAX is 1024 on Linux).
 const maxIov = 1024
 
-// readRun bounds the bytes of one preadv of ReadMany.
-const readRun = 512 << 10
+// readRun bounds the bytes of one preadv of ReadMany, bucketChunk those of one pwritev of
+// WriteBucket (small enough that the checksums of the first chunk, computed just before its
+// write, delay the bucket's first write little).
+const (
+	readRun     = 512 << 10
+	bucketChunk = 1 << 20
+)
 
-// bucketChunks lays a bucket out as vectored writes of about BlockSize bytes each: per entry its
-// header block, its payload and the zeros up to the next 4 KiB boundary. Headers, and under
-// direct the payload bytes that cannot be written from where they lie, are staged in one
-// aligned arena.
-func bucketChunks(entries []Entry, placed []Placed, direct bool) []chunk {
+// bucketChunks lays a bucket out as vectored writes of about bucketChunk bytes each: per entry
+// its header block (left empty), its payload and the zeros up to the next 4 KiB boundary.
+// Headers, and under direct the payload bytes that cannot be written from where they lie, are
+// staged in one aligned arena.
+func bucketChunks(entries []Entry, direct bool) []chunk {
 	staged := 0
 	for _, e := range entries {
 		staged += HeaderSize
@@ -596,7 +613,7 @@ func bucketChunks(entries []Entry, placed []Placed, direct bool) []chunk {
 		n   int
 	)
 	add := func(b []byte) {
-		if len(cur.bufs) == maxIov || n >= BlockSize {
+		if len(cur.bufs) == maxIov || n >= bucketChunk {
 			out = append(out, cur)
 			cur = chunk{off: cur.off + int64(n)}
 			n = 0
@@ -605,9 +622,11 @@ func bucketChunks(entries []Entry, placed []Placed, direct bool) []chunk {
 		n += len(b)
 	}
 	for i, e := range entries {
-		h := take(HeaderSize)
-		putHeader(h, e.Key, uint64(len(e.Data)), placed[i].Sum)
-		add(h)
+		add(take(HeaderSize))
+		if cur.at == nil {
+			cur.at = map[int]int{}
+		}
+		cur.headers, cur.at[i] = append(cur.headers, i), len(cur.bufs)-1
 		data := e.Data
 		if direct && !isAligned(data) {
 			b := take(padded(len(data)))
