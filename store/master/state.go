@@ -397,13 +397,21 @@ func (s *State) putStart(e Entry) Result {
 	}
 	reps, ok := s.allocate(e, cfg)
 	for !ok {
+		retry := func(why string) Result {
+			r := fail(api.NO_AVAILABLE_HANDLE, fmt.Sprintf("no space for %d replica(s) of %d bytes yet: %s; retry", cfg.ReplicaNum, e.Size, why))
+			r.Retry = true
+			return r
+		}
+		if s.tiered() {
+			// As many bytes as may be are moving down: a pass could start no move, and the
+			// puts of a full memory (several per move's end) would each sort every object.
+			if n, bytes := s.movesDown(); bytes >= s.moveBytes() {
+				return retry(fmt.Sprintf("%d object(s) (%d bytes) are moving to a disk tier", n, bytes))
+			}
+		}
 		if freed, _ := s.evictPass(e.Now); freed == 0 {
 			if s.tiered() && (s.offloadingAny() > 0 || s.leasedInMemory(e.Now) > 0) {
-				r := fail(api.NO_AVAILABLE_HANDLE, fmt.Sprintf(
-					"no space for %d replica(s) of %d bytes yet: %d object(s) are moving to the G3 tier, %d are leased to readers; retry",
-					cfg.ReplicaNum, e.Size, s.offloading(), s.leasedInMemory(e.Now)))
-				r.Retry = true
-				return r
+				return retry(fmt.Sprintf("%d object(s) are moving to the G3 tier, %d are leased to readers", s.offloading(), s.leasedInMemory(e.Now)))
 			}
 			msg := fmt.Sprintf("no space for %d replica(s) of %d bytes on distinct segments, and nothing left to evict", cfg.ReplicaNum, e.Size)
 			if s.cfg.RootFSDir != "" {
