@@ -57,6 +57,19 @@ def binary(name: str) -> str:
     return out
 
 
+def library() -> None:
+    """In a checkout with Go, rebuild python/mooncake/libmooncake.so from this tree (what `make
+    lib` does), as binary() does for the commands: the in-process client measured must be the
+    sources' one, not whatever `make setup` built last. Call before importing mooncake."""
+    if shutil.which("go") and os.path.isdir(os.path.join(ROOT, "capi")):
+        subprocess.run(["go", "build", "-buildmode=c-shared", "-o", os.path.join("python", "mooncake", "libmooncake.so"), "./capi"],
+                       cwd=ROOT, check=True)
+        try:
+            os.remove(os.path.join(ROOT, "python", "mooncake", "libmooncake.h"))
+        except FileNotFoundError:
+            pass
+
+
 def wait_line(proc, prefix: str, timeout=30.0) -> str:
     deadline = time.time() + timeout
     for line in proc.stdout:
@@ -347,6 +360,7 @@ def main():
     ap.add_argument("--server-ip", default="", help=argparse.SUPPRESS)
     ap.add_argument("--client-ip", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    library()
     if args.tcp_only or args.netns_child:
         import json
         print("ROWS " + json.dumps(bench(args)))

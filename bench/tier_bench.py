@@ -39,7 +39,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
-from store_bench import binary, free_port, wait_line  # noqa: E402
+from store_bench import binary, free_port, library, wait_line  # noqa: E402
 
 MB = 1 << 20
 PUT_BATCH = 32  # keys per put_batch call of the put phase (several puts in flight, like get_batch)
@@ -214,6 +214,7 @@ def main():
     ap.add_argument("--mem", default="256MB", help="memory segment size (the puts write 4x this)")
     ap.add_argument("--write-doc", action="store_true", help="replace the '## Storage tiers' section of docs/performance.md")
     args = ap.parse_args()
+    library()
     mem = parse_size(args.mem)
     rows = [throughput(args.dir, mem, MB, "1 MiB"), throughput(args.dir, mem // 4, 64 << 10, "64 KiB")]
     lat = latency(args.dir, mem // 4)
