@@ -461,9 +461,12 @@ const maxPutWait = 5 * time.Second
 
 // waitRoom runs try, and again each time an entry frees memory, while it reports that memory
 // is full with moves in progress (Retry), for up to waitMs: a put short of room proceeds within
-// one round trip of a move's end instead of at its next poll.
+// one round trip of a move's end instead of at its next poll. A master that stops serving
+// while it holds puts answers them (Retry) within servingCheck, so that their clients turn to
+// the new leader.
 func (s *Server) waitRoom(ctx context.Context, waitMs int64, try func() (retry bool)) {
 	var timer *time.Timer
+	var check *time.Ticker
 	for {
 		s.mu.Lock()
 		room := s.room // taken before trying: room freed in between closes it
@@ -474,16 +477,29 @@ func (s *Server) waitRoom(ctx context.Context, waitMs int64, try func() (retry b
 		if timer == nil {
 			timer = time.NewTimer(min(time.Duration(waitMs)*time.Millisecond, maxPutWait))
 			defer timer.Stop()
+			check = time.NewTicker(servingCheck)
+			defer check.Stop()
 		}
-		select {
-		case <-room:
-		case <-timer.C:
-			return
-		case <-ctx.Done():
-			return
+	wait:
+		for {
+			select {
+			case <-room:
+				break wait
+			case <-check.C:
+				if !s.Serving() {
+					return
+				}
+			case <-timer.C:
+				return
+			case <-ctx.Done():
+				return
+			}
 		}
 	}
 }
+
+// servingCheck is how often a held put checks that this master still serves.
+const servingCheck = 100 * time.Millisecond
 
 func (s *Server) PutEnd(ctx context.Context, r *api.KeyRequest) (*api.Status, error) {
 	return statusOf(s.do(ctx, Entry{Op: OpPutEnd, ClientID: r.ClientID, Key: r.Key})), nil

@@ -188,3 +188,31 @@ func TestBatchPutWaitsForRoom(t *testing.T) {
 		t.Fatalf("batch with room for one key: g %+v, h %+v; want g placed and h told Retry", g, h)
 	}
 }
+
+// TestHeldPutAnsweredWhenNotServing: a put held for room is answered (Retry) once this master
+// stops serving, not at the end of its wait, so that its client turns to the new leader.
+func TestHeldPutAnsweredWhenNotServing(t *testing.T) {
+	s := tierServer(t)
+	done := make(chan *api.PutStartResponse, 1)
+	go func() {
+		ps, _ := s.PutStart(context.Background(), &api.PutStartRequest{ClientID: "c1", Key: "e", Size: 1024, WaitMs: 60_000})
+		done <- ps
+	}()
+	select {
+	case ps := <-done:
+		t.Fatalf("the put was answered while memory was full and the master served: %+v", ps)
+	case <-time.After(100 * time.Millisecond):
+	}
+	s.mu.Lock()
+	s.ha = &haState{} // as after a step-down: not serving
+	s.mu.Unlock()
+	select {
+	case ps := <-done:
+		if ps == nil || !ps.Retry {
+			t.Fatalf("held put after the step-down: %+v, want Retry", ps)
+		}
+	case <-time.After(maxPutWait - 2*time.Second):
+		t.Fatalf("a held put was not answered %v after its master stopped serving (it checks every %v; its wait ends after %v)",
+			maxPutWait-2*time.Second, servingCheck, maxPutWait)
+	}
+}
