@@ -527,9 +527,10 @@ func WriteBucket(root, rel string, entries []Entry, opt Options) ([]Placed, erro
 		err = writeChunks(bucketChunks(entries, direct), func(c chunk) error {
 			// The checksums of the objects whose headers this chunk holds, just before it is
 			// written: one chunk's checksums overlap the others' writes.
-			for _, i := range c.headers {
-				out[i].Sum = Checksum(entries[i].Data)
-				putHeader(c.bufs[c.at[i]], entries[i].Key, uint64(len(entries[i].Data)), out[i].Sum)
+			for _, h := range c.headers {
+				e := entries[h.entry]
+				out[h.entry].Sum = Checksum(e.Data)
+				putHeader(h.block, e.Key, uint64(len(e.Data)), out[h.entry].Sum)
 			}
 			return vio.WritevAt(f, c.bufs, c.off)
 		})
@@ -566,13 +567,18 @@ func WriteBucket(root, rel string, entries []Entry, opt Options) ([]Placed, erro
 // padded is n rounded up to the 4 KiB blocks a payload occupies in a file.
 func padded(n int) int { return (n + align - 1) &^ (align - 1) }
 
-// chunk is one vectored write: bufs back to back at file offset off. headers lists the
-// entries whose header blocks it holds (bufs[at[i]], filled just before the write).
+// chunk is one vectored write: bufs back to back at file offset off. headers are the header
+// blocks it holds (among bufs), filled just before the write.
 type chunk struct {
 	off     int64
 	bufs    [][]byte
-	headers []int
-	at      map[int]int
+	headers []chunkHeader
+}
+
+// chunkHeader is the header block of entry entry.
+type chunkHeader struct {
+	entry int
+	block []byte
 }
 
 // maxIov bounds the buffers of one pwritev (IOV_MAX is 1024 on Linux).
@@ -622,11 +628,9 @@ func bucketChunks(entries []Entry, direct bool) []chunk {
 		n += len(b)
 	}
 	for i, e := range entries {
-		add(take(HeaderSize))
-		if cur.at == nil {
-			cur.at = map[int]int{}
-		}
-		cur.headers, cur.at[i] = append(cur.headers, i), len(cur.bufs)-1
+		h := take(HeaderSize)
+		add(h)
+		cur.headers = append(cur.headers, chunkHeader{entry: i, block: h})
 		data := e.Data
 		if direct && !isAligned(data) {
 			b := take(padded(len(data)))
