@@ -8,7 +8,7 @@ For 1 MiB and 64 KiB objects it:
   * puts 4x the memory segment (put_batch of 32 keys), so that most objects move to G3 while the puts run; G3 write
     GB/s = bytes in G3 at the end of the put phase / its duration (the clients write objects
     above 256 KiB to a file each and smaller ones into 8 MiB bucket files: temporary name,
-    CRC-32C, rename);
+    CRC-32, rename);
   * gets every G3-only object once (get_batch of 32 keys; the client reads 8 at once), with the
     files dropped from the page cache first (posix_fadvise DONTNEED); G3 read GB/s = bytes /
     time (pread, header and checksum verified);

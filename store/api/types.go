@@ -53,8 +53,8 @@ type Segment struct {
 // the engine segment SegmentName (mounted as SegmentID).
 //
 // Kind says which tier holds the copy: memory (the default, also when empty), disk (a file of
-// the G3 tier under the master's root_fs_dir, at Path relative to it, payload CRC-32C
-// Checksum) or local_disk (a client's SSD offload).
+// the G3 tier under the master's root_fs_dir, at Path relative to it, payload checksum
+// Checksum: CRC-32, or CRC-32C in files of format version 1) or local_disk (a client's SSD offload).
 type Replica struct {
 	SegmentID   string        `json:"segment_id"`
 	SegmentName string        `json:"segment_name"`
@@ -282,9 +282,13 @@ type ServiceStatusResponse struct {
 }
 
 // OffloadTasksRequest asks for the G3 moves assigned to a client, waiting up to WaitMs for one.
+// AfterGen > 0 asks only for moves started after the answer whose Gen it was (the client
+// already holds the earlier ones): answers then carry each move once instead of every move in
+// progress, and the wait lasts until a new one starts. 0 asks for every move in progress.
 type OffloadTasksRequest struct {
 	ClientID string `json:"client_id"`
 	WaitMs   int64  `json:"wait_ms,omitempty"`
+	AfterGen uint64 `json:"after_gen,omitempty"`
 }
 
 // OffloadTask asks a client to write Size bytes at Addr of its segment SegmentID (the memory
@@ -300,8 +304,13 @@ type OffloadTask struct {
 
 type OffloadTasksResponse struct {
 	Status
-	RootFSDir string        `json:"root_fs_dir,omitempty"`
-	Tasks     []OffloadTask `json:"tasks,omitempty"`
+	RootFSDir string `json:"root_fs_dir,omitempty"`
+	// Gen is the master's move generation when it built the answer: every later move has a
+	// higher one, so it is the next request's AfterGen. One below the AfterGen sent means the
+	// master's state started over (a master restarted without its state): ask for everything.
+	// 0 from a master that does not number its answers.
+	Gen   uint64        `json:"gen,omitempty"`
+	Tasks []OffloadTask `json:"tasks,omitempty"`
 	// Remove lists files in the client's SSD offload directory no object references any more.
 	Remove []string `json:"remove,omitempty"`
 }

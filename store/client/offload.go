@@ -33,7 +33,7 @@ import (
 //     segment with: another client reading an object that lives only on this disk asks here
 //     (get_offload_rpc_read_count counts those reads); the holder itself reads its file
 //     directly. The server checks the file's header and checksum, the reader checks the
-//     payload's CRC-32C again against the master's, so a damaged file or a dead holder is an
+//     payload's checksum again against the master's, so a damaged file or a dead holder is an
 //     error for that key, never wrong bytes.
 //   - The moves arrive with the G3 ones (offloadLoop, OffloadTask.Local): small objects are
 //     packed into bucket files of up to BucketKeys objects / BucketBytes bytes.
@@ -244,7 +244,7 @@ func (c *Client) readLocal(ctx context.Context, key string, r api.Replica, dst [
 	if _, err := io.ReadFull(resp.Body, dst); err != nil {
 		return api.Errorf(api.FILE_READ_FAIL, "offload read of %s from %s: short answer: %v", quote(key), r.Endpoint, err)
 	}
-	if dfs.Checksum(dst) != r.Checksum {
+	if !dfs.ChecksumMatches(dst, r.Checksum) {
 		return api.Errorf(api.CHECKSUM_MISMATCH, "offload read of %s from %s: payload checksum mismatch", quote(key), r.Endpoint)
 	}
 	c.tiers.offloadRPCReads.Add(1)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -172,6 +171,12 @@ func (c *Client) offloadLoop(ctx context.Context) {
 	finished := make(chan struct{}, offloadWorkers)
 	sem := make(chan struct{}, offloadWorkers)
 	defer wg.Wait()
+	// after is the master's move generation of the last answer: the next poll asks only for
+	// moves started since (each move crosses the wire once, and the poll waits for a new one
+	// instead of returning the moves this loop is writing). An answer with no new move resets
+	// it, so the poll after an idle one lists every move in progress, a safety net for any
+	// move an answer missed.
+	var after uint64
 	for ctx.Err() == nil {
 		mu.Lock()
 		// Anything finished before this poll is sent is absent from its answer; keep one
@@ -183,16 +188,21 @@ func (c *Client) offloadLoop(ctx context.Context) {
 			wait = min(wait, c.local.beat)
 		}
 		rctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout+2*time.Second)
-		resp, err := c.master.FetchOffloadTasks(rctx, &api.OffloadTasksRequest{ClientID: c.id, WaitMs: wait.Milliseconds()})
+		resp, err := c.master.FetchOffloadTasks(rctx, &api.OffloadTasksRequest{ClientID: c.id, WaitMs: wait.Milliseconds(), AfterGen: after})
 		cancel()
 		if err == nil {
 			err = resp.Err()
 		}
 		if err != nil {
+			after = 0
 			if !sleepCtx(ctx, 200*time.Millisecond) {
 				return
 			}
 			continue
+		}
+		after = resp.Gen
+		if len(resp.Tasks) == 0 {
+			after = 0
 		}
 		c.removeLocal(resp.Remove)
 		// New tasks, as jobs: a large object alone, small ones packed into bucket files (one
@@ -353,7 +363,7 @@ func (c *Client) offloadBucket(ctx context.Context, tasks []api.OffloadTask) {
 	if len(ok) == 0 {
 		return
 	}
-	file := strings.TrimSuffix(ok[0].Path, ".mcobj") + ".mcbkt"
+	file := dfs.BucketPathFor(ok[0].Path)
 	placed, werr := dfs.WriteBucket(root, file, entries, dfs.Options{Direct: true, NoSync: true})
 	if werr == dfs.ErrExists {
 		return // a repeat of moves already written and reported

@@ -3,10 +3,12 @@ package dfs
 import (
 	"bytes"
 	"fmt"
+	"hash/crc32"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -304,5 +306,53 @@ func TestReadMany(t *testing.T) {
 		if api.CodeOf(err) != api.FILE_NOT_FOUND {
 			t.Fatalf("missing file: %v", err)
 		}
+	}
+}
+
+func TestBucketPathFor(t *testing.T) {
+	p := PathFor("key", 42)
+	b := BucketPathFor(p)
+	if filepath.Dir(b) != filepath.Dir(filepath.Dir(p)) || filepath.Base(b) != strings.TrimSuffix(filepath.Base(p), ".mcobj")+".mcbkt" {
+		t.Fatalf("bucket path of %s: %s, want the same name with .mcbkt one directory up", p, b)
+	}
+}
+
+// TestReadsFormatVersion1: files written before the checksum became CRC-32 (format version 1,
+// CRC-32C in the header and for the payload) are still read, alone and in a batch, and a
+// version-1 file whose payload does not match its CRC-32C is still a checksum error.
+func TestReadsFormatVersion1(t *testing.T) {
+	root := t.TempDir()
+	data := make([]byte, 3*4096+100)
+	for i := range data {
+		data[i] = byte(i * 31)
+	}
+	v1 := crc32.Checksum(data, crc32.MakeTable(crc32.Castagnoli))
+	if v1 == Checksum(data) || !ChecksumMatches(data, v1) || !ChecksumMatches(data, Checksum(data)) || ChecksumMatches(data, v1+1) {
+		t.Fatal("ChecksumMatches must accept CRC-32 and CRC-32C and nothing else")
+	}
+	file := alignedBuf(HeaderSize + padded(len(data)))
+	putHeaderV(file[:HeaderSize], version1, "old", uint64(len(data)), v1)
+	copy(file[HeaderSize:], data)
+	if err := os.WriteFile(filepath.Join(root, "old.mcobj"), file, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(data))
+	if err := Read(root, "old.mcobj", "old", v1, got, Options{}); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read of a version-1 file: %v (bytes equal: %v)", err, bytes.Equal(got, data))
+	}
+	clear(got)
+	if errs := ReadMany(root, "old.mcobj", []Want{{Offset: 0, Key: "old", Sum: v1, Dst: got}}, Options{}); errs[0] != nil || !bytes.Equal(got, data) {
+		t.Fatalf("batch read of a version-1 file: %v", errs[0])
+	}
+	file[HeaderSize+5] ^= 1
+	os.WriteFile(filepath.Join(root, "old.mcobj"), file, 0o644)
+	if err := Read(root, "old.mcobj", "old", v1, got, Options{}); api.CodeOf(err) != api.CHECKSUM_MISMATCH {
+		t.Fatalf("read of a damaged version-1 file: %v, want CHECKSUM_MISMATCH", err)
+	}
+	// An unknown version is not an object file.
+	putHeaderV(file[:HeaderSize], 7, "old", uint64(len(data)), v1)
+	os.WriteFile(filepath.Join(root, "old.mcobj"), file, 0o644)
+	if err := Read(root, "old.mcobj", "old", v1, got, Options{}); api.CodeOf(err) != api.CHECKSUM_MISMATCH || !strings.Contains(err.Error(), "not an object file") {
+		t.Fatalf("read of a file of version 7: %v", err)
 	}
 }

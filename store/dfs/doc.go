@@ -6,8 +6,9 @@
 // # Format
 //
 // A file is a 4 KiB header block followed by the payload. The header holds a magic, the
-// format version, the payload size, the payload's CRC-32C, the key and a CRC-32C of the
-// header itself. The payload starts at a 4 KiB boundary so that a reader or writer may use
+// format version, the payload size, the payload's checksum, the key and a checksum of the
+// header itself: CRC-32 (IEEE) in format version 2, CRC-32C in version 1 (still read; it was
+// replaced because CRC-32 runs about 3x faster over payloads that are not in the CPU's cache). The payload starts at a 4 KiB boundary so that a reader or writer may use
 // O_DIRECT; the file is padded to a 4 KiB multiple.
 //
 // # I/O

@@ -1,8 +1,12 @@
 package master
 
 import (
+	"cmp"
 	"fmt"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/mooncake-go/mooncake/store/api"
 	"github.com/mooncake-go/mooncake/store/dfs"
@@ -37,6 +41,7 @@ type offloadRec struct {
 	client, segID string
 	addr          uint64
 	path          string
+	gen           uint64 // the move's generation (dfsGen when it started, also in path)
 	started       int64
 	local         bool   // to the client's local disk (SSD offload), not G3
 	keep          bool   // a copy made right after the put: the memory copy stays
@@ -304,7 +309,7 @@ func (s *State) dfsRoom(need uint64, now int64) bool {
 func (s *State) startOffload(o *object, now int64, keep bool) bool {
 	if r, seg := s.localTarget(o); seg != nil {
 		s.dfsGen++
-		o.offload = &offloadRec{client: seg.ClientID, segID: r.segID, addr: r.addr, path: dfs.PathFor(o.key, s.dfsGen),
+		o.offload = &offloadRec{client: seg.ClientID, segID: r.segID, addr: r.addr, path: dfs.PathFor(o.key, s.dfsGen), gen: s.dfsGen,
 			started: now, local: true, keep: keep, endpoint: seg.OffloadEndpoint}
 		s.moving[o.key] = o
 		return true
@@ -319,7 +324,7 @@ func (s *State) startOffload(o *object, now int64, keep bool) bool {
 	r := o.replicas[0]
 	seg := s.segments[r.segID]
 	s.dfsGen++
-	o.offload = &offloadRec{client: seg.ClientID, segID: r.segID, addr: r.addr, path: dfs.PathFor(o.key, s.dfsGen), started: now}
+	o.offload = &offloadRec{client: seg.ClientID, segID: r.segID, addr: r.addr, path: dfs.PathFor(o.key, s.dfsGen), gen: s.dfsGen, started: now}
 	s.moving[o.key] = o
 	s.dfsReserved += o.size
 	return true
@@ -419,17 +424,36 @@ func (s *State) promoteDone(e Entry) Result {
 	return Result{}
 }
 
-// OffloadTasks lists the moves to G3 assigned to clientID, by key.
+// OffloadTasks lists the moves to a disk tier assigned to clientID, by key.
 func (s *State) OffloadTasks(clientID string) []api.OffloadTask {
-	var out []api.OffloadTask
-	for _, key := range sortedMapKeys(s.moving) {
-		o := s.moving[key]
-		if o.offload != nil && o.offload.client == clientID {
-			out = append(out, api.OffloadTask{Key: o.key, Path: o.offload.path, Size: o.size, SegmentID: o.offload.segID,
-				Addr: o.offload.addr, Local: o.offload.local})
+	tasks, _ := s.OffloadTasksAfter(clientID, 0)
+	slices.SortFunc(tasks, func(a, b api.OffloadTask) int { return strings.Compare(a.Key, b.Key) })
+	return tasks
+}
+
+// OffloadTasksAfter lists the moves to a disk tier assigned to clientID that started after
+// generation after, oldest first, and the generation now (every later move's is higher).
+func (s *State) OffloadTasksAfter(clientID string, after uint64) ([]api.OffloadTask, uint64) {
+	var recs []*object
+	for _, o := range s.moving {
+		if o.offload != nil && o.offload.client == clientID && o.offload.gen > after {
+			recs = append(recs, o)
 		}
 	}
-	return out
+	slices.SortFunc(recs, func(a, b *object) int { return cmp.Compare(a.offload.gen, b.offload.gen) })
+	out := make([]api.OffloadTask, 0, len(recs))
+	for _, o := range recs {
+		out = append(out, api.OffloadTask{Key: o.key, Path: o.offload.path, Size: o.size, SegmentID: o.offload.segID,
+			Addr: o.offload.addr, Local: o.offload.local})
+	}
+	return out, s.dfsGen
+}
+
+// genOf is the generation in a file name of dfs.PathFor ("<hash>-<gen>.mcobj"), 0 if none.
+func genOf(path string) uint64 {
+	base := strings.TrimSuffix(filepath.Base(path), ".mcobj")
+	gen, _ := strconv.ParseUint(base[strings.LastIndexByte(base, '-')+1:], 10, 64)
+	return gen
 }
 
 // evictBlockers describes why nothing in memory could be evicted (for the put's error).

@@ -13,8 +13,9 @@ import (
 // maxTaskWait bounds how long FetchOffloadTasks holds a request open.
 const maxTaskWait = 5 * time.Second
 
-// FetchOffloadTasks returns the moves to G3 assigned to the client, waiting up to WaitMs for
-// one when there are none (a long poll: a client learns of a move within one round trip).
+// FetchOffloadTasks returns the moves to a disk tier assigned to the client (those that started
+// after AfterGen, see api.OffloadTasksRequest), waiting up to WaitMs for one when there are none
+// (a long poll: a client learns of a move within one round trip).
 func (s *Server) FetchOffloadTasks(ctx context.Context, r *api.OffloadTasksRequest) (*api.OffloadTasksResponse, error) {
 	if r.ClientID == "" {
 		return &api.OffloadTasksResponse{Status: api.Status{Code: api.INVALID_PARAMS, Message: "fetch offload tasks without a client id"}}, nil
@@ -28,12 +29,17 @@ func (s *Server) FetchOffloadTasks(ctx context.Context, r *api.OffloadTasksReque
 		}
 		s.touch(r.ClientID)
 		s.mu.Lock()
-		tasks := s.state.OffloadTasks(r.ClientID)
+		tasks, gen := s.state.OffloadTasksAfter(r.ClientID, r.AfterGen)
+		if r.AfterGen > gen {
+			// The client numbers moves from a state that is not this one (this master
+			// started over without it): everything in progress.
+			tasks, gen = s.state.OffloadTasksAfter(r.ClientID, 0)
+		}
 		wake := s.wake
 		remove := s.takeLocalGarbage(r.ClientID)
 		s.mu.Unlock()
 		if len(tasks) > 0 || len(remove) > 0 || wait <= 0 {
-			return &api.OffloadTasksResponse{RootFSDir: s.cfg.RootFSDir, Tasks: tasks, Remove: remove}, nil
+			return &api.OffloadTasksResponse{RootFSDir: s.cfg.RootFSDir, Gen: gen, Tasks: tasks, Remove: remove}, nil
 		}
 		select {
 		case <-wake:

@@ -83,6 +83,15 @@ func TestEvictionMovesObjectsToG3(t *testing.T) {
 	if d.Digest() != h.s.Digest() || len(d.OffloadTasks("c1")) != len(h.s.OffloadTasks("c1")) {
 		t.Fatalf("decoded state differs")
 	}
+	// ... and so do the moves' generations (a client's poll cursor stays valid on a standby).
+	_, gen := h.s.OffloadTasksAfter("c1", 0)
+	for after := range gen + 1 {
+		a, ga := h.s.OffloadTasksAfter("c1", after)
+		b, gb := d.OffloadTasksAfter("c1", after)
+		if !slices.Equal(a, b) || ga != gb {
+			t.Fatalf("moves after generation %d: %+v (gen %d) before the snapshot, %+v (gen %d) after", after, a, ga, b, gb)
+		}
+	}
 }
 
 func TestG3PinsLeasesAndClientLoss(t *testing.T) {

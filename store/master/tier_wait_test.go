@@ -216,3 +216,70 @@ func TestHeldPutAnsweredWhenNotServing(t *testing.T) {
 			maxPutWait-2*time.Second, servingCheck, maxPutWait)
 	}
 }
+
+// TestFetchOffloadTasksAfterGen: a poll with AfterGen gets only the moves started since the
+// answer that gave it, waits for a new one instead of returning the moves already handed out,
+// and gets every move again when its AfterGen is from a state this master does not have.
+func TestFetchOffloadTasksAfterGen(t *testing.T) {
+	s := tierServer(t)
+	ctx := context.Background()
+	fetch := func(after uint64, waitMs int64) *api.OffloadTasksResponse {
+		t.Helper()
+		resp, err := s.FetchOffloadTasks(ctx, &api.OffloadTasksRequest{ClientID: "c1", AfterGen: after, WaitMs: waitMs})
+		if err != nil || resp.Code != api.OK {
+			t.Fatalf("fetch after %d: %v %+v", after, err, resp)
+		}
+		return resp
+	}
+	keys := func(r *api.OffloadTasksResponse) (out []string) {
+		for _, task := range r.Tasks {
+			out = append(out, task.Key)
+		}
+		return out
+	}
+	// A put into the full memory starts the moves of the two least recently used objects.
+	s.PutStart(ctx, &api.PutStartRequest{ClientID: "c1", Key: "e", Size: 1024})
+	all := fetch(0, 0)
+	if got := keys(all); !slices.Equal(got, []string{"a", "b"}) || all.Gen == 0 {
+		t.Fatalf("every move: %v (gen %d), want [a b] and a generation", got, all.Gen)
+	}
+	if r := fetch(all.Gen, 0); len(r.Tasks) != 0 || r.Gen != all.Gen {
+		t.Fatalf("moves after generation %d: %v (gen %d), want none", all.Gen, keys(r), r.Gen)
+	}
+	if r := fetch(all.Gen+1000, 0); !slices.Equal(keys(r), []string{"a", "b"}) || r.Gen != all.Gen {
+		t.Fatalf("a cursor from another state: %v (gen %d), want every move again", keys(r), r.Gen)
+	}
+	// A long poll with the cursor waits while only a and b are moving ...
+	got := make(chan *api.OffloadTasksResponse, 1)
+	go func() {
+		resp, _ := s.FetchOffloadTasks(ctx, &api.OffloadTasksRequest{ClientID: "c1", AfterGen: all.Gen, WaitMs: 60_000})
+		got <- resp
+	}()
+	select {
+	case r := <-got:
+		t.Fatalf("a poll after generation %d returned %v with no new move", all.Gen, keys(r))
+	case <-time.After(200 * time.Millisecond):
+	}
+	for _, task := range all.Tasks {
+		if st, err := s.OffloadDone(ctx, &api.OffloadDoneRequest{ClientID: "c1", Key: task.Key, Path: task.Path, Checksum: 7}); err != nil || st.Code != api.OK {
+			t.Fatalf("offload done %s: %v %+v", task.Key, err, st)
+		}
+	}
+	// ... and returns the next moves only, once puts fill memory again.
+	for _, k := range []string{"e", "f"} {
+		ps, err := s.PutStart(ctx, &api.PutStartRequest{ClientID: "c1", Key: k, Size: 1024})
+		if err != nil || ps.Code != api.OK {
+			t.Fatalf("put %s: %v %+v", k, err, ps)
+		}
+		s.PutEnd(ctx, &api.KeyRequest{ClientID: "c1", Key: k})
+	}
+	s.PutStart(ctx, &api.PutStartRequest{ClientID: "c1", Key: "g", Size: 1024})
+	select {
+	case r := <-got:
+		if ks := keys(r); len(ks) == 0 || slices.Contains(ks, "a") || slices.Contains(ks, "b") || r.Gen <= all.Gen {
+			t.Fatalf("the poll after generation %d returned %v (gen %d), want only new moves", all.Gen, ks, r.Gen)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the poll did not return when new moves started")
+	}
+}
