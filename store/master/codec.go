@@ -205,8 +205,8 @@ func (s *State) decodeObject(oj objectJSON) (*object, error) {
 		s.fileRefs[o.disk.ref()]++
 	}
 	if m := oj.Offload; m != nil {
-		o.offload = &offloadRec{client: m.Client, segID: m.Seg, addr: m.Addr, path: m.Path, gen: genOf(m.Path), started: m.Started,
-			local: m.Local, keep: m.Keep, endpoint: m.Endpoint}
+		s.setOffload(o, &offloadRec{client: m.Client, segID: m.Seg, addr: m.Addr, path: m.Path, gen: genOf(m.Path), started: m.Started,
+			local: m.Local, keep: m.Keep, endpoint: m.Endpoint})
 	}
 	if m := oj.Promote; m != nil {
 		o.promote = &promoteRec{client: m.Client, segID: m.Seg, addr: m.Addr, started: m.Started}

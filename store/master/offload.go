@@ -101,12 +101,4 @@ func (s *State) clientDisksGone(client string) {
 
 // offloadingAny counts moves to disk in flight, copies after puts included (a put waiting for
 // room retries while any is in flight: its end may let eviction free memory at once).
-func (s *State) offloadingAny() int {
-	n := 0
-	for _, o := range s.moving {
-		if o.offload != nil {
-			n++
-		}
-	}
-	return n
-}
+func (s *State) offloadingAny() int { return s.offN }

@@ -97,6 +97,11 @@ type State struct {
 	dfsGen      uint64             // generation of the last G3 file name handed out
 	refill      bool               // a move to a disk tier ended in this entry (see refillMoves)
 	moving      map[string]*object // objects with an offload or a promotion in progress
+	// The moves to a disk tier in progress (derived from moving, kept up by setOffload and
+	// clearOffload, so that a put need not walk every move): all of them, and those that free
+	// memory when they end (not --enable_offload's copies) with their bytes.
+	offN, downN int
+	downBytes   uint64
 	fileRefs    map[string]int     // G3 file -> objects stored in it (derived from objects)
 	garbage     []string           // G3 files of dropped objects, handed to the caller of Apply
 	// SSD offload (offload.go).

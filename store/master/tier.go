@@ -59,21 +59,34 @@ func (s *State) inMemory(o *object) bool {
 	return slices.ContainsFunc(o.replicas, func(r replicaRec) bool { return r.status == api.ReplicaComplete })
 }
 
-func (s *State) offloading() int {
-	n, _ := s.movesDown()
-	return n
-}
+func (s *State) offloading() int { return s.downN }
 
 // movesDown counts the moves to a disk tier in progress that free memory when they end (not
 // the copies --enable_offload keeps), and their bytes.
-func (s *State) movesDown() (n int, bytes uint64) {
-	for _, o := range s.moving {
-		if o.offload != nil && !o.offload.keep {
-			n++
-			bytes += o.size
-		}
+func (s *State) movesDown() (n int, bytes uint64) { return s.downN, s.downBytes }
+
+// setOffload starts o's move to a disk tier (rec), counting it.
+func (s *State) setOffload(o *object, rec *offloadRec) {
+	o.offload = rec
+	s.offN++
+	if !rec.keep {
+		s.downN++
+		s.downBytes += o.size
 	}
-	return n, bytes
+}
+
+// clearOffload ends o's move to a disk tier (done, cancelled or dropped), uncounting it.
+func (s *State) clearOffload(o *object) {
+	rec := o.offload
+	if rec == nil {
+		return
+	}
+	o.offload = nil
+	s.offN--
+	if !rec.keep {
+		s.downN--
+		s.downBytes -= o.size
+	}
 }
 
 // minInFlight is the least a client may have moving to a disk tier at once: two 8 MiB bucket
@@ -189,7 +202,7 @@ func (s *State) cancelOffload(o *object) {
 	if !o.offload.local {
 		s.dfsReserved -= o.size
 	}
-	o.offload = nil
+	s.clearOffload(o)
 	s.endMove(o)
 }
 
@@ -214,7 +227,7 @@ func (s *State) dropTiers(o *object) {
 		if !o.offload.local {
 			s.dfsReserved -= o.size
 		}
-		o.offload = nil
+		s.clearOffload(o)
 	}
 	o.promote = nil
 	delete(s.moving, o.key)
@@ -309,8 +322,8 @@ func (s *State) dfsRoom(need uint64, now int64) bool {
 func (s *State) startOffload(o *object, now int64, keep bool) bool {
 	if r, seg := s.localTarget(o); seg != nil {
 		s.dfsGen++
-		o.offload = &offloadRec{client: seg.ClientID, segID: r.segID, addr: r.addr, path: dfs.PathFor(o.key, s.dfsGen), gen: s.dfsGen,
-			started: now, local: true, keep: keep, endpoint: seg.OffloadEndpoint}
+		s.setOffload(o, &offloadRec{client: seg.ClientID, segID: r.segID, addr: r.addr, path: dfs.PathFor(o.key, s.dfsGen), gen: s.dfsGen,
+			started: now, local: true, keep: keep, endpoint: seg.OffloadEndpoint})
 		s.moving[o.key] = o
 		return true
 	}
@@ -324,7 +337,7 @@ func (s *State) startOffload(o *object, now int64, keep bool) bool {
 	r := o.replicas[0]
 	seg := s.segments[r.segID]
 	s.dfsGen++
-	o.offload = &offloadRec{client: seg.ClientID, segID: r.segID, addr: r.addr, path: dfs.PathFor(o.key, s.dfsGen), gen: s.dfsGen, started: now}
+	s.setOffload(o, &offloadRec{client: seg.ClientID, segID: r.segID, addr: r.addr, path: dfs.PathFor(o.key, s.dfsGen), gen: s.dfsGen, started: now})
 	s.moving[o.key] = o
 	s.dfsReserved += o.size
 	return true
@@ -361,7 +374,7 @@ func (s *State) offloadDone(e Entry) Result {
 		s.dfsUsed += o.size
 	}
 	s.fileRefs[o.disk.ref()]++
-	o.offload = nil
+	s.clearOffload(o)
 	s.endMove(o)
 	if !off.keep {
 		s.refill = true

@@ -2,8 +2,10 @@ package master
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/mooncake-go/mooncake/store/api"
 )
@@ -321,5 +323,95 @@ func TestBucketFileDeletedWithItsLastObject(t *testing.T) {
 	}
 	if r := h.apply(Entry{Op: OpRemove, Key: "d", Force: true}); len(r.Garbage) != 1 || r.Garbage[0] != "bucket" {
 		t.Fatalf("remove of the last object: garbage %v, want [bucket]", r.Garbage)
+	}
+}
+
+// TestMoveCountsFollowMoves: the counts of moves in progress that puts consult (movesDown,
+// offloadingAny) are kept up as moves start and end rather than recounted per put; through a
+// random mix of puts, gets, removes, finished and failed moves, timeouts, unmounts and a
+// snapshot round trip, they always equal a count over the moves themselves.
+func TestMoveCountsFollowMoves(t *testing.T) {
+	for _, mode := range []string{"g3", "ssd offload with copies after puts"} {
+		t.Run(mode, func(t *testing.T) {
+			h := tierHarness(t, func(c *Config) {
+				c.EvictionRatio = 0.3
+				if mode != "g3" {
+					c.EnableOffload = true
+				}
+			})
+			check := func(s *State, step string) {
+				t.Helper()
+				var all, down int
+				var bytes uint64
+				for _, o := range s.moving {
+					if o.offload != nil {
+						all++
+						if !o.offload.keep {
+							down++
+							bytes += o.size
+						}
+					}
+				}
+				if n, b := s.movesDown(); n != down || b != bytes || s.offloadingAny() != all {
+					t.Fatalf("%s: counted %d moves down (%d bytes), %d in all; the moves say %d (%d bytes), %d", step, n, b, s.offloadingAny(), down, bytes, all)
+				}
+			}
+			rng := rand.New(rand.NewPCG(7, 9))
+			mountN := 0
+			var live []int // mounted segments, oldest first
+			mount := func() {
+				mountN++
+				live = append(live, mountN)
+				h.apply(Entry{Op: OpMountSegment, ClientID: fmt.Sprintf("c%d", mountN%2), Segment: &api.Segment{ID: fmt.Sprintf("s%d", mountN), Name: "h:1",
+					Base: uint64(mountN) << 32, Size: 64 << 10, OffloadEndpoint: "127.0.0.1:1"}})
+			}
+			mount()
+			mount()
+			for step := range 3000 {
+				key := fmt.Sprintf("k%d", rng.IntN(60))
+				switch op := rng.IntN(100); {
+				case op < 45:
+					h.put(fmt.Sprintf("c%d", rng.IntN(2)), key, uint64(1+rng.IntN(8))*1024, api.ReplicateConfig{})
+				case op < 55:
+					h.apply(Entry{Op: OpGrantLease, ClientID: "c0", Key: key})
+				case op < 62:
+					h.apply(Entry{Op: OpRemove, Key: key, Force: rng.IntN(2) == 0})
+				case op < 85:
+					for _, c := range []string{"c0", "c1"} {
+						for _, task := range h.s.OffloadTasks(c) {
+							e := Entry{Op: OpOffloadDone, ClientID: c, Key: task.Key, Path: task.Path, Checksum: 1}
+							if rng.IntN(4) == 0 {
+								e.Error = "disk full"
+							}
+							h.apply(e)
+						}
+					}
+				case op < 92:
+					h.advance(time.Duration(rng.IntN(40)) * time.Second) // some moves time out
+					h.apply(Entry{Op: OpTick})
+				case op < 95:
+					old := live[0]
+					live = live[1:]
+					if r := h.apply(Entry{Op: OpUnmountSegment, ClientID: fmt.Sprintf("c%d", old%2), SegmentID: fmt.Sprintf("s%d", old)}); r.Code != api.OK {
+						t.Fatalf("unmount s%d: %v", old, r.Err())
+					}
+					mount()
+				default:
+					b, err := h.s.Encode()
+					if err != nil {
+						t.Fatal(err)
+					}
+					d, err := DecodeState(h.s.cfg, b)
+					if err != nil {
+						t.Fatal(err)
+					}
+					check(d, fmt.Sprintf("step %d, decoded", step))
+				}
+				check(h.s, fmt.Sprintf("step %d", step))
+			}
+			if st := h.s.Stats(h.now); st.Counters.OffloadedObjects == 0 || st.Counters.OffloadFailures == 0 {
+				t.Fatalf("the mix never finished or failed a move: %+v", st.Counters)
+			}
+		})
 	}
 }

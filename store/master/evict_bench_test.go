@@ -1,0 +1,55 @@
+package master
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/mooncake-go/mooncake/store/api"
+)
+
+// BenchmarkTieredPut is the master's cost per put in a store whose memory holds n objects and
+// stays full, with the G3 tier taking the overflow: each put may start moves (an eviction pass)
+// and each finished move frees room, as in bench/tier_bench.py's put phase at scale.
+func BenchmarkTieredPut(b *testing.B) {
+	for _, n := range []int{4096, 65536, 262144} {
+		b.Run(fmt.Sprintf("objects=%d", n), func(b *testing.B) {
+			cfg := DefaultConfig()
+			cfg.RootFSDir = "/g3"
+			cfg.EvictionRatio = 0.1
+			cfg.EvictionHighWatermarkRatio = 0.9
+			s := NewState(cfg)
+			now := int64(1e18)
+			apply := func(e Entry) Result {
+				now += 1000
+				e.Now = now
+				return s.Apply(e)
+			}
+			const size = 4096
+			apply(Entry{Op: OpMountSegment, ClientID: "c1", Segment: &api.Segment{ID: "s1", Name: "h:1", Base: 1 << 30, Size: uint64(n) * size}})
+			next := 0
+			put := func() {
+				for {
+					cfg := api.ReplicateConfig{}
+					key := fmt.Sprintf("k%09d", next)
+					r := apply(Entry{Op: OpPutStart, ClientID: "c1", Key: key, Size: size, Config: &cfg})
+					if r.Code == api.OK {
+						apply(Entry{Op: OpPutEnd, ClientID: "c1", Key: key})
+						next++
+						return
+					}
+					// Memory full: finish the moves in progress, as the client would.
+					for _, t := range s.OffloadTasks("c1") {
+						apply(Entry{Op: OpOffloadDone, ClientID: "c1", Key: t.Key, Path: t.Path, Checksum: 1})
+					}
+				}
+			}
+			for range n {
+				put()
+			}
+			b.ResetTimer()
+			for range b.N {
+				put()
+			}
+		})
+	}
+}
