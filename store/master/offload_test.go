@@ -53,14 +53,7 @@ func TestOffloadOnEvictMovesToTheHoldersDisk(t *testing.T) {
 		t.Fatalf("garbage %v / %v", rm.Garbage, rm.LocalGarbage)
 	}
 	// The state round-trips through a snapshot with its local-disk replicas.
-	b, err := h.s.Encode()
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := DecodeState(h.s.cfg, b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := h.snapshot()
 	if d.Digest() != h.s.Digest() {
 		t.Fatal("decoded state differs")
 	}

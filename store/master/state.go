@@ -102,8 +102,8 @@ type State struct {
 	// memory when they end (not --enable_offload's copies) with their bytes.
 	offN, downN int
 	downBytes   uint64
-	fileRefs    map[string]int     // G3 file -> objects stored in it (derived from objects)
-	garbage     []string           // G3 files of dropped objects, handed to the caller of Apply
+	fileRefs    map[string]int // G3 file -> objects stored in it (derived from objects)
+	garbage     []string       // G3 files of dropped objects, handed to the caller of Apply
 	// SSD offload (offload.go).
 	localUsed    uint64      // bytes of objects on clients' local disks
 	localGarbage []LocalFile // local-disk files of dropped objects, handed to the caller of Apply

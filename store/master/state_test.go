@@ -35,6 +35,20 @@ func (h *harness) apply(e Entry) Result {
 
 func (h *harness) advance(d time.Duration) { h.now += int64(d) }
 
+// snapshot is the state as a standby restoring h's snapshot would have it.
+func (h *harness) snapshot() *State {
+	h.t.Helper()
+	b, err := h.s.Encode()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	d, err := DecodeState(h.s.cfg, b)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return d
+}
+
 func (h *harness) mount(client, id, name string, base, size uint64) {
 	h.t.Helper()
 	r := h.apply(Entry{Op: OpMountSegment, ClientID: client, Segment: &api.Segment{ID: id, Name: name, Base: base, Size: size}})
@@ -444,14 +458,7 @@ func TestDrainedSegmentTakesNoNewObjects(t *testing.T) {
 	if r := h.apply(Entry{Op: OpGrantLease, Key: "old"}); r.Code != api.OK || r.Replicas[0].SegmentID != "s1" {
 		t.Fatalf("the drained segment's object is not readable: %+v", r)
 	}
-	b, err := h.s.Encode()
-	if err != nil {
-		t.Fatal(err)
-	}
-	restored, err := DecodeState(h.s.cfg, b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	restored := h.snapshot()
 	if restored.Digest() != h.s.Digest() || !restored.segments["s1"].Draining {
 		t.Fatal("a snapshot lost the drain")
 	}

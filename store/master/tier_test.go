@@ -74,14 +74,7 @@ func TestEvictionMovesObjectsToG3(t *testing.T) {
 	// The state round-trips through a snapshot, moves and files included.
 	h.advance(1)
 	h.put("c1", "f", 1024, api.ReplicateConfig{}) // starts more moves
-	b, err := h.s.Encode()
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := DecodeState(h.s.cfg, b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := h.snapshot()
 	if d.Digest() != h.s.Digest() || len(d.OffloadTasks("c1")) != len(h.s.OffloadTasks("c1")) {
 		t.Fatalf("decoded state differs")
 	}
@@ -397,14 +390,7 @@ func TestMoveCountsFollowMoves(t *testing.T) {
 					}
 					mount()
 				default:
-					b, err := h.s.Encode()
-					if err != nil {
-						t.Fatal(err)
-					}
-					d, err := DecodeState(h.s.cfg, b)
-					if err != nil {
-						t.Fatal(err)
-					}
+					d := h.snapshot()
 					check(d, fmt.Sprintf("step %d, decoded", step))
 				}
 				check(h.s, fmt.Sprintf("step %d", step))

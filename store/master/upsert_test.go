@@ -144,14 +144,7 @@ func TestUpsertUnmountAndSnapshot(t *testing.T) {
 	expectCode(t, "end l", h.apply(Entry{Op: OpPutEnd, ClientID: "c1", Key: "l"}), api.OK) // old l retired (leased)
 
 	// the snapshot keeps the upsert in progress and the retired copy
-	b, err := h.s.Encode()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s2, err := DecodeState(h.s.cfg, b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s2 := h.snapshot()
 	if s2.Digest() != h.s.Digest() || len(s2.retired) != 1 || len(s2.pendingUpserts()) != 1 {
 		t.Fatalf("decoded state differs: retired %v upserts %d", s2.retired, len(s2.pendingUpserts()))
 	}
