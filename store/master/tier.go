@@ -437,13 +437,6 @@ func (s *State) promoteDone(e Entry) Result {
 	return Result{}
 }
 
-// OffloadTasks lists the moves to a disk tier assigned to clientID, by key.
-func (s *State) OffloadTasks(clientID string) []api.OffloadTask {
-	tasks, _ := s.OffloadTasksAfter(clientID, 0)
-	slices.SortFunc(tasks, func(a, b api.OffloadTask) int { return strings.Compare(a.Key, b.Key) })
-	return tasks
-}
-
 // OffloadTasksAfter lists the moves to a disk tier assigned to clientID that started after
 // generation after, oldest first, and the generation now (every later move's is higher).
 func (s *State) OffloadTasksAfter(clientID string, after uint64) ([]api.OffloadTask, uint64) {

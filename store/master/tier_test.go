@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +17,14 @@ func tierHarness(t *testing.T, mutate ...func(*Config)) *harness {
 		c.EvictionRatio = 0.5
 		c.EvictionHighWatermarkRatio = 0.9
 	}}, mutate...)...)
+}
+
+// OffloadTasks lists the moves to a disk tier assigned to clientID, by key (the server lists
+// them by generation, OffloadTasksAfter).
+func (s *State) OffloadTasks(clientID string) []api.OffloadTask {
+	tasks, _ := s.OffloadTasksAfter(clientID, 0)
+	slices.SortFunc(tasks, func(a, b api.OffloadTask) int { return strings.Compare(a.Key, b.Key) })
+	return tasks
 }
 
 // finishMoves completes every move to G3 handed out, as the clients would.
