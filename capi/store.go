@@ -18,6 +18,9 @@ typedef struct mc_replicate_config {
 // mc_store_alloc_fn returns len writable bytes for a value (NULL: give up) — see mc_store_get_with.
 typedef void *(*mc_store_alloc_fn)(void *ctx, uint64_t len);
 static inline void *mc_store_call_alloc(mc_store_alloc_fn fn, void *ctx, uint64_t len) { return fn(ctx, len); }
+// mc_store_batch_alloc_fn is mc_store_alloc_fn for key i of a batch — see mc_store_batch_get_with.
+typedef void *(*mc_store_batch_alloc_fn)(void *ctx, int32_t i, uint64_t len);
+static inline void *mc_store_call_batch_alloc(mc_store_batch_alloc_fn fn, void *ctx, int32_t i, uint64_t len) { return fn(ctx, i, len); }
 */
 import "C"
 
@@ -568,7 +571,7 @@ func mc_store_batch_get(h C.uint64_t, keys **C.char, n C.int32_t, outs **C.uint8
 	if n > 0 && (outs == nil || lens == nil || results == nil) {
 		return serr(api.Errorf(api.INVALID_PARAMS, "NULL output array"))
 	}
-	vals, errs := c.BatchGetAlloc(context.Background(), ks, cAlloc)
+	vals, errs := c.BatchGetAlloc(context.Background(), ks, func(_ int, size uint64) ([]byte, error) { return cAlloc(size) })
 	os := unsafe.Slice(outs, int(n))
 	ls := unsafe.Slice(lens, int(n))
 	for i := range vals {
@@ -579,6 +582,42 @@ func mc_store_batch_get(h C.uint64_t, keys **C.char, n C.int32_t, outs **C.uint8
 		}
 		if len(vals[i]) > 0 {
 			os[i] = (*C.uint8_t)(unsafe.Pointer(unsafe.SliceData(vals[i])))
+			ls[i] = C.uint64_t(len(vals[i]))
+		}
+	}
+	codes(errs, results)
+	return 0
+}
+
+// mc_store_batch_get_with is mc_store_get_with for a batch: alloc(ctx, i, size) returns size
+// writable bytes for keys[i] (NULL: give that key up), called on the calling thread in key order
+// once the master has answered, before any value is read and not for an empty value; the value
+// is read straight into that memory. lens[i] gets the size and results[i] 0 or a negative code
+// (memory from alloc for a key that then failed holds no value). Returns 0 when it ran.
+//
+//export mc_store_batch_get_with
+func mc_store_batch_get_with(h C.uint64_t, keys **C.char, n C.int32_t, alloc C.mc_store_batch_alloc_fn, actx unsafe.Pointer, lens *C.uint64_t, results *C.int32_t) C.int {
+	c, ks, err := batchArgs(h, keys, n)
+	if err != nil {
+		return serr(err)
+	}
+	if n > 0 && (alloc == nil || lens == nil || results == nil) {
+		return serr(api.Errorf(api.INVALID_PARAMS, "NULL alloc, length or result array"))
+	}
+	vals, errs := c.BatchGetAlloc(context.Background(), ks, func(i int, size uint64) ([]byte, error) {
+		if size == 0 {
+			return nil, nil
+		}
+		p := C.mc_store_call_batch_alloc(alloc, actx, C.int32_t(i), C.uint64_t(size))
+		if p == nil {
+			return nil, api.Errorf(api.INTERNAL_ERROR, "the caller could not allocate %d bytes", size)
+		}
+		return memview.Bytes(uintptr(p), int(size)), nil
+	})
+	ls := unsafe.Slice(lens, int(n))
+	for i := range vals {
+		ls[i] = 0
+		if errs[i] == nil {
 			ls[i] = C.uint64_t(len(vals[i]))
 		}
 	}

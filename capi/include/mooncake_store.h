@@ -110,6 +110,13 @@ int mc_store_get_with(uint64_t store, const char *key, mc_store_alloc_fn alloc, 
 /* Per key: outs[i]/lens[i] (malloc'd, free each with mc_store_free) and results[i] status. */
 int mc_store_batch_get(uint64_t store, const char *const *keys, int32_t n, uint8_t **outs,
                        uint64_t *lens, int32_t *results);
+/* mc_store_batch_get_with is mc_store_get_with for a batch: alloc(ctx, i, size) gives keys[i]'s
+ * memory (NULL: give that key up), called on the calling thread in key order before any value is
+ * read, not for an empty value; lens[i] gets the size, results[i] 0 or <0. */
+typedef void *(*mc_store_batch_alloc_fn)(void *ctx, int32_t i, uint64_t len);
+int mc_store_batch_get_with(uint64_t store, const char *const *keys, int32_t n,
+                            mc_store_batch_alloc_fn alloc, void *ctx, uint64_t *lens,
+                            int32_t *results);
 /* results[i]: bytes read or <0. */
 int mc_store_batch_get_into(uint64_t store, const char *const *keys, const uint64_t *addrs,
                             const uint64_t *lens, int32_t n, int64_t *results);

@@ -320,6 +320,7 @@ def _lib():
                     "mc_store_get_into": (_i64, [_u64, _cs, _u64, _u64]),
                     "mc_store_get_with": (ctypes.c_int, [_u64, _cs, _ALLOC_FN, _vp, _P(_u64)]),
                     "mc_store_batch_get": (ctypes.c_int, [_u64, _P(_cs), _i32, _P(_vp), _P(_u64), _P(_i32)]),
+                    "mc_store_batch_get_with": (ctypes.c_int, [_u64, _P(_cs), _i32, _BATCH_ALLOC_FN, _vp, _P(_u64), _P(_i32)]),
                     "mc_store_batch_get_into": (ctypes.c_int, [_u64, _P(_cs), _P(_u64), _P(_u64), _i32, _P(_i64)]),
                     "mc_store_free": (None, [_vp]),
                     "mc_store_get_size": (_i64, [_u64, _cs]),
@@ -472,6 +473,21 @@ def _get_alloc(ctx, n):
 
 
 _get_alloc_c = _ALLOC_FN(_get_alloc)
+
+# get_batch: the same, once per key (i), into the list the call is filling.
+_BATCH_ALLOC_FN = ctypes.CFUNCTYPE(_vp, _vp, _i32, _u64)
+
+
+def _batch_alloc(ctx, i, n):
+    try:
+        b = _new_bytes(None, n)
+    except MemoryError:
+        return None
+    _get_slot.batch[i] = b
+    return id(b) + _BYTES_DATA
+
+
+_batch_alloc_c = _BATCH_ALLOC_FN(_batch_alloc)
 
 
 def _cfg(config: Optional[ReplicateConfig]):
@@ -1320,19 +1336,20 @@ class MooncakeDistributedStore(TensorMixin):
         if self._refuse("get_batch"):
             return [b""] * n
         karr, keep = _keys(keys)
-        outs = (_vp * n)()
         lens = (_u64 * n)()
         res = (_i32 * n)()
-        l = _lib()
-        if l.mc_store_batch_get(self._h, karr, n, outs, lens, res) != 0:
+        vals: List[bytes] = [b""] * n
+        slot = _get_slot
+        slot.batch = vals
+        try:
+            rc = _lib().mc_store_batch_get_with(self._h, karr, n, _batch_alloc_c, None, lens, res)
+        finally:
+            slot.batch = None
+        if rc != 0:
             return [b""] * n
-        vals = []
         for i in range(n):
-            if res[i] == 0 and outs[i]:
-                vals.append(ctypes.string_at(outs[i], lens[i]))
-                l.mc_store_free(outs[i])
-            else:
-                vals.append(b"")
+            if res[i] != 0 or len(vals[i]) != lens[i]:
+                vals[i] = b""  # failed after its bytes were made: they hold no value
         return vals
 
     def get_into(self, key: str, buffer_ptr: int, size: int) -> int:

@@ -1048,7 +1048,7 @@ func (c *Client) GetInto(ctx context.Context, key string, addr uintptr, size uin
 
 // BatchGet returns values (nil where the key failed) and per-key errors.
 func (c *Client) BatchGet(ctx context.Context, keys []string) ([][]byte, []error) {
-	out, errs := c.BatchGetAlloc(ctx, keys, func(n uint64) ([]byte, error) { return make([]byte, n), nil })
+	out, errs := c.BatchGetAlloc(ctx, keys, func(_ int, n uint64) ([]byte, error) { return make([]byte, n), nil })
 	for i, e := range errs {
 		if e != nil {
 			out[i] = nil
@@ -1057,12 +1057,14 @@ func (c *Client) BatchGet(ctx context.Context, keys []string) ([][]byte, []error
 	return out, errs
 }
 
-// BatchGetAlloc is GetAlloc for many keys: values[i] is non-nil wherever alloc was called
-// (even when the read then failed, so the caller can free it).
-func (c *Client) BatchGetAlloc(ctx context.Context, keys []string, alloc func(size uint64) ([]byte, error)) ([][]byte, []error) {
+// BatchGetAlloc is GetAlloc for many keys: alloc(i, size) gives the memory for keys[i], called
+// on the calling goroutine in key order, once per key whose size the master answered, before
+// any value is read. values[i] is what alloc returned for it (even when the read then failed,
+// so the caller can free it).
+func (c *Client) BatchGetAlloc(ctx context.Context, keys []string, alloc func(i int, size uint64) ([]byte, error)) ([][]byte, []error) {
 	out := make([][]byte, len(keys))
 	errs := c.batchGet(ctx, keys, func(i int, size uint64) (buf, error) {
-		b, err := alloc(size)
+		b, err := alloc(i, size)
 		if err != nil {
 			return buf{}, err
 		}

@@ -261,6 +261,25 @@ unsafe extern "C" fn alloc_vec(ctx: *mut c_void, len: u64) -> *mut c_void {
     v.as_mut_ptr() as *mut c_void
 }
 
+/// The allocator mc_store_batch_get_with calls for key i: reserves the value's size in slot i of
+/// the Vec<Vec<u8>> behind ctx.
+unsafe extern "C" fn alloc_batch(ctx: *mut c_void, i: i32, len: u64) -> *mut c_void {
+    // SAFETY: ctx is the &mut Vec<Vec<u8>> (one slot per key) that `batch_get` passes, alive
+    // for the whole call.
+    let vals = unsafe { &mut *(ctx as *mut Vec<Vec<u8>>) };
+    let (Ok(i), Ok(n)) = (usize::try_from(i), usize::try_from(len)) else {
+        return ptr::null_mut();
+    };
+    let Some(v) = vals.get_mut(i) else {
+        return ptr::null_mut();
+    };
+    v.clear();
+    if v.try_reserve_exact(n).is_err() {
+        return ptr::null_mut();
+    }
+    v.as_mut_ptr() as *mut c_void
+}
+
 impl MooncakeStore {
     /// Creates an unconnected store handle.
     pub fn new() -> Result<Self> {
@@ -536,40 +555,40 @@ impl MooncakeStore {
         }
         let (_owned, kp) = ckeys(keys)?;
         let n = batch_len(keys.len())?;
-        let mut outs: Vec<*mut u8> = vec![ptr::null_mut(); keys.len()];
+        let mut vals: Vec<Vec<u8>> = (0..keys.len()).map(|_| Vec::new()).collect();
         let mut lens = vec![0u64; keys.len()];
         let mut res = vec![0i32; keys.len()];
-        // SAFETY: n keys; outs, lens and res have n slots each.
+        // SAFETY: n keys; vals, lens and res have n slots each; alloc_batch gets &mut vals as
+        // ctx and returns slot i's reserved storage, which the library fills with lens[i] bytes
+        // when res[i] is 0.
         let rc = unsafe {
-            sys::mc_store_batch_get(
+            sys::mc_store_batch_get_with(
                 self.handle,
                 kp.as_ptr(),
                 n,
-                outs.as_mut_ptr(),
+                Some(alloc_batch),
+                &mut vals as *mut Vec<Vec<u8>> as *mut c_void,
                 lens.as_mut_ptr(),
                 res.as_mut_ptr(),
             )
         };
-        let mut out = Vec::with_capacity(keys.len());
-        for i in 0..keys.len() {
-            let p = outs[i];
-            let r = if rc == 0 && res[i] == 0 {
-                if p.is_null() {
-                    Ok(Vec::new())
-                } else {
-                    // SAFETY: the library malloc'd lens[i] bytes at p.
-                    Ok(unsafe { std::slice::from_raw_parts(p, lens[i] as usize) }.to_vec())
-                }
-            } else {
-                check(res[i].into()).map(|_| Vec::new())
-            };
-            if !p.is_null() {
-                // SAFETY: p was malloc'd by the library and is freed once.
-                unsafe { sys::mc_store_free(p as *mut c_void) };
-            }
-            out.push(r);
-        }
         check(rc.into())?;
+        let out = vals
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut v)| {
+                if res[i] != 0 {
+                    return check(res[i].into()).map(|_| Vec::new());
+                }
+                let len = lens[i] as usize;
+                if len > v.capacity() {
+                    return Err(StoreError::OperationFailed(codes::INTERNAL_ERROR));
+                }
+                // SAFETY: the library wrote len bytes into v's storage (len <= capacity).
+                unsafe { v.set_len(len) };
+                Ok(v)
+            })
+            .collect();
         Ok(out)
     }
 
