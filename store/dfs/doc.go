@@ -18,7 +18,8 @@
 // aligned) and fall back to buffered I/O where the filesystem refuses it (tmpfs, some FUSE
 // mounts). Bucket files ([WriteBucket]) are written with pwritev straight from the objects'
 // memory, and objects of one file read together ([ReadMany]) with preadv into their
-// destinations. 3FS's USRBIO interface is not available here; the seam for it is [IO]: a
+// destinations, each region of adjacent objects front to back in calls of about 128 KiB so
+// that the kernel's readahead treats it as a sequential stream. 3FS's USRBIO interface is not available here; the seam for it is [IO]: a
 // backend that implements WriteAt/ReadAt (and, for the vectored paths, [VectorIO] and
 // [VectorReadIO]) over its own queues can replace [PosixIO].
 //
