@@ -167,6 +167,7 @@ func DecodeState(cfg Config, b []byte) (*State, error) {
 			return nil, err
 		}
 		s.objects[o.key] = o
+		s.noteResident(o)
 		if !o.complete {
 			s.pending[o.key] = o
 		}

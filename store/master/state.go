@@ -82,6 +82,12 @@ type State struct {
 	clients  map[string][]string // client -> mounted segment IDs (sorted)
 	objects  map[string]*object
 	pending  map[string]*object // objects between PutStart and PutEnd/PutRevoke
+	// resident indexes the objects of objects that may hold memory replicas (derived, never
+	// encoded): an object is added when it enters objects or gains a replica and removed when
+	// it leaves objects (deleteObject: removes, and an upsert's replaced version); eachResident drops
+	// the ones whose memory copies are gone. Eviction walks it instead of every object, so a
+	// pass costs what memory holds, not what G3 holds.
+	resident map[*object]struct{}
 	// retired are the memory copies of objects an upsert replaced while readers held a lease on
 	// them: freed when the lease is over (upsert.go).
 	retired  []retiredRec
@@ -118,6 +124,7 @@ func NewState(cfg Config) *State {
 		clients:  map[string][]string{},
 		objects:  map[string]*object{},
 		pending:  map[string]*object{},
+		resident: map[*object]struct{}{},
 		moving:   map[string]*object{},
 		fileRefs: map[string]int{},
 	}
@@ -437,6 +444,7 @@ func (s *State) putStart(e Entry) Result {
 	}
 	if _, ok := s.objects[e.Key]; !ok {
 		s.objects[e.Key] = o // an upsert's new version stays out of objects until its PutEnd
+		s.noteResident(o)
 	}
 	s.pending[e.Key] = o
 	s.moveAhead(e.Now)
@@ -536,6 +544,7 @@ func (s *State) putEnd(e Entry) Result {
 		s.retire(cur, e.Now) // an upsert: the old version goes as the new one becomes readable
 	}
 	s.objects[e.Key] = o
+	s.noteResident(o)
 	o.complete = true
 	o.upsert, o.keepPin, o.softPinTTL = false, false, 0
 	for i := range o.replicas {
@@ -667,6 +676,7 @@ func (s *State) deleteObject(o *object) {
 	if s.objects[o.key] == o {
 		s.dropTiers(o)
 		delete(s.objects, o.key)
+		delete(s.resident, o)
 	}
 	if s.pending[o.key] == o {
 		delete(s.pending, o.key)
@@ -741,23 +751,23 @@ func lruOrder(a, b *object) int {
 // It returns how many objects lost their memory copy, and how many moves it started.
 func (s *State) evictPass(now int64) (freed, scheduled int) {
 	var plain, soft []*object
-	for _, o := range s.objects {
-		if !o.complete || o.hardPin || o.offload != nil || o.promote != nil || len(o.replicas) == 0 {
-			continue
+	s.eachResident(func(o *object) {
+		if !o.complete || o.hardPin || o.offload != nil || o.promote != nil {
+			return
 		}
 		// A leased object keeps its memory copy; with G3 it may still start its move (the
 		// copy goes when the file is in place and the lease is over).
 		if o.leaseUntil > now && (o.disk != nil || !s.canOffload(o)) {
-			continue
+			return
 		}
 		if s.softPinned(o, now) {
 			if s.cfg.AllowEvictSoftPinnedObjects {
 				soft = append(soft, o)
 			}
-			continue
+			return
 		}
 		plain = append(plain, o)
-	}
+	})
 	total := len(plain) + len(soft)
 	if total == 0 {
 		return 0, 0
@@ -792,6 +802,26 @@ func (s *State) evictPass(now int64) (freed, scheduled int) {
 		s.counters.EvictionPasses++
 	}
 	return freed, scheduled
+}
+
+// noteResident adds o to the resident index when it holds memory replicas.
+func (s *State) noteResident(o *object) {
+	if len(o.replicas) > 0 {
+		s.resident[o] = struct{}{}
+	}
+}
+
+// eachResident calls f for every object of objects that holds memory replicas, in no
+// particular order (callers must not depend on it: eviction selects by a strict order), and
+// drops from the index the objects whose memory copies went since they were added.
+func (s *State) eachResident(f func(o *object)) {
+	for o := range s.resident {
+		if len(o.replicas) == 0 {
+			delete(s.resident, o)
+			continue
+		}
+		f(o)
+	}
 }
 
 // ---- reads ----

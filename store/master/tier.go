@@ -405,6 +405,7 @@ func (s *State) maybePromote(e Entry, o *object) *api.Replica {
 	}
 	r := reps[0]
 	o.replicas = append(o.replicas, r)
+	s.noteResident(o)
 	o.promote = &promoteRec{client: e.ClientID, segID: r.segID, addr: r.addr, started: e.Now}
 	s.moving[o.key] = o
 	seg := s.segments[r.segID]
@@ -465,10 +466,7 @@ func genOf(path string) uint64 {
 // evictBlockers describes why nothing in memory could be evicted (for the put's error).
 func (s *State) evictBlockers(now int64) string {
 	var inMem, leased, pinned, writing int
-	for _, o := range s.objects {
-		if len(o.replicas) == 0 {
-			continue
-		}
+	s.eachResident(func(o *object) {
 		inMem++
 		switch {
 		case !o.complete:
@@ -478,17 +476,17 @@ func (s *State) evictBlockers(now int64) string {
 		case o.leaseUntil > now:
 			leased++
 		}
-	}
+	})
 	return fmt.Sprintf(" (%d objects in memory: %d leased to readers, %d pinned, %d being written)", inMem, leased, pinned, writing)
 }
 
 // leasedInMemory counts complete objects in memory whose lease keeps them there.
 func (s *State) leasedInMemory(now int64) int {
 	n := 0
-	for _, o := range s.objects {
-		if o.complete && len(o.replicas) > 0 && o.leaseUntil > now {
+	s.eachResident(func(o *object) {
+		if o.complete && o.leaseUntil > now {
 			n++
 		}
-	}
+	})
 	return n
 }
