@@ -329,6 +329,58 @@ func TestBucketFileDeletedWithItsLastObject(t *testing.T) {
 	}
 }
 
+// tierChurn is the random background the randomized tier tests share: segments of 64 KiB
+// mounted in turn for clients c0 and c1 (remount unmounts the oldest and mounts a new one),
+// moves finished (one in failOneIn failing), and time passing with a tick.
+type tierChurn struct {
+	t    *testing.T
+	h    *harness
+	rng  *rand.Rand
+	n    int
+	live []int // mounted segments, oldest first
+}
+
+func newTierChurn(t *testing.T, h *harness, rng *rand.Rand) *tierChurn {
+	c := &tierChurn{t: t, h: h, rng: rng}
+	c.mount()
+	c.mount()
+	return c
+}
+
+func (c *tierChurn) mount() {
+	c.n++
+	c.live = append(c.live, c.n)
+	c.h.apply(Entry{Op: OpMountSegment, ClientID: fmt.Sprintf("c%d", c.n%2), Segment: &api.Segment{ID: fmt.Sprintf("s%d", c.n), Name: "h:1",
+		Base: uint64(c.n) << 32, Size: 64 << 10, OffloadEndpoint: "127.0.0.1:1"}})
+}
+
+func (c *tierChurn) remount() {
+	c.t.Helper()
+	old := c.live[0]
+	c.live = c.live[1:]
+	if r := c.h.apply(Entry{Op: OpUnmountSegment, ClientID: fmt.Sprintf("c%d", old%2), SegmentID: fmt.Sprintf("s%d", old)}); r.Code != api.OK {
+		c.t.Fatalf("unmount s%d: %v", old, r.Err())
+	}
+	c.mount()
+}
+
+func (c *tierChurn) finishMoves(failOneIn int) {
+	for _, client := range []string{"c0", "c1"} {
+		for _, task := range c.h.s.OffloadTasks(client) {
+			e := Entry{Op: OpOffloadDone, ClientID: client, Key: task.Key, Path: task.Path, Checksum: 1}
+			if c.rng.IntN(failOneIn) == 0 {
+				e.Error = "disk full"
+			}
+			c.h.apply(e)
+		}
+	}
+}
+
+func (c *tierChurn) tick() {
+	c.h.advance(time.Duration(c.rng.IntN(40)) * time.Second) // some moves time out
+	c.h.apply(Entry{Op: OpTick})
+}
+
 // TestMoveCountsFollowMoves: the counts of moves in progress that puts consult (movesDown,
 // offloadingAny) are kept up as moves start and end rather than recounted per put; through a
 // random mix of puts, gets, removes, finished and failed moves, timeouts, unmounts and a
@@ -360,16 +412,7 @@ func TestMoveCountsFollowMoves(t *testing.T) {
 				}
 			}
 			rng := rand.New(rand.NewPCG(7, 9))
-			mountN := 0
-			var live []int // mounted segments, oldest first
-			mount := func() {
-				mountN++
-				live = append(live, mountN)
-				h.apply(Entry{Op: OpMountSegment, ClientID: fmt.Sprintf("c%d", mountN%2), Segment: &api.Segment{ID: fmt.Sprintf("s%d", mountN), Name: "h:1",
-					Base: uint64(mountN) << 32, Size: 64 << 10, OffloadEndpoint: "127.0.0.1:1"}})
-			}
-			mount()
-			mount()
+			churn := newTierChurn(t, h, rng)
 			for step := range 3000 {
 				key := fmt.Sprintf("k%d", rng.IntN(60))
 				switch op := rng.IntN(100); {
@@ -380,25 +423,11 @@ func TestMoveCountsFollowMoves(t *testing.T) {
 				case op < 62:
 					h.apply(Entry{Op: OpRemove, Key: key, Force: rng.IntN(2) == 0})
 				case op < 85:
-					for _, c := range []string{"c0", "c1"} {
-						for _, task := range h.s.OffloadTasks(c) {
-							e := Entry{Op: OpOffloadDone, ClientID: c, Key: task.Key, Path: task.Path, Checksum: 1}
-							if rng.IntN(4) == 0 {
-								e.Error = "disk full"
-							}
-							h.apply(e)
-						}
-					}
+					churn.finishMoves(4)
 				case op < 92:
-					h.advance(time.Duration(rng.IntN(40)) * time.Second) // some moves time out
-					h.apply(Entry{Op: OpTick})
+					churn.tick()
 				case op < 95:
-					old := live[0]
-					live = live[1:]
-					if r := h.apply(Entry{Op: OpUnmountSegment, ClientID: fmt.Sprintf("c%d", old%2), SegmentID: fmt.Sprintf("s%d", old)}); r.Code != api.OK {
-						t.Fatalf("unmount s%d: %v", old, r.Err())
-					}
-					mount()
+					churn.remount()
 				default:
 					d := h.snapshot()
 					check(d, fmt.Sprintf("step %d, decoded", step))
@@ -437,15 +466,7 @@ func TestResidentIndexFollowsMemory(t *testing.T) {
 		}
 	}
 	rng := rand.New(rand.NewPCG(11, 5))
-	mountN := 0
-	var live []int
-	mount := func() {
-		mountN++
-		live = append(live, mountN)
-		h.mount(fmt.Sprintf("c%d", mountN%2), fmt.Sprintf("s%d", mountN), "h:1", uint64(mountN)<<32, 64<<10)
-	}
-	mount()
-	mount()
+	churn := newTierChurn(t, h, rng)
 	promoted := 0
 	for step := range 4000 {
 		key := fmt.Sprintf("k%d", rng.IntN(60))
@@ -479,25 +500,11 @@ func TestResidentIndexFollowsMemory(t *testing.T) {
 		case op < 64:
 			h.apply(Entry{Op: OpRemove, Key: key, Force: rng.IntN(2) == 0})
 		case op < 85:
-			for _, c := range []string{"c0", "c1"} {
-				for _, task := range h.s.OffloadTasks(c) {
-					e := Entry{Op: OpOffloadDone, ClientID: c, Key: task.Key, Path: task.Path, Checksum: 1}
-					if rng.IntN(5) == 0 {
-						e.Error = "disk full"
-					}
-					h.apply(e)
-				}
-			}
+			churn.finishMoves(5)
 		case op < 92:
-			h.advance(time.Duration(rng.IntN(40)) * time.Second)
-			h.apply(Entry{Op: OpTick})
+			churn.tick()
 		case op < 95:
-			old := live[0]
-			live = live[1:]
-			if r := h.apply(Entry{Op: OpUnmountSegment, ClientID: fmt.Sprintf("c%d", old%2), SegmentID: fmt.Sprintf("s%d", old)}); r.Code != api.OK {
-				t.Fatalf("unmount s%d: %v", old, r.Err())
-			}
-			mount()
+			churn.remount()
 		default:
 			check(h.snapshot(), fmt.Sprintf("step %d, decoded", step))
 		}
