@@ -168,6 +168,8 @@ func DecodeState(cfg Config, b []byte) (*State, error) {
 		}
 		s.objects[o.key] = o
 		s.noteResident(o)
+		s.restat(o)
+		s.noteTimed(o, 0) // the time is not known here: whatever ever had a pin or a lease
 		if !o.complete {
 			s.pending[o.key] = o
 		}

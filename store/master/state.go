@@ -43,6 +43,7 @@ type object struct {
 	offload  *offloadRec // a move to G3 in progress
 	promote  *promoteRec // a copy back into memory in progress
 	diskHits int         // reads served from disk since the last promotion
+	stat     statFlags   // what it adds to the counts of Stats (stats.go)
 }
 
 type segment struct {
@@ -88,6 +89,7 @@ type State struct {
 	// the ones whose memory copies are gone. Eviction walks it instead of every object, so a
 	// pass costs what memory holds, not what G3 holds.
 	resident map[*object]struct{}
+	stats    derivedStats // the counts and indexes behind Stats (stats.go)
 	// retired are the memory copies of objects an upsert replaced while readers held a lease on
 	// them: freed when the lease is over (upsert.go).
 	retired  []retiredRec
@@ -125,6 +127,7 @@ func NewState(cfg Config) *State {
 		objects:  map[string]*object{},
 		pending:  map[string]*object{},
 		resident: map[*object]struct{}{},
+		stats:    newDerivedStats(),
 		moving:   map[string]*object{},
 		fileRefs: map[string]int{},
 	}
@@ -326,6 +329,7 @@ func (s *State) dropSegment(seg *segment) {
 		s.used -= alignUp(o.size)
 		s.counters.DroppedReplicas++
 		s.segmentGone(o, seg.ID)
+		s.restat(o)
 		if len(o.replicas) == 0 && o.disk == nil {
 			s.deleteObject(o)
 		}
@@ -553,6 +557,8 @@ func (s *State) putEnd(e Entry) Result {
 	o.lastAccess = e.Now
 	delete(s.pending, e.Key)
 	s.offloadAfterPut(o, e.Now)
+	s.restat(o)
+	s.noteTimed(o, e.Now)
 	return Result{}
 }
 
@@ -585,6 +591,7 @@ func (s *State) grantLease(e Entry) Result {
 		return fail(api.REPLICA_IS_NOT_READY, fmt.Sprintf("key %q is still being written", e.Key))
 	}
 	o.leaseUntil = max(o.leaseUntil, e.Now+int64(s.cfg.DefaultKVLeaseTTL))
+	s.noteTimed(o, e.Now)
 	o.lastAccess = e.Now
 	res := Result{Replicas: s.describe(o), Size: o.size}
 	if !s.inMemory(o) {
@@ -677,6 +684,7 @@ func (s *State) deleteObject(o *object) {
 		s.dropTiers(o)
 		delete(s.objects, o.key)
 		delete(s.resident, o)
+		s.forgetStat(o)
 	}
 	if s.pending[o.key] == o {
 		delete(s.pending, o.key)
@@ -926,30 +934,15 @@ type Stats struct {
 	LocalDiskUsed                                        uint64 // bytes on clients' local disks (SSD offload)
 }
 
-// Stats summarises the state at time now.
+// Stats summarises the state at time now, from counts kept up as the state changes (stats.go).
 func (s *State) Stats(now int64) Stats {
-	st := Stats{PendingPuts: len(s.pending), Segments: len(s.segments), Clients: len(s.clients),
+	return Stats{PendingPuts: len(s.pending), Segments: len(s.segments), Clients: len(s.clients),
 		Capacity: s.capacity, Used: s.used, Counters: s.counters,
-		DFSUsed: s.dfsUsed, DFSReserved: s.dfsReserved, Moving: len(s.moving), LocalDiskUsed: s.localUsed}
-	for _, o := range s.objects {
-		if !o.complete {
-			continue
-		}
-		st.Objects++
-		if o.disk != nil && !s.inMemory(o) {
-			st.DiskOnly++
-		}
-		if s.softPinned(o, now) {
-			st.SoftPinned++
-		}
-		if o.hardPin {
-			st.HardPinned++
-		}
-		if o.leaseUntil > now {
-			st.Leased++
-		}
+		DFSUsed: s.dfsUsed, DFSReserved: s.dfsReserved, Moving: len(s.moving), LocalDiskUsed: s.localUsed,
+		Objects: s.stats.complete, HardPinned: s.stats.hardPinned, DiskOnly: s.stats.diskOnly,
+		SoftPinned: countLive(s.stats.softPinned, func(o *object) bool { return o.complete && s.softPinned(o, now) }),
+		Leased:     countLive(s.stats.leased, func(o *object) bool { return o.complete && o.leaseUntil > now }),
 	}
-	return st
 }
 
 func (s *State) sortedKeys() []string { return sortedMapKeys(s.objects) }

@@ -161,6 +161,7 @@ func (s *State) releaseReplica(o *object, idx int) {
 		s.used -= alignUp(o.size)
 	}
 	o.replicas = slices.Delete(o.replicas, idx, idx+1)
+	s.restat(o)
 }
 
 // dropMemory frees o's memory copies (it has a G3 file).
@@ -190,6 +191,7 @@ func (s *State) dropDisk(o *object) {
 	}
 	o.disk = nil
 	o.diskHits = 0
+	s.restat(o)
 }
 
 func (s *State) endMove(o *object) {
@@ -365,6 +367,7 @@ func (s *State) offloadDone(e Entry) Result {
 	}
 	off := o.offload
 	o.disk = &diskRec{path: file, offset: e.Offset, sum: e.Checksum, at: e.Now}
+	defer s.restat(o)
 	if off.local {
 		o.disk.client, o.disk.endpoint = off.client, off.endpoint
 		s.localUsed += o.size
@@ -433,6 +436,7 @@ func (s *State) promoteDone(e Entry) Result {
 	o.promote = nil
 	o.diskHits = 0
 	o.lastAccess = e.Now
+	s.restat(o)
 	s.endMove(o)
 	s.counters.Promotions++
 	return Result{}
