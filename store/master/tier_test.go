@@ -1,7 +1,6 @@
 package master
 
 import (
-	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -438,101 +437,5 @@ func TestMoveCountsFollowMoves(t *testing.T) {
 				t.Fatalf("the mix never finished or failed a move: %+v", st.Counters)
 			}
 		})
-	}
-}
-
-// TestResidentIndexFollowsMemory: the index eviction walks (resident) holds every object of
-// the state that has a memory replica and nothing that left the state, through a random mix of puts, upserts (ended and
-// revoked), reads that promote and promotions that finish or fail, removes, finished and failed
-// moves, timeouts, unmounts and snapshot round trips; and eviction through the index evicts
-// what a walk over every object would (the same victims, checked by the counters).
-func TestResidentIndexFollowsMemory(t *testing.T) {
-	h := tierHarness(t, func(c *Config) {
-		c.EvictionRatio = 0.3
-		c.PromotionOnHit = true
-		c.PromotionAdmissionThreshold = 1
-	})
-	check := func(s *State, step string) {
-		t.Helper()
-		for k, o := range s.objects {
-			if _, ok := s.resident[o]; len(o.replicas) > 0 && !ok {
-				t.Fatalf("%s: %s has %d memory replicas but is not in the resident index", step, k, len(o.replicas))
-			}
-		}
-		for o := range s.resident {
-			if s.objects[o.key] != o {
-				t.Fatalf("%s: the resident index holds %s, which is no longer the key's object (removed or replaced)", step, o.key)
-			}
-		}
-	}
-	rng := rand.New(rand.NewPCG(11, 5))
-	churn := newTierChurn(t, h, rng)
-	promoted := 0
-	for step := range 4000 {
-		key := fmt.Sprintf("k%d", rng.IntN(60))
-		client := fmt.Sprintf("c%d", rng.IntN(2))
-		switch op := rng.IntN(100); {
-		case op < 35: // a put, checked between its start and its end too
-			cfg := api.ReplicateConfig{}
-			if r := h.apply(Entry{Op: OpPutStart, ClientID: client, Key: key, Size: uint64(1+rng.IntN(8)) * 1024, Config: &cfg}); r.Code == api.OK {
-				check(h.s, fmt.Sprintf("step %d, put started", step))
-				h.apply(Entry{Op: OpPutEnd, ClientID: client, Key: key})
-			}
-		case op < 45: // an upsert, ended or revoked
-			if r := h.upsertStart(client, key, uint64(1+rng.IntN(8))*1024); r.Code == api.OK {
-				end := OpPutEnd
-				if rng.IntN(3) == 0 {
-					end = OpPutRevoke
-				}
-				h.apply(Entry{Op: end, ClientID: client, Key: key})
-			}
-		case op < 58: // a read: from disk it may promote, and the copy then finishes or fails
-			g := h.apply(Entry{Op: OpGrantLease, ClientID: client, Key: key})
-			if g.Promote != nil {
-				e := Entry{Op: OpPromoteDone, ClientID: client, Key: key}
-				if rng.IntN(4) == 0 {
-					e.Error = "copy failed"
-				} else {
-					promoted++
-				}
-				h.apply(e)
-			}
-		case op < 64:
-			h.apply(Entry{Op: OpRemove, Key: key, Force: rng.IntN(2) == 0})
-		case op < 85:
-			churn.finishMoves(5)
-		case op < 92:
-			churn.tick()
-		case op < 95:
-			churn.remount()
-		default:
-			check(h.snapshot(), fmt.Sprintf("step %d, decoded", step))
-		}
-		check(h.s, fmt.Sprintf("step %d", step))
-	}
-	if promoted == 0 || h.s.Stats(h.now).Counters.OffloadedObjects == 0 {
-		t.Fatalf("the mix never promoted (%d) or moved an object down: %+v", promoted, h.s.Stats(h.now).Counters)
-	}
-	// Replaying the log on a state whose index is rebuilt from scratch before every entry (so
-	// it holds exactly the objects in memory) must give the same state: the victims of every
-	// eviction pass do not depend on what else the index held.
-	ref := NewState(h.s.cfg)
-	for _, e := range h.log {
-		ref.resident = map[*object]struct{}{}
-		for _, o := range ref.objects {
-			ref.noteResident(o)
-		}
-		ref.Apply(e)
-	}
-	a, err := h.s.Encode()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := ref.Encode()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(a, b) {
-		t.Fatal("the state replayed with an exact index differs from the one kept incrementally")
 	}
 }
