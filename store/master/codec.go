@@ -206,6 +206,9 @@ func (s *State) decodeObject(oj objectJSON) (*object, error) {
 	if d := oj.Disk; d != nil {
 		o.disk = &diskRec{path: d.Path, offset: d.Offset, sum: d.Sum, at: d.At, client: d.Client, endpoint: d.Endpoint}
 		s.fileRefs[o.disk.ref()]++
+		if o.disk.client != "" {
+			s.stats.localDisk++
+		}
 	}
 	if m := oj.Offload; m != nil {
 		s.setOffload(o, &offloadRec{client: m.Client, segID: m.Seg, addr: m.Addr, path: m.Path, gen: genOf(m.Path), started: m.Started,

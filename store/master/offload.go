@@ -82,6 +82,9 @@ func (s *State) offloadAfterPut(o *object, now int64) {
 // clientDisksGone drops the local-disk replicas of a client whose last segment went: their
 // files are unreachable now. An object left without any copy is removed.
 func (s *State) clientDisksGone(client string) {
+	if s.stats.localDisk == 0 {
+		return // nothing on any local disk: no walk over every object for each client that goes
+	}
 	for _, key := range s.sortedKeys() {
 		o := s.objects[key]
 		if o.disk == nil || o.disk.client != client {

@@ -315,12 +315,24 @@ func (s *State) ownSegment(e Entry) (*segment, Result, bool) {
 func (s *State) dropSegment(seg *segment) {
 	s.dropPendingUpsertsOn(seg.ID)
 	s.dropRetiredOn(seg.ID)
-	for _, key := range s.sortedKeys() {
-		o := s.objects[key]
-		idx := slices.IndexFunc(o.replicas, func(r replicaRec) bool { return r.segID == seg.ID })
-		if idx < 0 {
-			continue
+	// The objects with a copy there are in the resident index (every object with a memory
+	// replica is): taken from it and handled in key order, not found by sorting every key (an
+	// unmount among a million objects held the master for about 0.9 s).
+	type keyed struct {
+		key string
+		o   *object
+	}
+	onSeg := func(r replicaRec) bool { return r.segID == seg.ID }
+	var hit []keyed
+	s.eachResident(func(o *object) {
+		if slices.ContainsFunc(o.replicas, onSeg) {
+			hit = append(hit, keyed{o.key, o})
 		}
+	})
+	slices.SortFunc(hit, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
+	for _, h := range hit {
+		o := h.o
+		idx := slices.IndexFunc(o.replicas, onSeg)
 		if !o.complete {
 			s.deleteObject(o)
 			continue

@@ -18,6 +18,7 @@ const (
 // derivedStats are the counts and indexes behind Stats.
 type derivedStats struct {
 	complete, hardPinned, diskOnly int
+	localDisk                      int // objects with a copy on a client's local disk (SSD offload)
 	// The objects that may be soft-pinned or leased now: added when pinned (PutEnd) or leased (a
 	// read), removed by deleteObject, pruned of pins and leases that are over by Stats and, where
 	// nothing asks for Stats, whenever a set has doubled since its last pruning (so each stays

@@ -186,6 +186,7 @@ func (s *State) dropDisk(o *object) {
 	}
 	if o.disk.client != "" {
 		s.localUsed -= o.size
+		s.stats.localDisk--
 	} else {
 		s.dfsUsed -= o.size
 	}
@@ -371,6 +372,7 @@ func (s *State) offloadDone(e Entry) Result {
 	if off.local {
 		o.disk.client, o.disk.endpoint = off.client, off.endpoint
 		s.localUsed += o.size
+		s.stats.localDisk++
 		s.counters.LocalOffloadedObjects++
 	} else {
 		s.dfsReserved -= o.size
