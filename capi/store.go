@@ -488,6 +488,19 @@ func cAlloc(n uint64) ([]byte, error) {
 	return memview.Bytes(uintptr(p), int(n)), nil
 }
 
+// callerMemory is the size bytes a caller's allocator (alloc, the mc_store_*_with callbacks)
+// returns for a value: none, without asking, for an empty value; an error when it gives up.
+func callerMemory(size uint64, alloc func() unsafe.Pointer) ([]byte, error) {
+	if size == 0 {
+		return nil, nil
+	}
+	p := alloc()
+	if p == nil {
+		return nil, api.Errorf(api.INTERNAL_ERROR, "the caller could not allocate %d bytes", size)
+	}
+	return memview.Bytes(uintptr(p), int(size)), nil
+}
+
 func cFree(b []byte) {
 	if len(b) > 0 {
 		C.free(unsafe.Pointer(unsafe.SliceData(b)))
@@ -533,14 +546,7 @@ func mc_store_get_with(h C.uint64_t, key *C.char, alloc C.mc_store_alloc_fn, act
 		return serr(err)
 	}
 	b, err := c.GetAlloc(context.Background(), k, func(size uint64) ([]byte, error) {
-		if size == 0 {
-			return nil, nil
-		}
-		p := C.mc_store_call_alloc(alloc, actx, C.uint64_t(size))
-		if p == nil {
-			return nil, api.Errorf(api.INTERNAL_ERROR, "the caller could not allocate %d bytes", size)
-		}
-		return memview.Bytes(uintptr(p), int(size)), nil
+		return callerMemory(size, func() unsafe.Pointer { return C.mc_store_call_alloc(alloc, actx, C.uint64_t(size)) })
 	})
 	if err != nil {
 		return serr(err)
@@ -605,14 +611,9 @@ func mc_store_batch_get_with(h C.uint64_t, keys **C.char, n C.int32_t, alloc C.m
 		return serr(api.Errorf(api.INVALID_PARAMS, "NULL alloc, length or result array"))
 	}
 	vals, errs := c.BatchGetAlloc(context.Background(), ks, func(i int, size uint64) ([]byte, error) {
-		if size == 0 {
-			return nil, nil
-		}
-		p := C.mc_store_call_batch_alloc(alloc, actx, C.int32_t(i), C.uint64_t(size))
-		if p == nil {
-			return nil, api.Errorf(api.INTERNAL_ERROR, "the caller could not allocate %d bytes", size)
-		}
-		return memview.Bytes(uintptr(p), int(size)), nil
+		return callerMemory(size, func() unsafe.Pointer {
+			return C.mc_store_call_batch_alloc(alloc, actx, C.int32_t(i), C.uint64_t(size))
+		})
 	})
 	ls := unsafe.Slice(lens, int(n))
 	for i := range vals {

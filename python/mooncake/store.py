@@ -463,13 +463,19 @@ _BYTES_DATA = bytes.__basicsize__ - 1  # offset of ob_sval in a bytes object
 _get_slot = threading.local()
 
 
-def _get_alloc(ctx, n):
+def _fresh_bytes(n):
+    """A new bytes of n bytes, to be filled before anyone else sees it, and its data's address;
+    (None, None) when there is no memory for it."""
     try:
         b = _new_bytes(None, n)
     except MemoryError:
-        return None
-    _get_slot.value = b
-    return id(b) + _BYTES_DATA
+        return None, None
+    return b, id(b) + _BYTES_DATA
+
+
+def _get_alloc(ctx, n):
+    _get_slot.value, addr = _fresh_bytes(n)
+    return addr
 
 
 _get_alloc_c = _ALLOC_FN(_get_alloc)
@@ -479,12 +485,10 @@ _BATCH_ALLOC_FN = ctypes.CFUNCTYPE(_vp, _vp, _i32, _u64)
 
 
 def _batch_alloc(ctx, i, n):
-    try:
-        b = _new_bytes(None, n)
-    except MemoryError:
-        return None
-    _get_slot.batch[i] = b
-    return id(b) + _BYTES_DATA
+    b, addr = _fresh_bytes(n)
+    if b is not None:
+        _get_slot.batch[i] = b
+    return addr
 
 
 _batch_alloc_c = _BATCH_ALLOC_FN(_batch_alloc)

@@ -451,15 +451,17 @@ func ReadMany(root, rel string, wants []Want, opt Options) []error {
 		}
 		regions, order = append(regions, order[:n]), order[n:]
 	}
+	m := &manyRead{f: f, vio: vio, root: root, rel: rel, wants: wants, errs: errs, scratch: scratch, opt: opt}
 	pieces(len(regions), 1, func(r, _ int) error {
 		region := regions[r]
+		var pad []byte // one discard buffer for the padding of every object of the region
 		for len(region) > 0 {
 			n, bytes := 1, HeaderSize+padded(len(wants[region[0]].Dst))
 			for n < len(region) && 3*(n+1) <= maxIov && bytes+HeaderSize+padded(len(wants[region[n]].Dst)) <= readRun {
 				bytes += HeaderSize + padded(len(wants[region[n]].Dst))
 				n++
 			}
-			readRunOf(f, vio, root, rel, wants, errs, scratch, region[:n], opt)
+			pad = m.run(region[:n], pad)
 			region = region[n:]
 		}
 		return nil
@@ -467,31 +469,49 @@ func ReadMany(root, rel string, wants []Want, opt Options) []error {
 	return errs
 }
 
-// readRunOf reads the objects run (back to back in the file) with one preadv: their header
-// blocks into scratch, their payloads straight into their destinations, then verifies each.
-func readRunOf(f *os.File, vio VectorReadIO, root, rel string, wants []Want, errs []error, scratch []byte, run []int, opt Options) {
+// manyRead is one ReadMany call: the open file, what is wanted from it and where each object's
+// header block and error go.
+type manyRead struct {
+	f         *os.File
+	vio       VectorReadIO
+	root, rel string
+	wants     []Want
+	errs      []error
+	scratch   []byte // the header blocks, HeaderSize per want
+	opt       Options
+}
+
+// run reads the objects run (back to back in the file) with one preadv: their header blocks
+// into scratch, their payloads straight into their destinations, the padding after a payload
+// into pad (allocated here when nil and returned, so a region reuses one), then verifies each.
+func (m *manyRead) run(run []int, pad []byte) []byte {
 	bufs := make([][]byte, 0, 3*len(run))
 	for _, i := range run {
-		bufs = append(bufs, scratch[i*HeaderSize:(i+1)*HeaderSize])
-		if len(wants[i].Dst) > 0 {
-			bufs = append(bufs, wants[i].Dst)
+		dst := m.wants[i].Dst
+		bufs = append(bufs, m.scratch[i*HeaderSize:(i+1)*HeaderSize])
+		if len(dst) > 0 {
+			bufs = append(bufs, dst)
 		}
-		if p := padded(len(wants[i].Dst)) - len(wants[i].Dst); p > 0 {
-			bufs = append(bufs, alignedBuf(align)[:p])
+		if p := padded(len(dst)) - len(dst); p > 0 {
+			if pad == nil {
+				pad = alignedBuf(align)
+			}
+			bufs = append(bufs, pad[:p])
 		}
 	}
-	rerr := vio.ReadvAt(f, bufs, wants[run[0]].Offset)
+	rerr := m.vio.ReadvAt(m.f, bufs, m.wants[run[0]].Offset)
 	for _, i := range run {
-		w := wants[i]
+		w := m.wants[i]
 		if rerr != nil { // a short (torn) file: each object of the run on its own, for its own error
-			errs[i] = ReadAt(root, rel, w.Offset, w.Key, w.Sum, w.Dst, opt)
+			m.errs[i] = ReadAt(m.root, m.rel, w.Offset, w.Key, w.Sum, w.Dst, m.opt)
 			continue
 		}
-		ver, err := checkHeader(scratch[i*HeaderSize:(i+1)*HeaderSize], rel, w.Key, len(w.Dst), w.Sum)
-		if errs[i] = err; err == nil && checksumV(ver, w.Dst) != w.Sum {
-			errs[i] = api.Errorf(api.CHECKSUM_MISMATCH, "G3 file %s of key %q: payload checksum mismatch", rel, w.Key)
+		ver, err := checkHeader(m.scratch[i*HeaderSize:(i+1)*HeaderSize], m.rel, w.Key, len(w.Dst), w.Sum)
+		if m.errs[i] = err; err == nil && checksumV(ver, w.Dst) != w.Sum {
+			m.errs[i] = api.Errorf(api.CHECKSUM_MISMATCH, "G3 file %s of key %q: payload checksum mismatch", m.rel, w.Key)
 		}
 	}
+	return pad
 }
 
 // Remove deletes root/rel; a file already gone is not an error. Empty hash directories are

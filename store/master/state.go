@@ -835,13 +835,7 @@ func (s *State) noteResident(o *object) {
 // particular order (callers must not depend on it: eviction selects by a strict order), and
 // drops from the index the objects whose memory copies went since they were added.
 func (s *State) eachResident(f func(o *object)) {
-	for o := range s.resident {
-		if len(o.replicas) == 0 {
-			delete(s.resident, o)
-			continue
-		}
-		f(o)
-	}
+	sweep(s.resident, func(o *object) bool { return len(o.replicas) > 0 }, f)
 }
 
 // ---- reads ----

@@ -107,12 +107,19 @@ func bound(set map[*object]struct{}, limit *int, live func(o *object) bool) {
 // read, which adds the object again.
 func countLive(set map[*object]struct{}, live func(o *object) bool) int {
 	n := 0
+	sweep(set, live, func(*object) { n++ })
+	return n
+}
+
+// sweep calls f for every object of set that keep accepts and drops the others from set: the
+// indexes of objects here are supersets kept up where objects join them, pruned as they are
+// walked.
+func sweep(set map[*object]struct{}, keep func(o *object) bool, f func(o *object)) {
 	for o := range set {
-		if !live(o) {
+		if !keep(o) {
 			delete(set, o)
 			continue
 		}
-		n++
+		f(o)
 	}
-	return n
 }
