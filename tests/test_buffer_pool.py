@@ -129,6 +129,27 @@ def test_release_and_close_refuse_while_in_use(store):
         pool.acquire(1)
 
 
+def test_lease_views_are_buffer_lease_views(store):
+    import mooncake.store as ms
+    from mooncake.buffer_pool import BufferLeaseView, RegisteredBufferLeaseView
+    assert ms.BufferPool is BufferPool and ms.RegisteredBufferPool is BufferPool
+    assert ms.BufferLease is BufferLease and ms.RegisteredBufferLease is BufferLease
+    assert ms.BufferLeaseView is BufferLeaseView and ms.RegisteredBufferLeaseView is BufferLeaseView
+    pool = BufferPool(store)
+    lease = pool.acquire(5000)
+    obj = lease.buffer.obj
+    assert isinstance(obj, BufferLeaseView) and len(lease.buffer) == 5000
+    second = obj.buffer  # upstream's view.buffer: another memoryview of the same bytes
+    second[:4] = b"abcd"
+    assert bytes(lease.buffer[:4]) == b"abcd" and ctypes.string_at(lease.ptr, 4) == b"abcd"
+    del obj
+    with pytest.raises(BufferError):
+        lease.release()
+    del second
+    lease.release()
+    pool.close()
+
+
 def test_bad_arguments(store):
     with pytest.raises(TypeError, match="MooncakeDistributedStore"):
         BufferPool(object())

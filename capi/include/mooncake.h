@@ -18,6 +18,12 @@ extern "C" {
 const char *mooncake_last_error(void);
 const char *mooncake_version(void);
 
+/* Host memory by the library's allocator: size bytes (size > 0) aligned to 4 KiB, or to 2 MiB
+ * from 2 MiB on (transparent huge pages asked for), not zeroed; NULL on failure. Free with
+ * mc_host_free. */
+void *mc_host_alloc(size_t size);
+void mc_host_free(void *p);
+
 #ifdef __cplusplus
 }
 #endif

@@ -16,19 +16,24 @@ memory is its own (allocated and registered by the pool) rather than carved from
 setup-time local buffer, so there is no separate "overflow" path; ``alignment`` (of each region's
 start) defaults to 4096 bytes rather than upstream's 8 MiB.
 
-``RegisteredBufferPool`` / ``RegisteredBufferLease`` are upstream's older names for the same
-classes. This module imports neither torch nor the native library.
+``lease.buffer.obj`` is a ``BufferLeaseView`` (upstream's name for the object a lease's memoryview
+views; its ``buffer`` is another memoryview of it). ``RegisteredBufferPool`` /
+``RegisteredBufferLease`` / ``RegisteredBufferLeaseView`` are upstream's older names for the same
+classes. ``mooncake.store`` exports all of them too. This module imports neither torch nor the
+native library.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import sys
 import threading
 import time
 from typing import Dict, List, Optional
 
-__all__ = ["BufferPool", "BufferLease", "RegisteredBufferPool", "RegisteredBufferLease"]
+__all__ = ["BufferPool", "BufferLease", "BufferLeaseView", "RegisteredBufferPool", "RegisteredBufferLease",
+           "RegisteredBufferLeaseView"]
 
 
 class _Region:
@@ -40,6 +45,24 @@ class _Region:
         self.ptr = (base + alignment - 1) // alignment * alignment
         self.capacity = capacity
         self.cached = cached
+
+
+class BufferLeaseView:
+    """The leased bytes as an object with the buffer protocol: what ``lease.buffer`` views
+    (``lease.buffer.obj``). ``buffer`` is a new memoryview of it; like every view of a lease's
+    memory it must be gone before the lease is released."""
+
+    __slots__ = ()
+
+    @property
+    def buffer(self) -> memoryview:
+        return memoryview(self).cast("B")
+
+
+@functools.lru_cache(maxsize=64)
+def _view_type(n: int) -> type:
+    """The BufferLeaseView class of n bytes (a ctypes byte array underneath)."""
+    return type("BufferLeaseView", (BufferLeaseView, ctypes.c_ubyte * n), {"__slots__": ()})
 
 
 class BufferLease:
@@ -65,7 +88,7 @@ class BufferLease:
         """A writable memoryview of ``size`` bytes over the leased memory."""
         self._live()
         if self._view is None:
-            self._exporter = (ctypes.c_ubyte * self._size).from_address(self._region.ptr)
+            self._exporter = _view_type(self._size).from_address(self._region.ptr)
             self._view = memoryview(self._exporter).cast("B")
         return self._view
 
@@ -246,3 +269,4 @@ class BufferPool:
 
 RegisteredBufferPool = BufferPool
 RegisteredBufferLease = BufferLease
+RegisteredBufferLeaseView = BufferLeaseView

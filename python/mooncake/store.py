@@ -29,6 +29,8 @@ import ctypes
 import enum
 import json
 import logging
+import os
+import platform
 import re
 import struct
 import threading
@@ -42,7 +44,10 @@ from .store_tensor import ParallelAxis, ReadTarget, TensorMixin, TensorParalleli
 __all__ = ["MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction", "last_error", "parse_size", "ErrorCode",
            "BufferHandle", "ReplicaDescriptor", "ReplicaStatus", "MemoryDescriptor", "DiskDescriptor",
            "BufferDescriptor", "LocalDiskDescriptor", "MooncakeHostMemAllocator", "TaskType", "TaskStatus",
-           "QueryTaskResponse", "ParallelAxis", "TensorParallelism", "ReadTarget", "RangedReadSnapshot"]
+           "QueryTaskResponse", "ParallelAxis", "TensorParallelism", "ReadTarget", "RangedReadSnapshot",
+           "ObjectDataType", "Descriptor", "BufferPool", "BufferLease", "BufferLeaseView", "RegisteredBufferPool",
+           "RegisteredBufferLease", "RegisteredBufferLeaseView", "bind_to_numa_node", "get_alloc_func_addr",
+           "get_free_func_addr"]
 
 log = logging.getLogger("mooncake.store")
 
@@ -90,12 +95,37 @@ class SoftPinAction(enum.IntEnum):
     DISABLE = 2
 
 
+class ObjectDataType(enum.IntEnum):
+    """What an object holds (upstream's values), set with ``ReplicateConfig.data_type``."""
+    UNKNOWN = 0
+    KVCACHE = 1
+    TENSOR = 2
+    WEIGHT = 3
+    SAMPLE = 4
+    ACTIVATION = 5
+    GRADIENT = 6
+    OPTIMIZER_STATE = 7
+    METADATA = 8
+    GENERAL = 9
+
+
 def _check_count(name: str, v) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
         raise TypeError(f"ReplicateConfig.{name} must be an int, not {type(v).__name__}")
     if v < 0:
         raise ValueError(f"ReplicateConfig.{name} must be >= 0, got {v}")
     return v
+
+
+def _check_enum(cls, name: str, v, what: str):
+    """v as a member of the IntEnum cls, for ReplicateConfig.<name> (TypeError for a non-int,
+    ValueError, naming what is allowed, for an int that is no member)."""
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"ReplicateConfig.{name} must be a {cls.__name__}, not {type(v).__name__}")
+    try:
+        return cls(v)
+    except ValueError:
+        raise ValueError(f"ReplicateConfig.{name} {v!r} is not {what}") from None
 
 
 class ReplicateConfig:
@@ -108,11 +138,12 @@ class ReplicateConfig:
     Accepted and ignored (see docs/store.md): ``nof_replica_num`` (NVMe-oF replicas: no NVMe-oF
     tier in this build), ``dfs_replica_num`` (objects reach the shared file tier by eviction
     instead), ``group_ids`` (routing groups; checked for length, then unused: there is one
-    master)."""
+    master), ``data_type`` (an ``ObjectDataType``; checked, then unused: placement here does not
+    depend on what an object holds)."""
 
     __slots__ = ("_replica_num", "_nof_replica_num", "_dfs_replica_num", "_soft_pin_action",
                  "_soft_pin_ttl_ms", "with_hard_pin", "preferred_segment", "_preferred_segments",
-                 "_prefer_alloc_in_same_node", "_group_ids")
+                 "_prefer_alloc_in_same_node", "_group_ids", "_data_type")
 
     def __init__(self, replica_num: int = 1, with_soft_pin: bool = False,
                  with_hard_pin: bool = False, preferred_segment: str = "",
@@ -120,7 +151,8 @@ class ReplicateConfig:
                  nof_replica_num: int = 0, dfs_replica_num: int = 0,
                  soft_pin_action: Optional[SoftPinAction] = None,
                  soft_pin_ttl_ms: Optional[int] = None, prefer_alloc_in_same_node: bool = False,
-                 group_ids: Optional[Sequence[str]] = None):
+                 group_ids: Optional[Sequence[str]] = None,
+                 data_type: "ObjectDataType" = ObjectDataType.UNKNOWN):
         self.replica_num = replica_num
         self.nof_replica_num = nof_replica_num
         self.dfs_replica_num = dfs_replica_num
@@ -135,6 +167,7 @@ class ReplicateConfig:
         self.preferred_segments = preferred_segments or []
         self.prefer_alloc_in_same_node = prefer_alloc_in_same_node
         self.group_ids = group_ids
+        self.data_type = data_type
 
     @property
     def replica_num(self) -> int:
@@ -166,12 +199,7 @@ class ReplicateConfig:
 
     @soft_pin_action.setter
     def soft_pin_action(self, v):
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise TypeError(f"ReplicateConfig.soft_pin_action must be a SoftPinAction, not {type(v).__name__}")
-        try:
-            self._soft_pin_action = SoftPinAction(v)
-        except ValueError:
-            raise ValueError(f"ReplicateConfig.soft_pin_action {v!r} is not PRESERVE (0), ENABLE (1) or DISABLE (2)") from None
+        self._soft_pin_action = _check_enum(SoftPinAction, "soft_pin_action", v, "PRESERVE (0), ENABLE (1) or DISABLE (2)")
 
     @property
     def with_soft_pin(self) -> bool:
@@ -243,12 +271,21 @@ class ReplicateConfig:
                     raise TypeError(f"ReplicateConfig.group_ids: {g!r} is not a str")
         self._group_ids = v
 
+    @property
+    def data_type(self) -> ObjectDataType:
+        return self._data_type
+
+    @data_type.setter
+    def data_type(self, v):
+        self._data_type = _check_enum(ObjectDataType, "data_type", v, "an ObjectDataType (0..9)")
+
     def __repr__(self) -> str:
         return (f"ReplicateConfig(replica_num={self.replica_num}, soft_pin_action={self.soft_pin_action.name}, "
                 f"soft_pin_ttl_ms={self.soft_pin_ttl_ms}, with_hard_pin={self.with_hard_pin}, "
                 f"preferred_segment={self.preferred_segment!r}, preferred_segments={self.preferred_segments!r}, "
                 f"prefer_alloc_in_same_node={self.prefer_alloc_in_same_node}, nof_replica_num={self.nof_replica_num}, "
-                f"dfs_replica_num={self.dfs_replica_num}, group_ids={self.group_ids!r})")
+                f"dfs_replica_num={self.dfs_replica_num}, group_ids={self.group_ids!r}, "
+                f"data_type={self.data_type.name})")
 
     __str__ = __repr__
 
@@ -323,6 +360,8 @@ def _lib():
                     "mc_store_batch_get_with": (ctypes.c_int, [_u64, _P(_cs), _i32, _BATCH_ALLOC_FN, _vp, _P(_u64), _P(_i32)]),
                     "mc_store_batch_get_into": (ctypes.c_int, [_u64, _P(_cs), _P(_u64), _P(_u64), _i32, _P(_i64)]),
                     "mc_store_free": (None, [_vp]),
+                    "mc_host_alloc": (_vp, [ctypes.c_size_t]),
+                    "mc_host_free": (None, [_vp]),
                     "mc_store_get_size": (_i64, [_u64, _cs]),
                     "mc_store_is_exist": (ctypes.c_int, [_u64, _cs]),
                     "mc_store_batch_is_exist": (ctypes.c_int, [_u64, _P(_cs), _i32, _P(_i32)]),
@@ -693,6 +732,76 @@ class MooncakeHostMemAllocator:
             self._live.discard(ptr)
         _host_free(ptr)
         return 0
+
+
+def get_alloc_func_addr() -> int:
+    """The address of the library's host allocator, a C function ``void *alloc(size_t size)``
+    (``mc_host_alloc`` in capi/include/mooncake.h: 4 KiB-aligned memory, 2 MiB-aligned with
+    transparent huge pages asked for from 2 MiB on; NULL on failure). For callers that take an
+    allocator by address (LMCache's ``mooncake`` local CPU allocator); free with the function at
+    ``get_free_func_addr()``. Register the memory with ``register_buffer`` before zero-copy calls."""
+    return ctypes.cast(_lib().mc_host_alloc, _vp).value or 0
+
+
+def get_free_func_addr() -> int:
+    """The address of ``void free(void *p)`` for memory from ``get_alloc_func_addr()``'s
+    function (``mc_host_free``)."""
+    return ctypes.cast(_lib().mc_host_free, _vp).value or 0
+
+
+# ---- NUMA placement of the calling thread ------------------------------------------------
+
+_NODE_DIR = "/sys/devices/system/node"
+_SET_MEMPOLICY = {"x86_64": 238, "aarch64": 237, "ppc64le": 261, "s390x": 270, "riscv64": 237}
+_MPOL_PREFERRED = 1
+
+
+def _cpu_list(text: str) -> set:
+    """The CPUs of a sysfs cpulist ("0-3,8,10-11")."""
+    cpus: set = set()
+    for part in text.strip().split(","):
+        if part:
+            lo, _, hi = part.partition("-")
+            cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def bind_to_numa_node(node: int) -> None:
+    """Runs the calling thread on NUMA node ``node``'s CPUs and makes the node its preferred
+    memory (``MPOL_PREFERRED``: allocations go to the node and fall back to others when it is
+    full), as upstream's (libnuma's ``numa_run_on_node`` and ``numa_set_preferred``). As upstream's,
+    a host without NUMA or a node that does not exist is a logged warning, not an error; here
+    such a call changes nothing. A node without CPUs keeps the thread's CPUs and still sets the
+    memory preference."""
+    if isinstance(node, bool) or not isinstance(node, int):
+        raise TypeError(f"bind_to_numa_node: node must be an int, not {type(node).__name__}")
+    try:
+        nodes = sorted(int(d[4:]) for d in os.listdir(_NODE_DIR) if d.startswith("node") and d[4:].isdigit())
+    except OSError:
+        nodes = []
+    if not nodes:
+        log.warning("NUMA is not available on this system (%s lists no node); binding skipped", _NODE_DIR)
+        return
+    if node not in nodes:
+        log.warning("Invalid NUMA node: %d. Valid nodes: %s; binding skipped", node, ",".join(map(str, nodes)))
+        return
+    try:
+        with open(f"{_NODE_DIR}/node{node}/cpulist") as f:
+            cpus = _cpu_list(f.read())
+        if cpus:
+            os.sched_setaffinity(0, cpus)  # pid 0: the calling thread
+    except (OSError, ValueError) as e:
+        log.warning("running on NUMA node %d's CPUs failed: %s", node, e)
+    nr = _SET_MEMPOLICY.get(platform.machine())
+    if nr is None:
+        log.warning("bind_to_numa_node: no set_mempolicy system call number for %s; memory preference not set",
+                    platform.machine())
+        return
+    words = node // 64 + 1
+    mask = (ctypes.c_ulong * words)()
+    mask[node // 64] = 1 << (node % 64)
+    if _libc.syscall(ctypes.c_long(nr), _MPOL_PREFERRED, mask, ctypes.c_ulong(64 * words + 1)) != 0:
+        log.warning("preferring NUMA node %d's memory failed: %s", node, os.strerror(ctypes.get_errno()))
 
 
 # ---- session-based ranged reads: snapshots, templates, plans ------------------------------
@@ -1882,3 +1991,22 @@ class MooncakeDistributedStore(TensorMixin):
     def remove_all(self) -> int:
         """Removes every key (pinned and leased ones too); returns how many."""
         return _lib().mc_store_remove_all(self._h)
+
+
+# ---- upstream's module-level names -------------------------------------------------------
+
+# The buffer pool lives in mooncake.buffer_pool (no native library, no torch); upstream's module
+# has it here too.
+from .buffer_pool import (BufferLease, BufferLeaseView, BufferPool, RegisteredBufferLease,  # noqa: E402
+                          RegisteredBufferLeaseView, RegisteredBufferPool)
+
+Descriptor = ReplicaDescriptor  # upstream binds Replica::Descriptor under both names
+
+# Enum members at module level, as upstream's pybind11 enums export them (export_values). Two
+# names are in two enums: PROCESSING and FAILED are TaskStatus's, as the later export wins
+# upstream; ReplicaStatus.PROCESSING / .FAILED spell the others.
+for _enum in (ObjectDataType, ReplicaStatus, TaskType, TaskStatus):
+    for _m in _enum:
+        globals()[_m.name] = _m
+        __all__.append(_m.name)
+del _enum, _m
