@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -270,3 +271,54 @@ def test_command_line():
         assert f"cannot listen on 127.0.0.1:{busy}: Address already in use" in r.stderr
     finally:
         stop(proc)
+
+
+def test_master_forgets_a_timed_out_clients_metadata():
+    """--enable_metadata_cleanup_on_timeout: a client killed without closing leaves its segment
+    descriptor and RPC endpoint in the master's HTTP metadata server until client_ttl expires it;
+    then they are gone. Without the flag they stay."""
+    from test_store import Master
+
+    for cleanup in (True, False):
+        md_port = free_port()
+        flags = ["--enable_http_metadata_server", f"--http_metadata_server_port={md_port}",
+                 "--http_metadata_server_host=127.0.0.1", "--client_ttl=2"]
+        master = Master(*flags, *(["--enable_metadata_cleanup_on_timeout"] if cleanup else []))
+        url = f"http://127.0.0.1:{md_port}/metadata"
+        try:
+            prog = textwrap.dedent(f"""
+                import sys
+                from mooncake.store import MooncakeDistributedStore
+                s = MooncakeDistributedStore()
+                assert s.setup("127.0.0.1:{free_port()}", {url!r}, 16 << 20, 4 << 20, "tcp", "", {master.addr!r}) == 0
+                print("UP", s.get_hostname(), flush=True)
+                sys.stdin.readline()
+            """)
+            client = subprocess.Popen([sys.executable, "-c", prog], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, text=True)
+            try:
+                line = client.stdout.readline()
+                assert line.startswith("UP "), line
+                name = line.split()[1]
+
+                def status(key):
+                    conn = http.client.HTTPConnection("127.0.0.1", md_port, timeout=10)
+                    conn.request("GET", "/metadata?key=" + key)
+                    code = conn.getresponse().status
+                    conn.close()
+                    return code
+
+                keys = [f"mooncake/ram/{name}", f"mooncake/rpc_meta/{name}"]
+                assert [status(k) for k in keys] == [200, 200]
+                client.kill()  # no close(): its entries stay behind
+                client.wait(10)
+                deadline = time.time() + 20
+                while time.time() < deadline and master.metric("mooncake_master_active_clients") > 0:
+                    time.sleep(0.2)
+                assert master.metric("mooncake_master_active_clients") == 0
+                time.sleep(0.3)
+                assert [status(k) for k in keys] == ([404, 404] if cleanup else [200, 200])
+            finally:
+                stop(client)
+        finally:
+            master.stop()

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/mooncake-go/mooncake/auth"
@@ -140,6 +141,34 @@ func (s *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		writeText(w, "metadata deleted")
 	}
+}
+
+// ForgetEngine removes the entries a transfer engine named name registered: its segment
+// descriptor (mooncake/[cluster/]ram/<name>) and RPC endpoint (mooncake/[cluster/]rpc_meta/<name>),
+// under any cluster prefix. It returns how many it removed. The master calls it for a client
+// that timed out (--enable_metadata_cleanup_on_timeout), whose engine can no longer do it.
+func (s *HTTPServer) ForgetEngine(name string) int {
+	if name == "" {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for k := range s.kv {
+		rest, ok := strings.CutPrefix(k, "mooncake/")
+		if !ok {
+			continue
+		}
+		for _, kind := range []string{"ram/", "rpc_meta/"} {
+			// <kind><name> directly, or <cluster>/<kind><name>
+			if rest == kind+name || (strings.HasSuffix(rest, "/"+kind+name) && !strings.Contains(strings.TrimSuffix(rest, "/"+kind+name), "/")) {
+				delete(s.kv, k)
+				n++
+				break
+			}
+		}
+	}
+	return n
 }
 
 func writeText(w http.ResponseWriter, msg string) {

@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -282,5 +284,32 @@ func TestHTTPClientErrors(t *testing.T) {
 	}
 	if d := time.Since(start); d < DefaultTimeout-100*time.Millisecond || d > DefaultTimeout+2*time.Second {
 		t.Fatalf("default timeout took %v; want about %v", d, DefaultTimeout)
+	}
+}
+
+// TestForgetEngine: an engine's entries go, under any cluster prefix; other engines' stay,
+// including names that merely end alike.
+func TestForgetEngine(t *testing.T) {
+	s := NewHTTPServer(HTTPServerConfig{})
+	put := func(k string) {
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, httptest.NewRequest("PUT", "/metadata?key="+url.QueryEscape(k), strings.NewReader("{}")))
+		if rec.Code != 200 {
+			t.Fatalf("put %s: %d", k, rec.Code)
+		}
+	}
+	for _, k := range []string{"mooncake/ram/h:1", "mooncake/rpc_meta/h:1", "mooncake/c1/ram/h:1", "mooncake/c1/rpc_meta/h:1",
+		"mooncake/ram/xh:1", "mooncake/ram/h:10", "mooncake/a/b/ram/h:1", "other/ram/h:1", "mooncake/ram/h:2"} {
+		put(k)
+	}
+	if n := s.ForgetEngine("h:1"); n != 4 {
+		t.Fatalf("removed %d entries, want 4", n)
+	}
+	want := []string{"mooncake/a/b/ram/h:1", "mooncake/ram/h:10", "mooncake/ram/h:2", "mooncake/ram/xh:1", "other/ram/h:1"}
+	if got := s.Keys(); !slices.Equal(got, want) {
+		t.Fatalf("left %v, want %v", got, want)
+	}
+	if s.ForgetEngine("") != 0 || s.ForgetEngine("h:1") != 0 {
+		t.Fatal("a second forget or an empty name removed something")
 	}
 }

@@ -59,6 +59,10 @@ type FramedServer struct {
 	methods map[string]grpc.MethodDesc
 	icpt    grpc.UnaryServerInterceptor
 
+	// IdleTimeout, when > 0, closes a connection that sends no request for that long (set it
+	// before serving). Clients drop such sockets from their pools before reusing them.
+	IdleTimeout time.Duration
+
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
 	closed bool
@@ -104,9 +108,15 @@ func (l *FramedServer) serveConn(c net.Conn, info ConnInfo) {
 	w := bufio.NewWriterSize(c, 64<<10)
 	var codec jsonCodec
 	for {
+		if l.IdleTimeout > 0 {
+			c.SetReadDeadline(time.Now().Add(l.IdleTimeout))
+		}
 		frame, err := readFrame(r)
 		if err != nil {
-			return // EOF, or a malformed frame: drop the connection
+			return // EOF, idle too long, or a malformed frame: drop the connection
+		}
+		if l.IdleTimeout > 0 {
+			c.SetReadDeadline(time.Time{})
 		}
 		if len(frame) < 1 || len(frame) < 1+int(frame[0]) {
 			return
@@ -372,6 +382,29 @@ func (s *framedSock) call(ctx context.Context, method string, body []byte) ([]by
 	return readFrame(s.r)
 }
 
+// hungUp reports whether the peer closed this idle socket (or sent something unasked, which a
+// master never does): poll(2) without waiting. A socket it cannot poll counts as open.
+func (s *framedSock) hungUp() bool {
+	if s.r.Buffered() > 0 {
+		return true
+	}
+	sc, ok := s.raw.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	gone := false
+	rc.Control(func(fd uintptr) {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 0)
+		gone = err == nil && n > 0
+	})
+	return gone
+}
+
 // awaitReply sleeps in poll(2) until the reply is readable (or ctx ends), rather than parking
 // the goroutine on Go's network poller: the kernel then wakes this thread directly, which saves
 // a scheduler hand-off per call (the caller is often a foreign thread, e.g. Python's, that Go
@@ -420,10 +453,17 @@ func (l *FramedConn) get(ctx context.Context) (*framedSock, error) {
 	if closed {
 		return nil, status.Error(codes.Canceled, "master connection closed")
 	}
-	select {
-	case s := <-l.idle:
-		return s, nil
-	default:
+	for {
+		select {
+		case s := <-l.idle:
+			if s.hungUp() {
+				s.c.Close() // the master closed it while it sat in the pool (--rpc_conn_timeout_seconds)
+				continue
+			}
+			return s, nil
+		default:
+		}
+		break
 	}
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", l.addr)

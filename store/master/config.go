@@ -1,9 +1,11 @@
 package master
 
 import (
+	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"log"
 	"os"
 	"path/filepath"
 	"sort"
@@ -47,7 +49,8 @@ type Config struct {
 
 	// High availability (see docs/ha.md).
 	EnableHA      bool          // --enable_ha: campaign for leadership on --etcd_endpoints, serve only while leader
-	EtcdEndpoints string        // --etcd_endpoints: "http://h:p;http://h:p", "etcd://h:p,h:p", "redis://h:p"
+	EtcdEndpoints string        // --etcd_endpoints (or --ha_backend_connstring): "http://h:p;http://h:p", "etcd://h:p,h:p", "redis://h:p"
+	HABackendType string        // --ha_backend_type: etcd | redis (a connection string without a scheme is read as this)
 	HALeaseTTL    time.Duration // --ha_lease_ttl_sec: leader lease TTL (default 5 s, as upstream)
 
 	// Snapshots.
@@ -77,6 +80,31 @@ type Config struct {
 
 	EnableOffload  bool // --enable_offload: objects may move to the local disk of clients set up with enable_ssd_offload
 	OffloadOnEvict bool // --offload_on_evict: write to local disk only when evicting (else also right after each put)
+
+	// RPC connections.
+	RPCInterface   string        // --rpc_interface: bind to this network interface's IPv4 address (overrides --rpc_address)
+	RPCConnTimeout time.Duration // --rpc_conn_timeout_seconds: close a connection idle this long (0 = never)
+	RPCTCPNoDelay  bool          // --rpc_enable_tcp_no_delay: TCP_NODELAY on accepted RPC connections
+
+	// EnableMetadataCleanupOnTimeout (--enable_metadata_cleanup_on_timeout): when a client is
+	// expired, the embedded HTTP metadata server (--enable_http_metadata_server) forgets its
+	// transfer-engine entries (segment descriptor, RPC endpoint).
+	EnableMetadataCleanupOnTimeout bool
+
+	// Upstream names accepted so that upstream command lines and config files start this master
+	// (docs/store.md, "mooncake_master flags"): what they select is what this master does anyway,
+	// or what it does not have.
+	MemoryAllocator         string        // --memory_allocator: offset (this master's allocator) or cachelib
+	EnableCXL               bool          // --enable_cxl: refused (no CXL/DAX memory support)
+	CXLPath                 string        // --cxl_path
+	CXLSize                 uint64        // --cxl_size
+	MaxTotalFinishedTasks   uint64        // --max_total_finished_tasks (replica tasks run in the client here)
+	MaxTotalPendingTasks    uint64        // --max_total_pending_tasks
+	MaxTotalProcessingTasks uint64        // --max_total_processing_tasks
+	PendingTaskTimeout      time.Duration // --pending_task_timeout_sec
+	ProcessingTaskTimeout   time.Duration // --processing_task_timeout_sec
+	EnableDiskEviction      bool          // --enable_disk_eviction (upstream's storage-backend eviction)
+	QuotaBytes              uint64        // --quota_bytes (upstream's storage-backend quota)
 }
 
 // HotStandbyConfig is upstream's HotStandbyConfig. A standby here follows the HA oplog
@@ -117,8 +145,19 @@ func DefaultConfig() Config {
 		SnapshotInterval:            300 * time.Second,
 		SnapshotRetentionCount:      2,
 		SnapshotBackendType:         "local",
+		HABackendType:               "etcd",
 		DFSFullPolicy:               "refuse",
 		PromotionAdmissionThreshold: 2,
+		RPCTCPNoDelay:               true,
+		MemoryAllocator:             "offset",
+		CXLPath:                     "/dev/dax0.0",
+		CXLSize:                     8 << 30,
+		MaxTotalFinishedTasks:       10000,
+		MaxTotalPendingTasks:        10000,
+		MaxTotalProcessingTasks:     10000,
+		PendingTaskTimeout:          300 * time.Second,
+		ProcessingTaskTimeout:       300 * time.Second,
+		EnableDiskEviction:          true,
 		HotStandby: HotStandbyConfig{
 			VerificationInterval:     30 * time.Second, // upstream's HotStandbyConfig defaults
 			MaxReplicationLagEntries: 1000,
@@ -164,11 +203,20 @@ func (c Config) Validate() error {
 	}
 	switch c.AllocationStrategy {
 	case "random", "free_ratio_first":
+	case "cxl":
+		errs = append(errs, "--allocation_strategy=cxl: "+noCXL)
 	default:
 		errs = append(errs, fmt.Sprintf("--allocation_strategy=%q: want random or free_ratio_first", c.AllocationStrategy))
 	}
 	if c.PutStartDiscardTimeout <= 0 || c.PutStartReleaseTimeout < c.PutStartDiscardTimeout {
 		errs = append(errs, "put-start timeouts must be > 0 and release >= discard")
+	}
+	switch c.HABackendType {
+	case "etcd", "redis":
+	case "k8s":
+		errs = append(errs, "--ha_backend_type=k8s: Kubernetes leases are not supported as an HA store here; use etcd or redis")
+	default:
+		errs = append(errs, fmt.Sprintf("--ha_backend_type=%q: want etcd or redis", c.HABackendType))
 	}
 	if c.EnableHA && strings.TrimSpace(c.EtcdEndpoints) == "" {
 		errs = append(errs, "--enable_ha needs --etcd_endpoints (etcd or redis:// endpoints)")
@@ -212,11 +260,28 @@ func (c Config) Validate() error {
 	if c.TLSCAFile != "" && c.TLSCertFile == "" {
 		errs = append(errs, "--tls_ca_file (client certificates) needs --tls_cert_file and --tls_key_file")
 	}
+	if c.RPCConnTimeout < 0 {
+		errs = append(errs, "--rpc_conn_timeout_seconds must be >= 0 (0: never close idle connections)")
+	}
+	switch c.MemoryAllocator {
+	case "offset", "cachelib":
+	default:
+		errs = append(errs, fmt.Sprintf("--memory_allocator=%q: want offset or cachelib", c.MemoryAllocator))
+	}
+	if c.EnableCXL {
+		errs = append(errs, "--enable_cxl: "+noCXL)
+	}
+	if c.EnableMetadataCleanupOnTimeout && !c.EnableHTTPMetadataServer {
+		errs = append(errs, "--enable_metadata_cleanup_on_timeout needs --enable_http_metadata_server (it cleans that server's entries)")
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("invalid master configuration: %s", strings.Join(errs, "; "))
 	}
 	return nil
 }
+
+// noCXL is why CXL settings are refused.
+const noCXL = "CXL memory (a DAX device such as /dev/dax0.0) is not supported by this master; segments are host memory mounted by clients"
 
 // sizeFlag is a byte count: a plain integer or one with a KB/MB/GB/TB (or KiB...) suffix
 // (powers of 1024, as upstream's size flags).
@@ -261,13 +326,30 @@ func (f durationFlag) String() string {
 	return fmt.Sprint(int64(*f.d / f.unit))
 }
 
+// Set takes an integer in the flag's unit, or (as upstream's newer masters) a number with a
+// unit: "500ms", "5s", "30m", "2h".
 func (f durationFlag) Set(s string) error {
+	t := strings.TrimSpace(s)
 	var n int64
-	if _, err := fmt.Sscan(s, &n); err != nil || fmt.Sprint(n) != strings.TrimSpace(s) {
-		return fmt.Errorf("want an integer, got %q", s)
+	if _, err := fmt.Sscan(t, &n); err == nil && fmt.Sprint(n) == t {
+		*f.d = time.Duration(n) * f.unit
+		return nil
 	}
-	*f.d = time.Duration(n) * f.unit
-	return nil
+	if d, err := time.ParseDuration(t); err == nil && strings.IndexAny(t, "mshu") > 0 {
+		*f.d = d
+		return nil
+	}
+	return fmt.Errorf("want an integer (%s) or a duration such as 500ms, 5s, 30m, 2h; got %q", unitName(f.unit), s)
+}
+
+func unitName(u time.Duration) string {
+	switch u {
+	case time.Millisecond:
+		return "milliseconds"
+	case time.Second:
+		return "seconds"
+	}
+	return u.String()
 }
 
 // RegisterFlags defines the master's flags on fs, bound to c (whose values are the defaults).
@@ -296,11 +378,16 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var(durationFlag{&c.PutStartReleaseTimeout, time.Second}, "put_start_release_timeout_sec", "seconds after which an unfinished put is reclaimed")
 	fs.BoolVar(&c.EnableHA, "enable_ha", c.EnableHA, "high availability: campaign for leadership on --etcd_endpoints and serve only while leader")
 	fs.StringVar(&c.EtcdEndpoints, "etcd_endpoints", c.EtcdEndpoints, "HA store: \"http://h:2379;http://h2:2379\", \"etcd://h:p,h:p\" or \"redis://h:6379\"")
+	fs.StringVar(&c.EtcdEndpoints, "ha_backend_connstring", c.EtcdEndpoints, "same as --etcd_endpoints (upstream's newer name)")
+	fs.StringVar(&c.HABackendType, "ha_backend_type", c.HABackendType, "HA store kind: etcd or redis (read from the endpoints' scheme when they have one)")
 	fs.Var(durationFlag{&c.HALeaseTTL, time.Second}, "ha_lease_ttl_sec", "leader lease TTL in seconds")
 	fs.BoolVar(&c.EnableSnapshot, "enable_snapshot", c.EnableSnapshot, "save periodic metadata snapshots")
 	fs.Var(durationFlag{&c.SnapshotInterval, time.Second}, "snapshot_interval_seconds", "seconds between snapshots")
 	fs.IntVar(&c.SnapshotRetentionCount, "snapshot_retention_count", c.SnapshotRetentionCount, "snapshots kept")
 	fs.StringVar(&c.SnapshotBackendType, "snapshot_backend_type", c.SnapshotBackendType, "snapshot backend: local or s3 (MOONCAKE_SNAPSHOT_S3_* environment)")
+	for _, alias := range []string{"snapshot_object_store_type", "snapshot_payload_store_type", "snapshot_payload_backend_type"} {
+		fs.StringVar(&c.SnapshotBackendType, alias, c.SnapshotBackendType, "same as --snapshot_backend_type (upstream's newer name)")
+	}
 	fs.BoolVar(&c.EnableSnapshotRestore, "enable_snapshot_restore", c.EnableSnapshotRestore, "load the newest valid snapshot at start")
 	fs.StringVar(&c.SnapshotBackupDir, "snapshot_backup_dir", c.SnapshotBackupDir, "local snapshot directory (default: MOONCAKE_SNAPSHOT_LOCAL_PATH, else /tmp/mooncake_snapshots)")
 	hs := &c.HotStandby
@@ -326,10 +413,26 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.EnableOffload, "enable_offload", c.EnableOffload, "SSD offload: objects move to the local disk of clients set up with enable_ssd_offload")
 	fs.BoolVar(&c.OffloadOnEvict, "offload_on_evict", c.OffloadOnEvict, "SSD offload: write objects to local disk only when they are evicted (default: also after each put)")
 	fs.StringVar(&c.ConfigPath, "config_path", c.ConfigPath, "JSON or YAML file of flag_name: value; command-line flags override it")
+	fs.StringVar(&c.RPCInterface, "rpc_interface", c.RPCInterface, "bind the RPC port to this network interface's IPv4 address (overrides --rpc_address)")
+	fs.Var(durationFlag{&c.RPCConnTimeout, time.Second}, "rpc_conn_timeout_seconds", "close an RPC connection idle this many seconds (0: never)")
+	fs.BoolVar(&c.RPCTCPNoDelay, "rpc_enable_tcp_no_delay", c.RPCTCPNoDelay, "TCP_NODELAY on RPC connections")
+	fs.BoolVar(&c.EnableMetadataCleanupOnTimeout, "enable_metadata_cleanup_on_timeout", c.EnableMetadataCleanupOnTimeout,
+		"when a client times out, remove its transfer-engine entries from the HTTP metadata server (needs --enable_http_metadata_server)")
+	fs.StringVar(&c.MemoryAllocator, "memory_allocator", c.MemoryAllocator, "segment allocator: offset (this master's); cachelib is accepted and uses it too")
+	fs.BoolVar(&c.EnableCXL, "enable_cxl", c.EnableCXL, "CXL memory: not supported (true is refused)")
+	fs.StringVar(&c.CXLPath, "cxl_path", c.CXLPath, "DAX device of --enable_cxl (accepted)")
+	fs.Var(sizeFlag{&c.CXLSize}, "cxl_size", "CXL memory size of --enable_cxl (accepted)")
+	fs.Uint64Var(&c.MaxTotalFinishedTasks, "max_total_finished_tasks", c.MaxTotalFinishedTasks, "accepted: replica tasks run in the client that creates them here")
+	fs.Uint64Var(&c.MaxTotalPendingTasks, "max_total_pending_tasks", c.MaxTotalPendingTasks, "accepted: replica tasks run in the client that creates them here")
+	fs.Uint64Var(&c.MaxTotalProcessingTasks, "max_total_processing_tasks", c.MaxTotalProcessingTasks, "accepted: replica tasks run in the client that creates them here")
+	fs.Var(durationFlag{&c.PendingTaskTimeout, time.Second}, "pending_task_timeout_sec", "accepted: replica tasks run in the client that creates them here")
+	fs.Var(durationFlag{&c.ProcessingTaskTimeout, time.Second}, "processing_task_timeout_sec", "accepted: replica tasks run in the client that creates them here")
+	fs.BoolVar(&c.EnableDiskEviction, "enable_disk_eviction", c.EnableDiskEviction, "accepted: upstream's storage-backend eviction (see docs/multi-tier.md)")
+	fs.Var(sizeFlag{&c.QuotaBytes}, "quota_bytes", "accepted: upstream's storage-backend quota (see docs/multi-tier.md)")
 }
 
 // ParseFlags parses args (without the program name) into a Config: defaults, then the file
-// named by --config_path, then the command-line flags. Unknown flags, unknown file keys and bad
+// named by --config_path, then the command-line flags. Unknown flags and bad
 // values are errors.
 func ParseFlags(name string, args []string) (Config, error) {
 	cfg := DefaultConfig()
@@ -350,9 +453,23 @@ func ParseFlags(name string, args []string) (Config, error) {
 		}
 	}
 	fs.Visit(func(f *flag.Flag) { cfg.MetricsPortSet = cfg.MetricsPortSet || f.Name == "metrics_port" })
+	if cfg.HABackendType == "redis" && cfg.EtcdEndpoints != "" && !strings.Contains(cfg.EtcdEndpoints, "://") {
+		cfg.EtcdEndpoints = "redis://" + cfg.EtcdEndpoints // --ha_backend_type=redis --ha_backend_connstring=h:6379
+	}
 	return cfg, cfg.Validate()
 }
 
+// configFileAliases maps keys of upstream's master config files that are not flag names here
+// to the flag that holds the same setting.
+var configFileAliases = map[string]string{
+	"client_live_ttl_sec":   "client_ttl", // upstream's classic conf/master.json
+	"client_active_ttl_sec": "client_ttl", // its newer one
+}
+
+// applyConfigFile sets the flags a JSON or YAML file names (keys are flag names, or the
+// aliases above), except those in skip (given on the command line). A key that is neither is
+// logged and skipped, as upstream's master ignores keys it does not read: upstream's own
+// config files carry keys for features this master does not have.
 func applyConfigFile(fs *flag.FlagSet, path string, skip map[string]bool) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -361,7 +478,9 @@ func applyConfigFile(fs *flag.FlagSet, path string, skip map[string]bool) error 
 	var m map[string]any
 	switch strings.ToLower(filepath.Ext(path)) {
 	case ".json":
-		err = json.Unmarshal(data, &m)
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.UseNumber() // keep 9223372036854775807 an integer
+		err = dec.Decode(&m)
 	default: // YAML is a superset of JSON
 		err = yaml.Unmarshal(data, &m)
 	}
@@ -373,14 +492,20 @@ func applyConfigFile(fs *flag.FlagSet, path string, skip map[string]bool) error 
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	var ignored []string
 	for _, k := range keys {
-		if k == "config_path" {
+		name := k
+		if a, ok := configFileAliases[k]; ok {
+			name = a
+		}
+		if name == "config_path" {
 			return fmt.Errorf("config file %s: config_path cannot be set inside a config file", path)
 		}
-		if fs.Lookup(k) == nil {
-			return fmt.Errorf("config file %s: unknown option %q", path, k)
+		if fs.Lookup(name) == nil {
+			ignored = append(ignored, k)
+			continue
 		}
-		if skip[k] {
+		if skip[name] {
 			continue
 		}
 		v := m[k]
@@ -388,9 +513,12 @@ func applyConfigFile(fs *flag.FlagSet, path string, skip map[string]bool) error 
 		if f, ok := v.(float64); ok && f == float64(int64(f)) {
 			s = fmt.Sprint(int64(f))
 		}
-		if err := fs.Set(k, s); err != nil {
+		if err := fs.Set(name, s); err != nil {
 			return fmt.Errorf("config file %s: option %s: %w", path, k, err)
 		}
+	}
+	if len(ignored) > 0 {
+		log.Printf("mooncake_master: config file %s: ignoring %d key(s) this master does not read: %s", path, len(ignored), strings.Join(ignored, ", "))
 	}
 	return nil
 }

@@ -39,6 +39,13 @@ func WithLog(l Log) Option { return func(s *Server) { s.log = l } }
 // Refused connections are logged, at most a few lines a second.
 func WithSecurity(sec api.ServerSecurity) Option { return func(s *Server) { s.sec = sec } }
 
+// WithClientExpired calls fn, after a client has been expired for silence, with the engine
+// names of the segments it had mounted (--enable_metadata_cleanup_on_timeout uses it). fn runs
+// under the server's lock: it must not call the server.
+func WithClientExpired(fn func(clientID string, engines []string)) Option {
+	return func(s *Server) { s.clientExpired = fn }
+}
+
 // Server is the master service: it owns a State and turns RPCs, client liveness and timers
 // into entries applied one at a time. It implements api.MasterServer.
 type Server struct {
@@ -60,6 +67,8 @@ type Server struct {
 	room     chan struct{} // closed (and replaced) when an entry frees memory (puts told Retry wait on it)
 	// localGarbage: files on clients' local disks to delete, per client (offload_server.go).
 	localGarbage map[string][]string
+	// clientExpired: WithClientExpired's hook (nil: none).
+	clientExpired func(clientID string, engines []string)
 }
 
 var _ api.MasterServer = (*Server)(nil)
@@ -196,12 +205,16 @@ func (s *Server) CheckClients(ctx context.Context) {
 	sort.Strings(dead)
 	for _, id := range dead {
 		delete(s.lastSeen, id)
+		engines := s.state.ClientEngines(id)
 		res, wait, err := s.proposeLocked(ctx, Entry{Op: OpExpireClient, ClientID: id})
 		if err != nil {
 			log.Printf("mooncake_master: expire client %s: %v", id, err)
 			continue
 		}
 		s.afterCommit(ctx, res, wait)
+		if s.clientExpired != nil {
+			s.clientExpired(id, engines)
+		}
 		log.Printf("mooncake_master: client %s silent for more than %v: unmounted its segments", id, s.cfg.ClientTTL)
 	}
 }
@@ -364,6 +377,10 @@ func (s *Server) GRPCServer() *grpc.Server {
 	if s.cfg.RPCThreads > 0 {
 		opts = append(opts, grpc.NumStreamWorkers(uint32(s.cfg.RPCThreads)))
 	}
+	if s.cfg.RPCConnTimeout > 0 {
+		// an idle gRPC connection gets a GOAWAY (its client reconnects when it next calls)
+		opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: s.cfg.RPCConnTimeout}))
+	}
 	g := grpc.NewServer(opts...)
 	api.RegisterMasterServer(g, s)
 	return g
@@ -374,12 +391,13 @@ func (s *Server) GRPCServer() *grpc.Server {
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	g := s.GRPCServer()
 	framed := api.NewFramedServer(&api.ServiceDesc, s, s.interceptor)
+	framed.IdleTimeout = s.cfg.RPCConnTimeout
 	sec := s.sec
 	if sec.Refused == nil {
 		s.refused.Prefix = "mooncake_master rpc"
 		sec.Refused = func(remote net.Addr, why error) { s.refused.Refused(remote.String(), "", why) }
 	}
-	lis = api.NewSecureListener(lis, framed, sec)
+	lis = api.NewSecureListener(noDelayListener{lis, s.cfg.RPCTCPNoDelay}, framed, sec)
 	go func() {
 		<-ctx.Done()
 		framed.Close()
@@ -395,6 +413,21 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		return fmt.Errorf("master rpc server on %s: %w", lis.Addr(), err)
 	}
 	return nil
+}
+
+// noDelayListener sets TCP_NODELAY on the connections it accepts as --rpc_enable_tcp_no_delay
+// says (Go's default is on).
+type noDelayListener struct {
+	net.Listener
+	noDelay bool
+}
+
+func (l noDelayListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetNoDelay(l.noDelay)
+	}
+	return c, err
 }
 
 func (s *Server) do(ctx context.Context, e Entry) Result {

@@ -926,6 +926,19 @@ func (s *State) Segments() []SegmentInfo {
 // ClientSegments lists the segment IDs mounted for a client.
 func (s *State) ClientSegments(clientID string) []string { return slices.Clone(s.clients[clientID]) }
 
+// ClientEngines lists the transfer-engine names (segment names) of a client's segments, sorted,
+// without repeats.
+func (s *State) ClientEngines(clientID string) []string {
+	var out []string
+	for _, id := range s.clients[clientID] {
+		if seg := s.segments[id]; seg != nil && seg.Name != "" && !slices.Contains(out, seg.Name) {
+			out = append(out, seg.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // Clients lists the client IDs that have segments mounted, sorted.
 func (s *State) Clients() []string { return sortedMapKeys(s.clients) }
 

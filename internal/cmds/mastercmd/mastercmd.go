@@ -48,6 +48,16 @@ func run(ctx context.Context, cfg master.Config) error {
 		log.Printf("mooncake_master: G3 file tier at %s (capacity %s, when full: %s)", cfg.RootFSDir,
 			capacityText(cfg.GlobalFileSegmentSize), cfg.DFSFullPolicy)
 	}
+	if cfg.RPCInterface != "" {
+		ip, err := interfaceIPv4(cfg.RPCInterface)
+		if err != nil {
+			return fmt.Errorf("--rpc_interface=%s: %w", cfg.RPCInterface, err)
+		}
+		cfg.RPCAddress = ip
+	}
+	if cfg.MemoryAllocator == "cachelib" {
+		log.Printf("mooncake_master: --memory_allocator=cachelib: this master has one segment allocator, the offset (first-fit range) one; using it")
+	}
 	rpcLis, err := net.Listen("tcp", net.JoinHostPort(cfg.RPCAddress, strconv.Itoa(cfg.RPCPort)))
 	if err != nil {
 		return fmt.Errorf("listen for rpc on %s:%d: %w", cfg.RPCAddress, cfg.RPCPort, err)
@@ -58,7 +68,21 @@ func run(ctx context.Context, cfg master.Config) error {
 		rpcLis.Close()
 		return err
 	}
-	srv := master.NewServer(cfg, master.WithSecurity(sec))
+	opts := []master.Option{master.WithSecurity(sec)}
+	var md *metadata.HTTPServer
+	if cfg.EnableHTTPMetadataServer {
+		md = metadata.NewHTTPServer(metadata.HTTPServerConfig{AuthToken: cfg.AuthToken})
+		if cfg.EnableMetadataCleanupOnTimeout {
+			opts = append(opts, master.WithClientExpired(func(id string, engines []string) {
+				n := 0
+				for _, name := range engines {
+					n += md.ForgetEngine(name)
+				}
+				log.Printf("mooncake_master: client %s timed out: removed %d http metadata entries of %s", id, n, strings.Join(engines, ", "))
+			}))
+		}
+	}
+	srv := master.NewServer(cfg, opts...)
 
 	// Snapshots and HA.
 	var snaps *snapshot.Manager
@@ -154,8 +178,7 @@ func run(ctx context.Context, cfg master.Config) error {
 		}
 		return err
 	}
-	if cfg.EnableHTTPMetadataServer {
-		md := metadata.NewHTTPServer(metadata.HTTPServerConfig{AuthToken: cfg.AuthToken})
+	if md != nil {
 		port, err := serveHTTP("http metadata", net.JoinHostPort(cfg.HTTPMetadataServerHost, strconv.Itoa(cfg.HTTPMetadataServerPort)), md)
 		if err != nil {
 			rpcLis.Close()
@@ -235,4 +258,22 @@ func capacityText(n uint64) string {
 		return "unlimited"
 	}
 	return fmt.Sprintf("%d bytes", n)
+}
+
+// interfaceIPv4 is the first IPv4 address of the network interface name (--rpc_interface).
+func interfaceIPv4(name string) (string, error) {
+	ifc, err := net.InterfaceByName(name)
+	if err != nil {
+		return "", fmt.Errorf("no such network interface: %w", err)
+	}
+	addrs, err := ifc.Addrs()
+	if err != nil {
+		return "", fmt.Errorf("addresses of %s: %w", name, err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil {
+			return n.IP.To4().String(), nil
+		}
+	}
+	return "", fmt.Errorf("interface %s has no IPv4 address", name)
 }
