@@ -36,7 +36,8 @@ HOLDER = textwrap.dedent("""
     sys.path.insert(0, sys.argv[2])
     from mooncake.store import MooncakeDistributedStore
     s = MooncakeDistributedStore()
-    rc = s.setup("127.0.0.1", "P2PHANDSHAKE", 8 << 20, 4 << 20, "tcp", "", sys.argv[1], enable_ssd_offload=True)
+    seg = int(sys.argv[3]) if len(sys.argv) > 3 else 8 << 20
+    rc = s.setup("127.0.0.1", "P2PHANDSHAKE", seg, 4 << 20, "tcp", "", sys.argv[1], enable_ssd_offload=True)
     print("READY" if rc == 0 else f"FAILED {rc}", flush=True)
     sys.stdin.read()
     s.close()
@@ -47,10 +48,10 @@ def value(i: int, n: int = SIZE) -> bytes:
     return (i.to_bytes(4, "little") * (n // 4 + 1))[:n]
 
 
-def start_holder(python_exe: str, master: Master, ssd_dir: str) -> subprocess.Popen:
+def start_holder(python_exe: str, master: Master, ssd_dir: str, segment: int = 8 * MB, **env_extra: str) -> subprocess.Popen:
     os.makedirs(ssd_dir, exist_ok=True)
-    env = dict(os.environ, MOONCAKE_OFFLOAD_FILE_STORAGE_PATH=ssd_dir, MOONCAKE_OFFLOAD_BUCKET_KEYS_LIMIT="16")
-    p = subprocess.Popen([python_exe, "-c", HOLDER, master.addr, os.path.join(ROOT, "python")], env=env,
+    env = dict(os.environ, MOONCAKE_OFFLOAD_FILE_STORAGE_PATH=ssd_dir, MOONCAKE_OFFLOAD_BUCKET_KEYS_LIMIT="16", **env_extra)
+    p = subprocess.Popen([python_exe, "-c", HOLDER, master.addr, os.path.join(ROOT, "python"), str(segment)], env=env,
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     line = p.stdout.readline()
     assert line.strip() == "READY", line
@@ -106,6 +107,52 @@ def test_offload_working_set_and_promotion(offload):
     assert s.get_offload_rpc_read_count() == before  # served from memory now
     # Removed keys are gone, files of fully removed buckets too (handed back to their holders).
     assert s.is_exist(f"o{N - 1}") == 0
+
+
+def test_local_disk_stays_within_its_quota(tmp_path, python_exe):
+    """MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES: with write-behind copies of 10 MiB of puts into a
+    client whose offload directory may hold 4 MiB, the master keeps that client's local copies
+    within 90% of it (oldest dropped, --enable_disk_eviction by default), and every key still
+    reads back from memory."""
+    m = Master("--enable_offload", "--client_ttl=5")
+    holder = start_holder(python_exe, m, str(tmp_path / "ssd"), segment=64 * MB,
+                          MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES=str(4 * MB))
+    s = MooncakeDistributedStore()
+    try:
+        assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 4 * MB, "tcp", "", m.addr) == 0
+        quota = 4 * MB - 4 * MB // 10
+
+        def labelled(name):
+            return float(next(line.rsplit(" ", 1)[1] for line in m.http("/metrics").splitlines() if line.startswith(name + " ")))
+
+        def settle():  # the copy of the last put written (one at a time: the order is then exact)
+            deadline = time.time() + 20
+            while time.time() < deadline and labelled('mooncake_master_tier_objects{state="moving"}') > 0:
+                time.sleep(0.01)
+            assert labelled('mooncake_master_tier_objects{state="moving"}') == 0
+
+        n = 40
+        for i in range(n):
+            assert s.put(f"q{i}", value(i)) == 0, i
+            settle()
+        used = m.metric("mooncake_master_local_disk_used_bytes")
+        kept = 0  # the copies on disk as the quota rule keeps them: room made down to 90% of the quota
+        for _ in range(n):
+            if (kept + 1) * SIZE > quota:
+                kept = min(kept, (quota - quota // 10 - SIZE) // SIZE)
+            kept += 1
+        assert used == kept * SIZE, (used, kept)
+        evicted = labelled('mooncake_master_tier_moves_total{result="local_disk_evicted"}')
+        assert labelled('mooncake_master_tier_moves_total{result="local_disk_refused"}') == 0
+        assert labelled('mooncake_master_tier_moves_total{result="offloaded"}') == n
+        on_disk = [i for i in range(n) if "local_disk" in kinds(s, f"q{i}")]
+        assert len(on_disk) * SIZE == used and on_disk == list(range(n - len(on_disk), n))  # the newest stay
+        assert evicted == n - len(on_disk) and used <= quota
+        assert [i for i in range(n) if s.get(f"q{i}") != value(i)] == []
+    finally:
+        s.close()
+        stop(holder)
+        m.stop()
 
 
 def test_offload_holder_killed(offload):

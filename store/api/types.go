@@ -43,6 +43,9 @@ type Segment struct {
 	// OffloadEndpoint is set by a client with SSD offload (setup(enable_ssd_offload=True)):
 	// the host:port where it serves reads of the objects on its local disk.
 	OffloadEndpoint string `json:"offload_endpoint,omitempty"`
+	// OffloadCapacity is the bytes that client's offload directory may hold
+	// (MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES, at most its filesystem's size); 0: not limited.
+	OffloadCapacity uint64 `json:"offload_capacity,omitempty"`
 	// Draining is set by the master while the segment is in an unmount's grace period
 	// (unmount_segment with grace_period_seconds > 0): its objects stay readable, no new
 	// object is placed on it. A mount request's value is ignored.

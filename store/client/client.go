@@ -250,7 +250,7 @@ func NewWithEngine(ctx context.Context, eng Engine, cfg Config) (*Client, error)
 			if err := c.startLocalDisk(cfg.Offload, offloadHost(eng.SegmentName(), cfg.LocalHostname)); err != nil {
 				return fail(err)
 			}
-			c.segment.OffloadEndpoint = c.local.endpoint
+			c.segment.OffloadEndpoint, c.segment.OffloadCapacity = c.local.endpoint, c.local.capacity
 		}
 		if err := c.mount(ctx); err != nil {
 			return fail(err)

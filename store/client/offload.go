@@ -45,6 +45,7 @@ type OffloadConfig struct {
 	BucketKeys  int           // objects per bucket file (0: 500)
 	BucketBytes uint64        // bytes per bucket file (0: 256 MiB)
 	Heartbeat   time.Duration // housekeeping period (0: 10 s)
+	TotalBytes  uint64        // most bytes the directory may hold (MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES; 0: 2 TiB)
 }
 
 const lockName = ".lock"
@@ -55,6 +56,7 @@ type localDisk struct {
 	lock     *os.File
 	srv      *http.Server
 	endpoint string
+	capacity uint64 // TotalBytes, at most the filesystem's size: reported to the master with the segment
 	httpc    *http.Client
 	keys     int
 	bytes    uint64
@@ -101,6 +103,14 @@ func (c *Client) startLocalDisk(cfg OffloadConfig, host string) error {
 	}
 	if l.beat <= 0 {
 		l.beat = 10 * time.Second
+	}
+	l.capacity = cfg.TotalBytes
+	if l.capacity == 0 {
+		l.capacity = 2 << 40
+	}
+	var fs unix.Statfs_t
+	if unix.Statfs(cfg.Dir, &fs) == nil && fs.Blocks > 0 {
+		l.capacity = min(l.capacity, fs.Blocks*uint64(fs.Bsize))
 	}
 	if err := os.Mkdir(l.dir, 0o755); err != nil {
 		return api.Errorf(api.INVALID_PARAMS, "enable_ssd_offload: %v", err)

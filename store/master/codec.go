@@ -168,6 +168,7 @@ func DecodeState(cfg Config, b []byte) (*State, error) {
 		}
 		s.objects[o.key] = o
 		s.noteResident(o)
+		s.noteDiskUse(o)
 		s.restat(o)
 		s.noteTimed(o, 0) // the time is not known here: whatever ever had a pin or a lease
 		if !o.complete {

@@ -91,9 +91,8 @@ type Config struct {
 	// transfer-engine entries (segment descriptor, RPC endpoint).
 	EnableMetadataCleanupOnTimeout bool
 
-	// Upstream names accepted so that upstream command lines and config files start this master
-	// (docs/store.md, "mooncake_master flags"): what they select is what this master does anyway,
-	// or what it does not have.
+	// Upstream names (docs/store.md, "mooncake_master: upstream's flags and config files"):
+	// what the first ones select is what this master does anyway, or what it does not have.
 	MemoryAllocator         string        // --memory_allocator: offset (this master's allocator) or cachelib
 	EnableCXL               bool          // --enable_cxl: refused (no CXL/DAX memory support)
 	CXLPath                 string        // --cxl_path
@@ -103,8 +102,8 @@ type Config struct {
 	MaxTotalProcessingTasks uint64        // --max_total_processing_tasks
 	PendingTaskTimeout      time.Duration // --pending_task_timeout_sec
 	ProcessingTaskTimeout   time.Duration // --processing_task_timeout_sec
-	EnableDiskEviction      bool          // --enable_disk_eviction (upstream's storage-backend eviction)
-	QuotaBytes              uint64        // --quota_bytes (upstream's storage-backend quota)
+	EnableDiskEviction      bool          // --enable_disk_eviction: a move past a client's local-disk quota drops its oldest local copies (else it is refused)
+	QuotaBytes              uint64        // --quota_bytes: a client's local-disk quota (0: 90% of the capacity it reports)
 }
 
 // HotStandbyConfig is upstream's HotStandbyConfig. A standby here follows the HA oplog
@@ -427,8 +426,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Uint64Var(&c.MaxTotalProcessingTasks, "max_total_processing_tasks", c.MaxTotalProcessingTasks, "accepted: replica tasks run in the client that creates them here")
 	fs.Var(durationFlag{&c.PendingTaskTimeout, time.Second}, "pending_task_timeout_sec", "accepted: replica tasks run in the client that creates them here")
 	fs.Var(durationFlag{&c.ProcessingTaskTimeout, time.Second}, "processing_task_timeout_sec", "accepted: replica tasks run in the client that creates them here")
-	fs.BoolVar(&c.EnableDiskEviction, "enable_disk_eviction", c.EnableDiskEviction, "accepted: upstream's storage-backend eviction (see docs/multi-tier.md)")
-	fs.Var(sizeFlag{&c.QuotaBytes}, "quota_bytes", "accepted: upstream's storage-backend quota (see docs/multi-tier.md)")
+	fs.BoolVar(&c.EnableDiskEviction, "enable_disk_eviction", c.EnableDiskEviction, "SSD offload: a move past a client's local-disk quota drops that client's oldest local copies (false: the move is refused)")
+	fs.Var(sizeFlag{&c.QuotaBytes}, "quota_bytes", "SSD offload: bytes each client's local disk may hold (0: 90% of the capacity it reports, MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES)")
 }
 
 // ParseFlags parses args (without the program name) into a Config: defaults, then the file

@@ -52,13 +52,108 @@ func (s *State) localTarget(o *object) (replicaRec, *segment) {
 }
 
 // canOffload reports whether an eviction victim without a file can move down instead of
-// being dropped.
+// being dropped: to G3, or to its client's local disk when that has room or can make it.
 func (s *State) canOffload(o *object) bool {
 	if s.cfg.RootFSDir != "" {
 		return true
 	}
 	_, seg := s.localTarget(o)
-	return seg != nil
+	return seg != nil && (s.localFits(seg.ClientID, o.size) || s.cfg.EnableDiskEviction && o.size <= s.localQuota(seg.ClientID))
+}
+
+// A client's local disk has a quota (upstream's storage-backend quota): --quota_bytes when set
+// (at most the capacity the client reported), else 90% of that capacity
+// (MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES, at most the size of its filesystem). A move that
+// would take the disk past it makes room first with --enable_disk_eviction (the client's oldest
+// local copies go, see localRoom), or is refused (the object moves to G3 if there is one, or is
+// evicted as without SSD offload; a copy right after a put is simply not made).
+
+// diskUse is one client's local disk: bytes of its objects there, and of moves to it in progress.
+type diskUse struct{ used, reserved uint64 }
+
+func (s *State) diskUseOf(client string) *diskUse {
+	u := s.localUse[client]
+	if u == nil {
+		u = &diskUse{}
+		s.localUse[client] = u
+	}
+	return u
+}
+
+// tidyDiskUse forgets client's entry once nothing is on its disk or on the way there.
+func (s *State) tidyDiskUse(client string) {
+	if u := s.localUse[client]; u != nil && u.used == 0 && u.reserved == 0 {
+		delete(s.localUse, client)
+	}
+}
+
+// noteDiskUse counts o's local copy and its move to a local disk (when decoding a state).
+func (s *State) noteDiskUse(o *object) {
+	if o.disk != nil && o.disk.client != "" {
+		s.diskUseOf(o.disk.client).used += o.size
+	}
+	if o.offload != nil && o.offload.local {
+		s.diskUseOf(o.offload.client).reserved += o.size
+	}
+}
+
+// localQuota is how many bytes client's local disk may hold (0: no limit).
+func (s *State) localQuota(client string) uint64 {
+	var capacity uint64
+	for _, id := range s.clients[client] {
+		if c := s.segments[id].OffloadCapacity; c > 0 && (capacity == 0 || c < capacity) {
+			capacity = c
+		}
+	}
+	switch q := s.cfg.QuotaBytes; {
+	case q > 0 && capacity > 0:
+		return min(q, capacity)
+	case q > 0:
+		return q
+	}
+	return capacity - capacity/10
+}
+
+// localFits reports whether need more bytes fit client's quota as things stand.
+func (s *State) localFits(client string, need uint64) bool {
+	q := s.localQuota(client)
+	if q == 0 {
+		return true
+	}
+	var inUse uint64
+	if u := s.localUse[client]; u != nil {
+		inUse = u.used + u.reserved
+	}
+	return inUse+need <= q
+}
+
+// localRoom reports whether need more bytes fit client's quota, making room with
+// --enable_disk_eviction: the client's oldest local copies (not leased, not being promoted) go
+// until 90% of the quota holds need too, so that the walk over every object is not repeated
+// for each move. A copy of an object that is still in memory goes alone; an object with no
+// other copy goes.
+func (s *State) localRoom(client string, need uint64, now int64) bool {
+	if s.localFits(client, need) {
+		return true
+	}
+	q := s.localQuota(client)
+	if !s.cfg.EnableDiskEviction || need > q {
+		return false
+	}
+	old := s.oldestOnDisk(now, func(d *diskRec) bool { return d.client == client })
+	target := q - q/10
+	for _, o := range old {
+		if u := s.localUse[client]; u == nil || u.used+u.reserved+need <= target {
+			break
+		}
+		s.counters.LocalDiskEvicted++
+		if s.inMemory(o) {
+			s.dropDisk(o)
+		} else {
+			s.deleteObject(o)
+		}
+	}
+	return s.localFits(client, need)
 }
 
 func (s *State) localReplica(o *object) api.Replica {

@@ -2,6 +2,7 @@ package master
 
 import (
 	"testing"
+	"time"
 
 	"github.com/mooncake-go/mooncake/store/api"
 )
@@ -123,5 +124,106 @@ func TestHolderGoneDuringPromotionRemovesTheObject(t *testing.T) {
 	}
 	if st := h.s.Stats(h.now); st.Used != 0 || st.Moving != 0 {
 		t.Fatalf("after the holder expired: %+v", st)
+	}
+}
+
+// TestLocalDiskQuota: a client's local disk stays within its quota. With --enable_disk_eviction
+// a move makes room by dropping the oldest local copies (not leased ones) to 90% of the quota;
+// an object with no other copy goes with its copy. Without it the move is refused, and an
+// eviction victim with nowhere to go is evicted as without SSD offload.
+func TestLocalDiskQuota(t *testing.T) {
+	setup := func(evict bool) *harness {
+		h := offloadHarness(t, func(c *Config) { c.OffloadOnEvict, c.QuotaBytes, c.EnableDiskEviction = true, 2048, evict })
+		h.mountOffload("c1", "s1", "host1", "host1:9000", 1<<20, 8192)
+		h.mount("c2", "s2", "host2", 1<<30, 8192)
+		for _, k := range []string{"a", "b", "c"} {
+			expectCode(t, "put "+k, h.put("c1", k, 1024, api.ReplicateConfig{PreferredSegments: []string{"s1"}}), api.OK)
+		}
+		for _, k := range []string{"a", "b"} { // a and b move to c1's disk, a first: 2048 of 2048 bytes
+			h.advance(time.Second)
+			if !h.s.startOffload(h.s.objects[k], h.now, false) {
+				t.Fatalf("no move of %s to local disk", k)
+			}
+			h.finishMoves("c1")
+		}
+		if st := h.s.Stats(h.now); st.LocalDiskUsed != 2048 || st.DiskOnly != 2 {
+			t.Fatalf("after two moves: %+v", st)
+		}
+		return h
+	}
+
+	// Eviction on: c's move drops a and b (both only on disk) to get under 90% of the quota.
+	h := setup(true)
+	if !h.s.startOffload(h.s.objects["c"], h.now, false) {
+		t.Fatal("c's move refused with disk eviction on")
+	}
+	if ok, _ := h.s.Exists("a"); ok {
+		t.Fatal("a (only on c1's disk) survived the disk eviction")
+	}
+	if ok, _ := h.s.Exists("b"); ok {
+		t.Fatal("b survived")
+	}
+	if n := len(h.s.localGarbage); n != 2 || h.s.localGarbage[0].Client != "c1" {
+		t.Fatalf("files handed to c1 to delete: %v", h.s.localGarbage)
+	}
+	if st := h.s.Stats(h.now); st.LocalDiskUsed != 0 || st.Counters.LocalDiskEvicted != 2 || *h.s.localUse["c1"] != (diskUse{reserved: 1024}) {
+		t.Fatalf("after the disk eviction: %+v, use %+v", st, h.s.localUse["c1"])
+	}
+	h.finishMoves("c1")
+	if u := *h.s.localUse["c1"]; u != (diskUse{used: 1024}) {
+		t.Fatalf("c1's disk after c's move: %+v", u)
+	}
+
+	// A leased copy stays: a reader holds a, so only b goes, which is room enough.
+	h = setup(true)
+	expectCode(t, "get a", h.apply(Entry{Op: OpGrantLease, ClientID: "c2", Key: "a"}), api.OK)
+	if !h.s.startOffload(h.s.objects["c"], h.now, false) {
+		t.Fatal("c's move refused")
+	}
+	if ok, _ := h.s.Exists("a"); !ok {
+		t.Fatal("the leased a was dropped")
+	}
+	if ok, _ := h.s.Exists("b"); ok {
+		t.Fatal("b survived")
+	}
+	// the state as a restored snapshot has it counts the same disk use
+	if d := h.snapshot(); len(d.localUse) != 1 || *d.localUse["c1"] != *h.s.localUse["c1"] || *d.localUse["c1"] != (diskUse{used: 1024, reserved: 1024}) {
+		t.Fatalf("restored disk use %+v, want %+v", d.localUse["c1"], h.s.localUse["c1"])
+	}
+
+	// Eviction off: the move is refused and counted; nothing on the disk goes.
+	h = setup(false)
+	if h.s.startOffload(h.s.objects["c"], h.now, false) {
+		t.Fatal("a move past the quota started without disk eviction")
+	}
+	if st := h.s.Stats(h.now); st.LocalDiskUsed != 2048 || st.Objects != 3 || st.Counters.LocalDiskRefused != 1 {
+		t.Fatalf("after the refusal: %+v", st)
+	}
+	// and memory eviction drops c (no tier can take it) rather than waiting on the full disk
+	h.advance(time.Second)
+	if freed, sched := h.s.evictPass(h.now); freed != 1 || sched != 0 {
+		t.Fatalf("eviction with a full local disk freed %d, scheduled %d", freed, sched)
+	}
+	if ok, _ := h.s.Exists("c"); ok {
+		t.Fatal("c was not evicted")
+	}
+
+	// The quota is 90% of the capacity the client reports, --quota_bytes capping it.
+	h = offloadHarness(t)
+	expectCode(t, "mount", h.apply(Entry{Op: OpMountSegment, ClientID: "c3", Segment: &api.Segment{ID: "s3", Name: "h3", Base: 1 << 20,
+		Size: 8192, OffloadEndpoint: "h3:1", OffloadCapacity: 10000}}), api.OK)
+	if q := h.s.localQuota("c3"); q != 9000 {
+		t.Fatalf("quota %d, want 9000", q)
+	}
+	h.s.cfg.QuotaBytes = 4096
+	if q := h.s.localQuota("c3"); q != 4096 {
+		t.Fatalf("quota with --quota_bytes %d, want 4096", q)
+	}
+	if q := h.s.localQuota("nobody"); q != 4096 {
+		t.Fatalf("quota of a client without a reported capacity %d, want --quota_bytes", q)
+	}
+	h.s.cfg.QuotaBytes = 0
+	if q := h.s.localQuota("nobody"); q != 0 {
+		t.Fatalf("quota %d, want 0 (no limit) without a capacity or --quota_bytes", q)
 	}
 }

@@ -311,7 +311,8 @@ func (s *Server) Snapshot() metrics.Snapshot {
 		DFSUsed: st.DFSUsed, DFSCapacity: s.dfsCapacity(),
 		Tier: metrics.TierStats{DiskOnly: st.DiskOnly, Moving: st.Moving, Offloaded: st.Counters.OffloadedObjects,
 			OffloadFailures: st.Counters.OffloadFailures, DFSRefused: st.Counters.DFSRefused,
-			DFSEvictedObjects: st.Counters.DFSEvictedObjects, DiskReads: st.Counters.DiskReads, Promotions: st.Counters.Promotions},
+			DFSEvictedObjects: st.Counters.DFSEvictedObjects, DiskReads: st.Counters.DiskReads, Promotions: st.Counters.Promotions,
+			LocalDiskUsed: st.LocalDiskUsed, LocalDiskEvicted: st.Counters.LocalDiskEvicted, LocalDiskRefused: st.Counters.LocalDiskRefused},
 	}
 	if s.ha != nil {
 		snap.HA = true

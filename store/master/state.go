@@ -72,6 +72,8 @@ type Counters struct {
 	// SSD offload (offload.go).
 	LocalOffloadedObjects uint64 `json:"local_offloaded_objects,omitempty"` // objects written to a client's local disk
 	LocalDiskLost         uint64 `json:"local_disk_lost,omitempty"`         // local-disk replicas dropped with their client
+	LocalDiskEvicted      uint64 `json:"local_disk_evicted,omitempty"`      // local-disk copies dropped to stay within a client's quota
+	LocalDiskRefused      uint64 `json:"local_disk_refused,omitempty"`      // moves to a local disk refused: quota reached, no disk eviction
 }
 
 // State is the master's metadata: segments, objects and clients. It changes only through Apply;
@@ -116,6 +118,9 @@ type State struct {
 	// SSD offload (offload.go).
 	localUsed    uint64      // bytes of objects on clients' local disks
 	localGarbage []LocalFile // local-disk files of dropped objects, handed to the caller of Apply
+	// localUse: per client, bytes on its local disk and bytes of moves to it in progress
+	// (derived from objects; kept up where local copies and moves begin and end).
+	localUse map[string]*diskUse
 }
 
 // NewState returns an empty state using cfg's store policy (leases, pins, eviction, allocation).
@@ -130,6 +135,7 @@ func NewState(cfg Config) *State {
 		stats:    newDerivedStats(),
 		moving:   map[string]*object{},
 		fileRefs: map[string]int{},
+		localUse: map[string]*diskUse{},
 	}
 }
 

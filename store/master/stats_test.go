@@ -63,6 +63,7 @@ func TestDerivedStateFollowsTheState(t *testing.T) {
 					c.DFSFullPolicy = "evict_oldest"
 				} else {
 					c.EnableOffload = true
+					c.QuotaBytes = 24 << 10 // small: moves to local disks make room there
 				}
 			})
 			var seen Stats // the largest of each count, to see the mix reach every one of them
@@ -80,6 +81,30 @@ func TestDerivedStateFollowsTheState(t *testing.T) {
 				}
 				if local != s.stats.localDisk {
 					t.Fatalf("%s: %d objects on local disks, counted %d", step, local, s.stats.localDisk)
+				}
+				use := map[string]diskUse{}
+				for _, o := range s.objects {
+					if o.disk != nil && o.disk.client != "" {
+						u := use[o.disk.client]
+						u.used += o.size
+						use[o.disk.client] = u
+					}
+					if o.offload != nil && o.offload.local {
+						u := use[o.offload.client]
+						u.reserved += o.size
+						use[o.offload.client] = u
+					}
+				}
+				if len(use) != len(s.localUse) {
+					t.Fatalf("%s: local disk use kept for %d clients, a walk finds %d", step, len(s.localUse), len(use))
+				}
+				for c, u := range use {
+					if got := s.localUse[c]; got == nil || *got != u {
+						t.Fatalf("%s: %s's local disk use %+v, a walk %+v", step, c, got, u)
+					}
+					if q := s.localQuota(c); q > 0 && u.used+u.reserved > q {
+						t.Fatalf("%s: %s's local disk holds %d bytes, quota %d", step, c, u.used+u.reserved, q)
+					}
 				}
 				for k, o := range s.objects {
 					if _, ok := s.resident[o]; len(o.replicas) > 0 && !ok {
@@ -169,6 +194,9 @@ func TestDerivedStateFollowsTheState(t *testing.T) {
 			}
 			if mode == "g3" && st.Counters.DFSEvictedObjects == 0 {
 				t.Fatalf("G3 never filled up: %+v", st.Counters)
+			}
+			if mode != "g3" && st.Counters.LocalDiskEvicted == 0 {
+				t.Fatalf("no local disk ever reached its quota: %+v", st.Counters)
 			}
 			ref := NewState(h.s.cfg)
 			for _, e := range h.log {

@@ -184,9 +184,11 @@ func (s *State) dropDisk(o *object) {
 			s.localGarbage = append(s.localGarbage, LocalFile{Client: o.disk.client, Path: o.disk.path})
 		}
 	}
-	if o.disk.client != "" {
+	if c := o.disk.client; c != "" {
 		s.localUsed -= o.size
 		s.stats.localDisk--
+		s.diskUseOf(c).used -= o.size
+		s.tidyDiskUse(c)
 	} else {
 		s.dfsUsed -= o.size
 	}
@@ -202,11 +204,19 @@ func (s *State) endMove(o *object) {
 }
 
 func (s *State) cancelOffload(o *object) {
-	if !o.offload.local {
-		s.dfsReserved -= o.size
-	}
+	s.unreserve(o)
 	s.clearOffload(o)
 	s.endMove(o)
+}
+
+// unreserve gives back the room o's move to a disk tier held.
+func (s *State) unreserve(o *object) {
+	if !o.offload.local {
+		s.dfsReserved -= o.size
+		return
+	}
+	s.diskUseOf(o.offload.client).reserved -= o.size
+	s.tidyDiskUse(o.offload.client)
 }
 
 func (s *State) cancelPromote(o *object) {
@@ -227,9 +237,7 @@ func (s *State) dropTiers(o *object) {
 		s.dropDisk(o)
 	}
 	if o.offload != nil {
-		if !o.offload.local {
-			s.dfsReserved -= o.size
-		}
+		s.unreserve(o)
 		s.clearOffload(o)
 	}
 	o.promote = nil
@@ -285,25 +293,7 @@ func (s *State) dfsRoom(need uint64, now int64) bool {
 	if fits() || need > c || s.cfg.DFSFullPolicy != "evict_oldest" {
 		return fits()
 	}
-	var old []*object
-	for _, o := range s.objects {
-		if o.disk != nil && o.disk.client == "" && o.leaseUntil <= now && o.promote == nil {
-			old = append(old, o)
-		}
-	}
-	slices.SortFunc(old, func(a, b *object) int {
-		if a.disk.at != b.disk.at {
-			if a.disk.at < b.disk.at {
-				return -1
-			}
-			return 1
-		}
-		if a.key < b.key {
-			return -1
-		}
-		return 1
-	})
-	for _, o := range old {
+	for _, o := range s.oldestOnDisk(now, func(d *diskRec) bool { return d.client == "" }) {
 		if fits() {
 			break
 		}
@@ -318,17 +308,43 @@ func (s *State) dfsRoom(need uint64, now int64) bool {
 	return fits()
 }
 
+// oldestOnDisk lists the objects whose disk copy which selects, not leased and not being
+// promoted (copies that may go), oldest copy first (then by key: the order is the same on
+// every replica of the state).
+func (s *State) oldestOnDisk(now int64, which func(*diskRec) bool) []*object {
+	var old []*object
+	for _, o := range s.objects {
+		if o.disk != nil && which(o.disk) && o.leaseUntil <= now && o.promote == nil {
+			old = append(old, o)
+		}
+	}
+	slices.SortFunc(old, func(a, b *object) int {
+		if a.disk.at != b.disk.at {
+			if a.disk.at < b.disk.at {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.key, b.key)
+	})
+	return old
+}
+
 // startOffload hands o (complete, in memory, no file) to the client of a memory copy: to its
 // local disk when that client has SSD offload (offload.go), else to G3. It returns false when
 // neither tier can take it (counting a refusal when the G3 tier has no room). keep marks a copy
 // made right after the put (--enable_offload without --offload_on_evict): the memory copy stays.
 func (s *State) startOffload(o *object, now int64, keep bool) bool {
 	if r, seg := s.localTarget(o); seg != nil {
-		s.dfsGen++
-		s.setOffload(o, &offloadRec{client: seg.ClientID, segID: r.segID, addr: r.addr, path: dfs.PathFor(o.key, s.dfsGen), gen: s.dfsGen,
-			started: now, local: true, keep: keep, endpoint: seg.OffloadEndpoint})
-		s.moving[o.key] = o
-		return true
+		if s.localRoom(seg.ClientID, o.size, now) {
+			s.dfsGen++
+			s.setOffload(o, &offloadRec{client: seg.ClientID, segID: r.segID, addr: r.addr, path: dfs.PathFor(o.key, s.dfsGen), gen: s.dfsGen,
+				started: now, local: true, keep: keep, endpoint: seg.OffloadEndpoint})
+			s.moving[o.key] = o
+			s.diskUseOf(seg.ClientID).reserved += o.size
+			return true
+		}
+		s.counters.LocalDiskRefused++ // no room on that disk: G3 if there is one
 	}
 	if s.cfg.RootFSDir == "" || keep {
 		return false
@@ -371,6 +387,9 @@ func (s *State) offloadDone(e Entry) Result {
 	defer s.restat(o)
 	if off.local {
 		o.disk.client, o.disk.endpoint = off.client, off.endpoint
+		u := s.diskUseOf(off.client)
+		u.reserved -= o.size
+		u.used += o.size
 		s.localUsed += o.size
 		s.stats.localDisk++
 		s.counters.LocalOffloadedObjects++

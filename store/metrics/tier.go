@@ -12,12 +12,16 @@ type TierStats struct {
 	DFSEvictedObjects uint64 // G3 objects dropped to make room (dfs_full_policy=evict_oldest)
 	DiskReads         uint64 // gets answered from a G3 file (no memory copy)
 	Promotions        uint64 // objects copied back into memory after disk hits
+	LocalDiskUsed     uint64 // bytes on clients' local disks (SSD offload)
+	LocalDiskEvicted  uint64 // local-disk copies dropped to keep a client's disk within its quota
+	LocalDiskRefused  uint64 // moves to a local disk refused: quota reached, no disk eviction
 }
 
 var (
 	descTierObjects = prometheus.NewDesc("mooncake_master_tier_objects", "Objects by where their only/hottest copy lives: disk_only (G3 file only), moving (a move between tiers in progress).", []string{"state"}, nil)
-	descTierMoves   = prometheus.NewDesc("mooncake_master_tier_moves_total", "Tier moves by result: offloaded (written to G3), offload_failed, dfs_refused (G3 full, object kept in memory), dfs_evicted (G3 object dropped, oldest first), promoted (copied back to memory).", []string{"result"}, nil)
+	descTierMoves   = prometheus.NewDesc("mooncake_master_tier_moves_total", "Tier moves by result: offloaded (written to G3), offload_failed, dfs_refused (G3 full, object kept in memory), dfs_evicted (G3 object dropped, oldest first), promoted (copied back to memory), local_disk_evicted (a client's local-disk copy dropped to stay within its quota, oldest first), local_disk_refused (a move to a full local disk refused).", []string{"result"}, nil)
 	descTierReads   = prometheus.NewDesc("mooncake_master_disk_reads_total", "Gets of objects that had no memory copy (served from the G3 tier).", nil, nil)
+	descLocalUsed   = prometheus.NewDesc("mooncake_master_local_disk_used_bytes", "Bytes of objects on clients' local disks (SSD offload), all clients together.", nil, nil)
 )
 
 func collectTier(ch chan<- prometheus.Metric, t TierStats) {
@@ -27,8 +31,10 @@ func collectTier(ch chan<- prometheus.Metric, t TierStats) {
 		r string
 		v uint64
 	}{{"offloaded", t.Offloaded}, {"offload_failed", t.OffloadFailures}, {"dfs_refused", t.DFSRefused},
-		{"dfs_evicted", t.DFSEvictedObjects}, {"promoted", t.Promotions}} {
+		{"dfs_evicted", t.DFSEvictedObjects}, {"promoted", t.Promotions}, {"local_disk_evicted", t.LocalDiskEvicted},
+		{"local_disk_refused", t.LocalDiskRefused}} {
 		ch <- prometheus.MustNewConstMetric(descTierMoves, prometheus.CounterValue, float64(m.v), m.r)
 	}
 	ch <- prometheus.MustNewConstMetric(descTierReads, prometheus.CounterValue, float64(t.DiskReads))
+	ch <- prometheus.MustNewConstMetric(descLocalUsed, prometheus.GaugeValue, float64(t.LocalDiskUsed))
 }
