@@ -207,6 +207,7 @@ func (s *State) decodeObject(oj objectJSON) (*object, error) {
 	if d := oj.Disk; d != nil {
 		o.disk = &diskRec{path: d.Path, offset: d.Offset, sum: d.Sum, at: d.At, client: d.Client, endpoint: d.Endpoint}
 		s.fileRefs[o.disk.ref()]++
+		s.noteDisk(o)
 		if o.disk.client != "" {
 			s.stats.localDisk++
 		}

@@ -24,13 +24,7 @@ func BenchmarkTieredPut(b *testing.B) {
 			cfg.RootFSDir = "/g3"
 			cfg.EvictionRatio = 0.1
 			cfg.EvictionHighWatermarkRatio = 0.9
-			s := NewState(cfg)
-			now := int64(1e18)
-			apply := func(e Entry) Result {
-				now += 1000
-				e.Now = now
-				return s.Apply(e)
-			}
+			s, apply := benchState(cfg)
 			const size = 4096
 			apply(Entry{Op: OpMountSegment, ClientID: "c1", Segment: &api.Segment{ID: "s1", Name: "h:1", Base: 1 << 30, Size: uint64(n) * size}})
 			next := 0
@@ -119,5 +113,57 @@ func BenchmarkStats(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkWriteBehindPut: master cost per put with SSD offload copying every put to its
+// client's local disk (--enable_offload), the disk at its quota: each copy's reservation drops
+// old local copies now and then (down to 90% of the quota, a walk over every object).
+func BenchmarkWriteBehindPut(b *testing.B) {
+	for _, c := range []struct{ n, quota int }{{262144, 1 << 30}, {65536, 16384}, {262144, 65536}, {262144, 4096}} {
+		b.Run(fmt.Sprintf("objects=%d/disk=%d", c.n, c.quota), func(b *testing.B) {
+			const size = 4096
+			cfg := DefaultConfig()
+			cfg.EnableOffload = true
+			cfg.QuotaBytes = uint64(c.quota) * size
+			s, apply := benchState(cfg)
+			apply(Entry{Op: OpMountSegment, ClientID: "c1", Segment: &api.Segment{ID: "s1", Name: "h:1", Base: 1 << 30,
+				Size: 1 << 42, OffloadEndpoint: "h:2"}})
+			next := 0
+			put := func() {
+				cfg := api.ReplicateConfig{}
+				key := fmt.Sprintf("k%09d", next)
+				next++
+				if r := apply(Entry{Op: OpPutStart, ClientID: "c1", Key: key, Size: size, Config: &cfg}); r.Code != api.OK {
+					b.Fatalf("put %s: %v", key, r.Err())
+				}
+				apply(Entry{Op: OpPutEnd, ClientID: "c1", Key: key})
+				for _, t := range s.OffloadTasks("c1") {
+					apply(Entry{Op: OpOffloadDone, ClientID: "c1", Key: t.Key, Path: t.Path, Checksum: 1})
+				}
+			}
+			for range c.n {
+				put()
+			}
+			b.ResetTimer()
+			for range b.N {
+				put()
+			}
+			b.StopTimer()
+			if u := s.localUse["c1"]; u == nil || u.used > cfg.QuotaBytes {
+				b.Fatalf("disk use %+v past the quota %d", u, cfg.QuotaBytes)
+			}
+		})
+	}
+}
+
+// benchState is a state with cfg and an apply that stamps entries 1 µs apart.
+func benchState(cfg Config) (*State, func(Entry) Result) {
+	s := NewState(cfg)
+	now := int64(1e18)
+	return s, func(e Entry) Result {
+		now += 1000
+		e.Now = now
+		return s.Apply(e)
 	}
 }

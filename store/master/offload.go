@@ -129,9 +129,9 @@ func (s *State) localFits(client string, need uint64) bool {
 
 // localRoom reports whether need more bytes fit client's quota, making room with
 // --enable_disk_eviction: the client's oldest local copies (not leased, not being promoted) go
-// until 90% of the quota holds need too, so that the walk over every object is not repeated
-// for each move. A copy of an object that is still in memory goes alone; an object with no
-// other copy goes.
+// until 90% of the quota holds need too (room for the next copies, as upstream's low disk
+// watermark), through diskOrder (diskorder.go). A copy of an object that is still in memory
+// goes alone; an object with no other copy goes.
 func (s *State) localRoom(client string, need uint64, now int64) bool {
 	if s.localFits(client, need) {
 		return true
@@ -140,19 +140,11 @@ func (s *State) localRoom(client string, need uint64, now int64) bool {
 	if !s.cfg.EnableDiskEviction || need > q {
 		return false
 	}
-	old := s.oldestOnDisk(now, func(d *diskRec) bool { return d.client == client })
 	target := q - q/10
-	for _, o := range old {
-		if u := s.localUse[client]; u == nil || u.used+u.reserved+need <= target {
-			break
-		}
-		s.counters.LocalDiskEvicted++
-		if s.inMemory(o) {
-			s.dropDisk(o)
-		} else {
-			s.deleteObject(o)
-		}
-	}
+	s.dropOldest(client, now, func() bool {
+		u := s.localUse[client]
+		return u == nil || u.used+u.reserved+need <= target
+	}, func(*object) { s.counters.LocalDiskEvicted++ })
 	return s.localFits(client, need)
 }
 

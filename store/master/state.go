@@ -121,21 +121,25 @@ type State struct {
 	// localUse: per client, bytes on its local disk and bytes of moves to it in progress
 	// (derived from objects; kept up where local copies and moves begin and end).
 	localUse map[string]*diskUse
+	// diskOrder: per disk tier ("" G3, else a client's local disk), its copies oldest first
+	// (diskorder.go; derived from objects).
+	diskOrder map[string]*diskQueue
 }
 
 // NewState returns an empty state using cfg's store policy (leases, pins, eviction, allocation).
 func NewState(cfg Config) *State {
 	return &State{
-		cfg:      cfg,
-		segments: map[string]*segment{},
-		clients:  map[string][]string{},
-		objects:  map[string]*object{},
-		pending:  map[string]*object{},
-		resident: map[*object]struct{}{},
-		stats:    newDerivedStats(),
-		moving:   map[string]*object{},
-		fileRefs: map[string]int{},
-		localUse: map[string]*diskUse{},
+		cfg:       cfg,
+		segments:  map[string]*segment{},
+		clients:   map[string][]string{},
+		objects:   map[string]*object{},
+		pending:   map[string]*object{},
+		resident:  map[*object]struct{}{},
+		stats:     newDerivedStats(),
+		moving:    map[string]*object{},
+		fileRefs:  map[string]int{},
+		localUse:  map[string]*diskUse{},
+		diskOrder: map[string]*diskQueue{},
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -81,6 +82,32 @@ func TestDerivedStateFollowsTheState(t *testing.T) {
 				}
 				if local != s.stats.localDisk {
 					t.Fatalf("%s: %d objects on local disks, counted %d", step, local, s.stats.localDisk)
+				}
+				copies := map[string]int{}
+				for _, o := range s.objects {
+					if o.disk != nil {
+						copies[tierOf(o.disk)]++
+					}
+				}
+				for tier, n := range copies {
+					q := s.diskOrder[tier]
+					if q == nil || q.live != n {
+						t.Fatalf("%s: tier %q has %d disk copies, its queue %+v", step, tier, n, q)
+					}
+					var cur []diskItem
+					for _, it := range q.items {
+						if s.current(tier, it) {
+							cur = append(cur, it)
+						}
+					}
+					if len(cur) != n || !slices.IsSortedFunc(cur, itemBefore) {
+						t.Fatalf("%s: tier %q queues %d of its %d copies (sorted: %v)", step, tier, len(cur), n, slices.IsSortedFunc(cur, itemBefore))
+					}
+				}
+				for tier, q := range s.diskOrder {
+					if copies[tier] == 0 && len(q.items) > 64 {
+						t.Fatalf("%s: tier %q keeps %d entries and no copy", step, tier, len(q.items))
+					}
 				}
 				use := map[string]diskUse{}
 				for _, o := range s.objects {

@@ -175,6 +175,7 @@ func (s *State) dropMemory(o *object) {
 
 // dropDisk forgets o's G3 file (handed out as garbage).
 func (s *State) dropDisk(o *object) {
+	s.forgetDisk(o)
 	ref := o.disk.ref()
 	if s.fileRefs[ref]--; s.fileRefs[ref] <= 0 {
 		delete(s.fileRefs, ref)
@@ -293,41 +294,11 @@ func (s *State) dfsRoom(need uint64, now int64) bool {
 	if fits() || need > c || s.cfg.DFSFullPolicy != "evict_oldest" {
 		return fits()
 	}
-	for _, o := range s.oldestOnDisk(now, func(d *diskRec) bool { return d.client == "" }) {
-		if fits() {
-			break
-		}
+	s.dropOldest("", now, fits, func(o *object) {
 		s.counters.DFSEvictedObjects++
 		s.counters.DFSEvictedBytes += o.size
-		if s.inMemory(o) {
-			s.dropDisk(o)
-		} else {
-			s.deleteObject(o)
-		}
-	}
-	return fits()
-}
-
-// oldestOnDisk lists the objects whose disk copy which selects, not leased and not being
-// promoted (copies that may go), oldest copy first (then by key: the order is the same on
-// every replica of the state).
-func (s *State) oldestOnDisk(now int64, which func(*diskRec) bool) []*object {
-	var old []*object
-	for _, o := range s.objects {
-		if o.disk != nil && which(o.disk) && o.leaseUntil <= now && o.promote == nil {
-			old = append(old, o)
-		}
-	}
-	slices.SortFunc(old, func(a, b *object) int {
-		if a.disk.at != b.disk.at {
-			if a.disk.at < b.disk.at {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a.key, b.key)
 	})
-	return old
+	return fits()
 }
 
 // startOffload hands o (complete, in memory, no file) to the client of a memory copy: to its
@@ -398,6 +369,7 @@ func (s *State) offloadDone(e Entry) Result {
 		s.dfsUsed += o.size
 	}
 	s.fileRefs[o.disk.ref()]++
+	s.noteDisk(o)
 	s.clearOffload(o)
 	s.endMove(o)
 	if !off.keep {

@@ -1,0 +1,123 @@
+package master
+
+import (
+	"slices"
+	"strings"
+)
+
+// The order in which disk copies make room (G3 under --dfs_full_policy=evict_oldest, a
+// client's local disk at its quota): oldest copy first (diskRec.at), then by key, so that every
+// replica of the state picks the same copies. Each tier (G3: "", a local disk: its client id)
+// keeps its copies in that order as they are written, so making room costs the copies it drops
+// rather than a walk over every object. Entries are not removed when a copy goes: an entry
+// whose object no longer has that copy is skipped and trimmed as the head of the queue passes
+// it, and the queue is rebuilt from its live entries when it has grown to twice their number.
+
+// diskItem is a copy in a diskQueue: its object and the time it was written.
+type diskItem struct {
+	o  *object
+	at int64
+}
+
+type diskQueue struct {
+	items []diskItem // sorted by (at, key)
+	live  int        // copies of the tier that are still there (items also holds gone ones)
+}
+
+func itemBefore(a, b diskItem) int {
+	if a.at != b.at {
+		if a.at < b.at {
+			return -1
+		}
+		return 1
+	}
+	return strings.Compare(a.o.key, b.o.key)
+}
+
+// tierOf names o's disk copy's tier in State.diskOrder.
+func tierOf(d *diskRec) string { return d.client }
+
+// noteDisk queues o's disk copy, just written (or decoded).
+func (s *State) noteDisk(o *object) {
+	t := tierOf(o.disk)
+	q := s.diskOrder[t]
+	if q == nil {
+		q = &diskQueue{}
+		s.diskOrder[t] = q
+	}
+	it := diskItem{o, o.disk.at}
+	q.live++
+	if n := len(q.items); n == 0 || itemBefore(q.items[n-1], it) < 0 {
+		q.items = append(q.items, it) // the usual case: copies are written in time order
+	} else {
+		i, _ := slices.BinarySearchFunc(q.items, it, itemBefore)
+		for j := i; j < len(q.items) && itemBefore(q.items[j], it) == 0; j++ {
+			if q.items[j].o == o {
+				return // a copy made again at the same time: its old entry stands for it
+			}
+		}
+		q.items = slices.Insert(q.items, i, it)
+	}
+	if len(q.items) > 2*q.live+64 {
+		s.tidyDiskQueue(t)
+	}
+}
+
+// forgetDisk notes that o's disk copy goes (its queue entry is left to be skipped).
+func (s *State) forgetDisk(o *object) {
+	t := tierOf(o.disk)
+	if q := s.diskOrder[t]; q != nil {
+		if q.live--; q.live <= 0 {
+			delete(s.diskOrder, t) // every entry is stale (a client gone with its disk, say)
+		}
+	}
+}
+
+// current reports whether it is still a copy of tier t.
+func (s *State) current(t string, it diskItem) bool {
+	o := it.o
+	return s.objects[o.key] == o && o.disk != nil && tierOf(o.disk) == t && o.disk.at == it.at
+}
+
+// dropOldest drops tier t's copies oldest first, skipping those a reader holds a lease on and
+// those being promoted, until done reports true: a copy of an object still in memory goes
+// alone, an object with no other copy goes with it. count is called for each before it goes.
+func (s *State) dropOldest(t string, now int64, done func() bool, count func(o *object)) {
+	q := s.diskOrder[t]
+	if q == nil {
+		return
+	}
+	for i := 0; i < len(q.items) && !done(); i++ {
+		it := q.items[i]
+		if !s.current(t, it) || it.o.leaseUntil > now || it.o.promote != nil {
+			continue
+		}
+		count(it.o)
+		if s.inMemory(it.o) {
+			s.dropDisk(it.o)
+		} else {
+			s.deleteObject(it.o)
+		}
+	}
+	s.tidyDiskQueue(t)
+}
+
+// tidyDiskQueue trims t's queue of the entries of copies that are gone: those at its head, or
+// all of them once they are as many as the live ones.
+func (s *State) tidyDiskQueue(t string) {
+	q := s.diskOrder[t]
+	if q == nil {
+		return
+	}
+	head := 0
+	for head < len(q.items) && !s.current(t, q.items[head]) {
+		head++
+	}
+	q.items = q.items[head:]
+	if len(q.items) > 2*q.live+64 {
+		q.items = slices.DeleteFunc(q.items, func(it diskItem) bool { return !s.current(t, it) })
+	}
+	if q.live == 0 && len(q.items) == 0 {
+		delete(s.diskOrder, t)
+	}
+}
