@@ -738,12 +738,15 @@ func mc_store_remove_by_regex(h C.uint64_t, pattern *C.char, force C.int32_t) C.
 }
 
 //export mc_store_remove_all
-func mc_store_remove_all(h C.uint64_t) C.int64_t {
+func mc_store_remove_all(h C.uint64_t) C.int64_t { return mc_store_remove_all_ex(h, 0) }
+
+//export mc_store_remove_all_ex
+func mc_store_remove_all_ex(h C.uint64_t, keepHeld C.int32_t) C.int64_t {
 	c, err := storeClient(h)
 	if err != nil {
 		return C.int64_t(serr(err))
 	}
-	n, err := c.RemoveAll(context.Background())
+	n, err := c.RemoveAll(context.Background(), keepHeld != 0)
 	if err != nil {
 		return C.int64_t(serr(err))
 	}

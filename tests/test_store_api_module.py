@@ -37,7 +37,9 @@ def test_upstream_module_names_and_enum_members():
     assert ms.REPLICA_MOVE is ms.TaskType.REPLICA_MOVE and ms.SUCCESS is ms.TaskStatus.SUCCESS
     # in two enums: the later export (TaskStatus) holds the module name, as upstream's
     assert ms.PROCESSING is ms.TaskStatus.PROCESSING and ms.FAILED is ms.TaskStatus.FAILED
-    assert ms.Descriptor is ms.ReplicaDescriptor
+    assert ms.Descriptor is ms.BufferDescriptor  # upstream's AllocatedBuffer::Descriptor
+    d = ms.Descriptor()
+    assert (d.size, d.buffer_address, d.transport_endpoint) == (0, 0, "")
 
 
 def test_replicate_config_data_type(store):

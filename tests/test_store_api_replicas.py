@@ -126,9 +126,20 @@ def test_removal_family(store):
     assert store.remove_by_regex("^rx/[0-2]$") == 3
     assert store.batch_is_exist([f"rx/{i}" for i in range(5)]) == [0, 0, 0, 1, 1]
     assert store.remove_by_regex("(") == ErrorCode.INVALID_PARAMS
+    assert store.remove_by_regex(regex_pattern="^nothing$") == 0  # upstream's keyword
+    with pytest.raises(TypeError):
+        store.remove_by_regex()
     assert store.batch_remove(["rx/3", "nope"]) == [0, ErrorCode.OBJECT_NOT_FOUND]
-    assert store.remove_all() == 2
-    assert store.is_exist("keep") == 0 and store.is_exist("rx/4") == 0
+    # remove_all(force=False) leaves what a plain remove refuses: a hard pin; force=True takes it
+    cfg = ReplicateConfig()
+    cfg.with_hard_pin = True
+    assert store.put("pinned", b"p", cfg) == 0
+    assert store.remove_all(force=False) == 2  # keep, rx/4
+    assert store.is_exist("pinned") == 1 and store.is_exist("keep") == 0
+    assert store.remove_all(force=True) == 1
+    assert store.put("keep", b"k") == 0 and store.put("pinned", b"p", cfg) == 0
+    assert store.remove_all() == 2  # upstream's older remove_all(): everything
+    assert store.is_exist("keep") == 0 and store.is_exist("pinned") == 0
 
 
 def test_more_segments(master, tmp_path):

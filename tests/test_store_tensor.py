@@ -139,7 +139,7 @@ def test_dtypes_and_shapes_between_two_clients(master, store):
         for k, t in theirs.items():
             assert s.put_tensor(f"b/{k}", t) == 0
         assert s.pub_tensor("b/pub", theirs["bf16"], ReplicateConfig(replica_num=2)) == 0
-        assert s.batch_pub_tensor(["b/p1", "b/p2"], [theirs["i8"], theirs["bool"]], ReplicateConfig()) == [0, 0]
+        assert s.batch_pub_tensor(["b/p1", "b/p2"], tensors_list=[theirs["i8"], theirs["bool"]], config=ReplicateConfig()) == [0, 0]
     """)
     theirs = cases(2)
     for k, t in theirs.items():

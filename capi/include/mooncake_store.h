@@ -187,6 +187,8 @@ int mc_store_batch_remove(uint64_t store, const char *const *keys, int32_t n, in
                           int32_t *results);
 int64_t mc_store_remove_by_regex(uint64_t store, const char *pattern, int32_t force); /* count */
 int64_t mc_store_remove_all(uint64_t store);                                          /* count */
+/* keep_held != 0 leaves the keys a plain remove would refuse (leased, hard-pinned). */
+int64_t mc_store_remove_all_ex(uint64_t store, int32_t keep_held);                    /* count */
 /* Drops this client's copies of keys on segment ("host:port"; NULL or "" = every copy, the
  * whole object); cleared[i] = 1 for a key cleared, 0 for one skipped (leased, being written,
  * another client's, missing). Returns how many were cleared or <0. */

@@ -369,6 +369,7 @@ def _lib():
                     "mc_store_batch_remove": (ctypes.c_int, [_u64, _P(_cs), _i32, _i32, _P(_i32)]),
                     "mc_store_remove_by_regex": (_i64, [_u64, _cs, _i32]),
                     "mc_store_remove_all": (_i64, [_u64]),
+                    "mc_store_remove_all_ex": (_i64, [_u64, _i32]),
                 }
                 for name, (res, args) in sig.items():
                     f = getattr(l, name)
@@ -601,7 +602,7 @@ class ReplicaStatus(enum.IntEnum):
 class BufferDescriptor:
     """Where a memory replica lives: ``buffer_address`` in the segment ``transport_endpoint``."""
 
-    def __init__(self, size: int, buffer_address: int, protocol: str, transport_endpoint: str):
+    def __init__(self, size: int = 0, buffer_address: int = 0, protocol: str = "", transport_endpoint: str = ""):
         self.size, self.buffer_address = size, buffer_address
         self.protocol, self.transport_endpoint = protocol, transport_endpoint
 
@@ -1984,13 +1985,22 @@ class MooncakeDistributedStore(TensorMixin):
         rc = _lib().mc_store_batch_remove(self._h, karr, n, int(bool(force)), out)
         return [rc] * n if rc != 0 else list(out)
 
-    def remove_by_regex(self, pattern: str, force: bool = False) -> int:
-        """Removes keys matching the (RE2) pattern; returns how many, or a negative code."""
-        return _lib().mc_store_remove_by_regex(self._h, pattern.encode(), int(bool(force)))
+    def remove_by_regex(self, regex_pattern: Optional[str] = None, force: bool = False, *,
+                        pattern: Optional[str] = None) -> int:
+        """Removes keys matching the (RE2) pattern (``regex_pattern``, upstream's name; ``pattern``
+        also taken); returns how many, or a negative code. Leased and hard-pinned keys stay
+        unless ``force``."""
+        if (regex_pattern is None) == (pattern is None):
+            raise TypeError("remove_by_regex: give the pattern once (regex_pattern=, or pattern=)")
+        p = regex_pattern if pattern is None else pattern
+        return _lib().mc_store_remove_by_regex(self._h, p.encode(), int(bool(force)))
 
-    def remove_all(self) -> int:
-        """Removes every key (pinned and leased ones too); returns how many."""
-        return _lib().mc_store_remove_all(self._h)
+    def remove_all(self, force: Optional[bool] = None) -> int:
+        """Removes every key of this store's tenant; returns how many. ``force=False`` leaves the
+        keys a plain remove would refuse (leased to a reader, hard-pinned), as upstream's
+        ``remove_all(force=False)``; ``force=True`` or no argument (upstream's older
+        ``remove_all()``) removes them too. Puts in progress are left alone."""
+        return _lib().mc_store_remove_all_ex(self._h, int(force is False))
 
 
 # ---- upstream's module-level names -------------------------------------------------------
@@ -2000,7 +2010,7 @@ class MooncakeDistributedStore(TensorMixin):
 from .buffer_pool import (BufferLease, BufferLeaseView, BufferPool, RegisteredBufferLease,  # noqa: E402
                           RegisteredBufferLeaseView, RegisteredBufferPool)
 
-Descriptor = ReplicaDescriptor  # upstream binds Replica::Descriptor under both names
+Descriptor = BufferDescriptor  # upstream's Descriptor is a buffer's (AllocatedBuffer::Descriptor)
 
 # Enum members at module level, as upstream's pybind11 enums export them (export_values). Two
 # names are in two enums: PROCESSING and FAILED are TaskStatus's, as the later export wins

@@ -606,11 +606,11 @@ class TensorMixin:
         ptrs = [ctypes.cast(ctypes.c_char_p(b), ctypes.c_void_p).value for b in blobs]
         return self.batch_put_from(keys, ptrs, [len(b) for b in blobs], config)
 
-    def batch_put_tensor(self, keys: Sequence[str], tensors: Sequence, config=None) -> List[int]:
-        return self._t_batch_put(keys, tensors, config, False, "batch_put_tensor")
+    def batch_put_tensor(self, keys: Sequence[str], tensors_list: Sequence, config=None) -> List[int]:
+        return self._t_batch_put(keys, tensors_list, config, False, "batch_put_tensor")
 
-    def batch_pub_tensor(self, keys: Sequence[str], tensors: Sequence, config=None) -> List[int]:
-        return self._t_batch_put(keys, tensors, config, False, "batch_pub_tensor")
+    def batch_pub_tensor(self, keys: Sequence[str], tensors_list: Sequence, config=None) -> List[int]:
+        return self._t_batch_put(keys, tensors_list, config, False, "batch_pub_tensor")
 
     def batch_upsert_tensor(self, keys: Sequence[str], tensors: Sequence, config=None) -> List[int]:
         return self._t_batch_put(keys, tensors, config, True, "batch_upsert_tensor")

@@ -242,6 +242,9 @@ type RemoveAllRequest struct {
 	ClientID string `json:"client_id"`
 	Scoped   bool   `json:"scoped,omitempty"` // only the keys of Tenant, as in RemoveByRegexRequest
 	Tenant   string `json:"tenant,omitempty"`
+	// KeepHeld leaves the keys a plain remove would refuse (leased to a reader, hard-pinned):
+	// upstream's remove_all(force=False). Without it every complete key goes.
+	KeepHeld bool `json:"keep_held,omitempty"`
 }
 
 type BatchPutStartRequest struct {

@@ -1308,10 +1308,11 @@ func (c *Client) RemoveByRegex(ctx context.Context, pattern string, force bool) 
 	return r.Count, r.Err()
 }
 
-// RemoveAll removes every key of this client's tenant and returns how many.
-func (c *Client) RemoveAll(ctx context.Context) (int64, error) {
+// RemoveAll removes every key of this client's tenant and returns how many; keepHeld leaves
+// the keys a plain remove would refuse (leased, hard-pinned).
+func (c *Client) RemoveAll(ctx context.Context, keepHeld bool) (int64, error) {
 	rctx, cancel := c.rpcCtx(ctx)
-	r, err := c.master.RemoveAll(rctx, &api.RemoveAllRequest{ClientID: c.id, Scoped: true, Tenant: c.tenant})
+	r, err := c.master.RemoveAll(rctx, &api.RemoveAllRequest{ClientID: c.id, Scoped: true, Tenant: c.tenant, KeepHeld: keepHeld})
 	cancel()
 	if err != nil {
 		return 0, c.rpcErr("remove_all", err)

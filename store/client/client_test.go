@@ -162,7 +162,7 @@ func testPutGetAcrossClients(t *testing.T, base Config) *Client {
 	if n, err := a.RemoveByRegex(ctx, "^b[0-9]$", true); err != nil || n != 2 {
 		t.Fatalf("regex removed %d %v", n, err)
 	}
-	if n, err := a.RemoveAll(ctx); err != nil || n < 3 {
+	if n, err := a.RemoveAll(ctx, false); err != nil || n < 3 {
 		t.Fatalf("remove all %d %v", n, err)
 	}
 	if _, err := a.Get(ctx, "k1"); !api.Is(err, api.OBJECT_NOT_FOUND) {

@@ -49,6 +49,7 @@ type Entry struct {
 	Pattern   string               `json:"pattern,omitempty"`
 	Scoped    bool                 `json:"scoped,omitempty"` // OpRemoveByRegex/OpRemoveAll: only Tenant's keys (api/tenant.go)
 	Tenant    string               `json:"tenant,omitempty"`
+	KeepHeld  bool                 `json:"keep_held,omitempty"` // OpRemoveAll: leave leased and hard-pinned keys
 	Batch     []Entry              `json:"batch,omitempty"`
 	Digest    string               `json:"digest,omitempty"` // OpVerify
 	Path      string               `json:"path,omitempty"`   // OpOffloadDone: the move (its assigned file name)

@@ -581,7 +581,7 @@ func (s *Server) RemoveByRegex(ctx context.Context, r *api.RemoveByRegexRequest)
 }
 
 func (s *Server) RemoveAll(ctx context.Context, r *api.RemoveAllRequest) (*api.CountResponse, error) {
-	res := s.do(ctx, Entry{Op: OpRemoveAll, ClientID: r.ClientID, Scoped: r.Scoped, Tenant: r.Tenant})
+	res := s.do(ctx, Entry{Op: OpRemoveAll, ClientID: r.ClientID, Scoped: r.Scoped, Tenant: r.Tenant, KeepHeld: r.KeepHeld})
 	return &api.CountResponse{Status: res.Status(), Count: res.Count}, nil
 }
 

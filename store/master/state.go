@@ -678,14 +678,15 @@ func scopedKey(e Entry, key string) (string, bool) {
 	return user, t == e.Tenant
 }
 
-// removeAll removes every complete object, leased or pinned; puts in progress are left alone.
+// removeAll removes every complete object, leased or pinned unless KeepHeld (then those a plain
+// remove would refuse stay); puts in progress are left alone.
 func (s *State) removeAll(e Entry) Result {
 	var n int64
 	for _, key := range s.sortedKeys() {
 		if _, ok := scopedKey(e, key); !ok {
 			continue
 		}
-		if o := s.objects[key]; o.complete {
+		if o := s.objects[key]; s.removable(o, e.Now, !e.KeepHeld).Code == api.OK {
 			s.deleteObject(o)
 			n++
 		}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -208,6 +209,11 @@ func TestRemoveByRegexAndRemoveAll(t *testing.T) {
 		t.Fatalf("removed %d, want 4", r.Count)
 	}
 	h.apply(Entry{Op: OpPutStart, Key: "pending", Size: 64})
+	h.put("c1", "c/0", 64, api.ReplicateConfig{})
+	r = h.apply(Entry{Op: OpRemoveAll, KeepHeld: true}) // remove_all(force=False): the leased a/0 and pinned b/0 stay
+	if r.Count != 1 || !slices.Equal(h.s.Keys(), []string{"a/0", "b/0"}) {
+		t.Fatalf("remove_all keeping held keys removed %d, keys left %v", r.Count, h.s.Keys())
+	}
 	r = h.apply(Entry{Op: OpRemoveAll})
 	if r.Count != 2 || len(h.s.Keys()) != 0 {
 		t.Fatalf("remove_all removed %d, keys left %v", r.Count, h.s.Keys())
