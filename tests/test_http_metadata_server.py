@@ -194,6 +194,17 @@ def test_engines_in_two_processes_use_it(py_server):
         eng.close()
 
 
+def held_process(prog: str, ready: str):
+    """Runs prog (a store client that prints "<ready> <its hostname>" once set up, then waits on
+    its stdin) in a process of its own: the process and that hostname."""
+    p = subprocess.Popen([sys.executable, "-c", prog], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    line = p.stdout.readline()
+    if not line.startswith(ready + " "):
+        stop(p)
+        raise AssertionError(f"{ready} line expected, got {line!r}")
+    return p, line.split()[1]
+
+
 def test_store_clients_of_a_master_without_metadata_server(py_server):
     """mooncake_master serves only the store; the clients' metadata lives in KVBootstrapServer."""
     from test_store import Master
@@ -212,12 +223,8 @@ def test_store_clients_of_a_master_without_metadata_server(py_server):
             sys.stdin.readline()  # keep our segment (which holds the value) until told
             s.close()
         """)
-        writer = subprocess.Popen([sys.executable, "-c", prog], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, text=True)
+        writer, writer_name = held_process(prog, "PUT")
         try:
-            line = writer.stdout.readline()
-            assert line.startswith("PUT "), line
-            writer_name = line.split()[1]
             # The reader runs in a process of its own too: a process's store uses the first
             # transfer engine the process created (an earlier test's, here).
             reader = textwrap.dedent(f"""
@@ -294,12 +301,8 @@ def test_master_forgets_a_timed_out_clients_metadata():
                 print("UP", s.get_hostname(), flush=True)
                 sys.stdin.readline()
             """)
-            client = subprocess.Popen([sys.executable, "-c", prog], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, text=True)
+            client, name = held_process(prog, "UP")
             try:
-                line = client.stdout.readline()
-                assert line.startswith("UP "), line
-                name = line.split()[1]
 
                 def status(key):
                     conn = http.client.HTTPConnection("127.0.0.1", md_port, timeout=10)
