@@ -168,7 +168,6 @@ func DecodeState(cfg Config, b []byte) (*State, error) {
 		}
 		s.objects[o.key] = o
 		s.noteResident(o)
-		s.noteDiskUse(o)
 		s.restat(o)
 		s.noteTimed(o, 0) // the time is not known here: whatever ever had a pin or a lease
 		if !o.complete {
@@ -215,6 +214,7 @@ func (s *State) decodeObject(oj objectJSON) (*object, error) {
 	if m := oj.Offload; m != nil {
 		s.setOffload(o, &offloadRec{client: m.Client, segID: m.Seg, addr: m.Addr, path: m.Path, gen: genOf(m.Path), started: m.Started,
 			local: m.Local, keep: m.Keep, endpoint: m.Endpoint})
+		s.holdRoom(moveTier(o.offload), o.size)
 	}
 	if m := oj.Promote; m != nil {
 		o.promote = &promoteRec{client: m.Client, segID: m.Seg, addr: m.Addr, started: m.Started}

@@ -5,6 +5,11 @@ import (
 	"strings"
 )
 
+// Each disk tier ("" G3, else a client's local disk) keeps, derived from the objects, the bytes
+// of its copies and of the moves to it in progress (a local disk's quota is checked against
+// them; G3's are dfsUsed and dfsReserved, which snapshots carry), and its copies in the order in
+// which they make room.
+//
 // The order in which disk copies make room (G3 under --dfs_full_policy=evict_oldest, a
 // client's local disk at its quota): oldest copy first (diskRec.at), then by key, so that every
 // replica of the state picks the same copies. Each tier (G3: "", a local disk: its client id)
@@ -20,8 +25,57 @@ type diskItem struct {
 }
 
 type diskQueue struct {
-	items []diskItem // sorted by (at, key)
-	live  int        // copies of the tier that are still there (items also holds gone ones)
+	items    []diskItem // sorted by (at, key)
+	live     int        // copies of the tier that are still there (items also holds gone ones)
+	used     uint64     // their bytes
+	reserved uint64     // bytes of the moves to the tier in progress
+}
+
+// diskTier returns tier t's queue, making it.
+func (s *State) diskTier(t string) *diskQueue {
+	q := s.diskOrder[t]
+	if q == nil {
+		q = &diskQueue{}
+		s.diskOrder[t] = q
+	}
+	return q
+}
+
+// diskInUse is tier t's bytes: its copies and the moves to it in progress.
+func (s *State) diskInUse(t string) uint64 {
+	if q := s.diskOrder[t]; q != nil {
+		return q.used + q.reserved
+	}
+	return 0
+}
+
+// moveTier names the tier a move goes to.
+func moveTier(m *offloadRec) string {
+	if m.local {
+		return m.client
+	}
+	return ""
+}
+
+// holdRoom notes n bytes of a move to tier t in progress; releaseRoom gives them back.
+func (s *State) holdRoom(t string, n uint64) { s.diskTier(t).reserved += n }
+
+func (s *State) releaseRoom(t string, n uint64) {
+	if q := s.diskOrder[t]; q != nil {
+		q.reserved -= n
+		s.dropIfEmpty(t, q)
+	}
+}
+
+// dropIfEmpty forgets tier t once it holds no copy and no move: its entries are all stale.
+func (s *State) dropIfEmpty(t string, q *diskQueue) {
+	if q.live > 0 {
+		return
+	}
+	q.items = nil
+	if q.reserved == 0 {
+		delete(s.diskOrder, t)
+	}
 }
 
 func itemBefore(a, b diskItem) int {
@@ -40,13 +94,10 @@ func tierOf(d *diskRec) string { return d.client }
 // noteDisk queues o's disk copy, just written (or decoded).
 func (s *State) noteDisk(o *object) {
 	t := tierOf(o.disk)
-	q := s.diskOrder[t]
-	if q == nil {
-		q = &diskQueue{}
-		s.diskOrder[t] = q
-	}
+	q := s.diskTier(t)
 	it := diskItem{o, o.disk.at}
 	q.live++
+	q.used += o.size
 	if n := len(q.items); n == 0 || itemBefore(q.items[n-1], it) < 0 {
 		q.items = append(q.items, it) // the usual case: copies are written in time order
 	} else {
@@ -67,9 +118,9 @@ func (s *State) noteDisk(o *object) {
 func (s *State) forgetDisk(o *object) {
 	t := tierOf(o.disk)
 	if q := s.diskOrder[t]; q != nil {
-		if q.live--; q.live <= 0 {
-			delete(s.diskOrder, t) // every entry is stale (a client gone with its disk, say)
-		}
+		q.live--
+		q.used -= o.size
+		s.dropIfEmpty(t, q) // with no copy left every entry is stale (a client gone with its disk, say)
 	}
 }
 
@@ -117,7 +168,5 @@ func (s *State) tidyDiskQueue(t string) {
 	if len(q.items) > 2*q.live+64 {
 		q.items = slices.DeleteFunc(q.items, func(it diskItem) bool { return !s.current(t, it) })
 	}
-	if q.live == 0 && len(q.items) == 0 {
-		delete(s.diskOrder, t)
-	}
+	s.dropIfEmpty(t, q)
 }

@@ -150,7 +150,7 @@ func BenchmarkWriteBehindPut(b *testing.B) {
 				put()
 			}
 			b.StopTimer()
-			if u := s.localUse["c1"]; u == nil || u.used > cfg.QuotaBytes {
+			if u := s.diskUse("c1"); u.used == 0 || u.used > cfg.QuotaBytes {
 				b.Fatalf("disk use %+v past the quota %d", u, cfg.QuotaBytes)
 			}
 		})

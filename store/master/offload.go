@@ -68,35 +68,6 @@ func (s *State) canOffload(o *object) bool {
 // local copies go, see localRoom), or is refused (the object moves to G3 if there is one, or is
 // evicted as without SSD offload; a copy right after a put is simply not made).
 
-// diskUse is one client's local disk: bytes of its objects there, and of moves to it in progress.
-type diskUse struct{ used, reserved uint64 }
-
-func (s *State) diskUseOf(client string) *diskUse {
-	u := s.localUse[client]
-	if u == nil {
-		u = &diskUse{}
-		s.localUse[client] = u
-	}
-	return u
-}
-
-// tidyDiskUse forgets client's entry once nothing is on its disk or on the way there.
-func (s *State) tidyDiskUse(client string) {
-	if u := s.localUse[client]; u != nil && u.used == 0 && u.reserved == 0 {
-		delete(s.localUse, client)
-	}
-}
-
-// noteDiskUse counts o's local copy and its move to a local disk (when decoding a state).
-func (s *State) noteDiskUse(o *object) {
-	if o.disk != nil && o.disk.client != "" {
-		s.diskUseOf(o.disk.client).used += o.size
-	}
-	if o.offload != nil && o.offload.local {
-		s.diskUseOf(o.offload.client).reserved += o.size
-	}
-}
-
 // localQuota is how many bytes client's local disk may hold (0: no limit).
 func (s *State) localQuota(client string) uint64 {
 	var capacity uint64
@@ -120,11 +91,7 @@ func (s *State) localFits(client string, need uint64) bool {
 	if q == 0 {
 		return true
 	}
-	var inUse uint64
-	if u := s.localUse[client]; u != nil {
-		inUse = u.used + u.reserved
-	}
-	return inUse+need <= q
+	return s.diskInUse(client)+need <= q
 }
 
 // localRoom reports whether need more bytes fit client's quota, making room with
@@ -141,10 +108,8 @@ func (s *State) localRoom(client string, need uint64, now int64) bool {
 		return false
 	}
 	target := q - q/10
-	s.dropOldest(client, now, func() bool {
-		u := s.localUse[client]
-		return u == nil || u.used+u.reserved+need <= target
-	}, func(*object) { s.counters.LocalDiskEvicted++ })
+	s.dropOldest(client, now, func() bool { return s.diskInUse(client)+need <= target },
+		func(*object) { s.counters.LocalDiskEvicted++ })
 	return s.localFits(client, need)
 }
 

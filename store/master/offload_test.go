@@ -166,11 +166,11 @@ func TestLocalDiskQuota(t *testing.T) {
 	if n := len(h.s.localGarbage); n != 2 || h.s.localGarbage[0].Client != "c1" {
 		t.Fatalf("files handed to c1 to delete: %v", h.s.localGarbage)
 	}
-	if st := h.s.Stats(h.now); st.LocalDiskUsed != 0 || st.Counters.LocalDiskEvicted != 2 || *h.s.localUse["c1"] != (diskUse{reserved: 1024}) {
-		t.Fatalf("after the disk eviction: %+v, use %+v", st, h.s.localUse["c1"])
+	if st := h.s.Stats(h.now); st.LocalDiskUsed != 0 || st.Counters.LocalDiskEvicted != 2 || h.s.diskUse("c1") != (diskUse{reserved: 1024}) {
+		t.Fatalf("after the disk eviction: %+v, use %+v", st, h.s.diskUse("c1"))
 	}
 	h.finishMoves("c1")
-	if u := *h.s.localUse["c1"]; u != (diskUse{used: 1024}) {
+	if u := h.s.diskUse("c1"); u != (diskUse{used: 1024}) {
 		t.Fatalf("c1's disk after c's move: %+v", u)
 	}
 
@@ -187,8 +187,8 @@ func TestLocalDiskQuota(t *testing.T) {
 		t.Fatal("b survived")
 	}
 	// the state as a restored snapshot has it counts the same disk use
-	if d := h.snapshot(); len(d.localUse) != 1 || *d.localUse["c1"] != *h.s.localUse["c1"] || *d.localUse["c1"] != (diskUse{used: 1024, reserved: 1024}) {
-		t.Fatalf("restored disk use %+v, want %+v", d.localUse["c1"], h.s.localUse["c1"])
+	if d := h.snapshot(); d.diskUse("c1") != h.s.diskUse("c1") || d.diskUse("c1") != (diskUse{used: 1024, reserved: 1024}) {
+		t.Fatalf("restored disk use %+v, want %+v", d.diskUse("c1"), h.s.diskUse("c1"))
 	}
 
 	// Eviction off: the move is refused and counted; nothing on the disk goes.
@@ -226,4 +226,14 @@ func TestLocalDiskQuota(t *testing.T) {
 	if q := h.s.localQuota("nobody"); q != 0 {
 		t.Fatalf("quota %d, want 0 (no limit) without a capacity or --quota_bytes", q)
 	}
+}
+
+// diskUse is tier t's bytes: of its copies, and of the moves to it in progress.
+type diskUse struct{ used, reserved uint64 }
+
+func (s *State) diskUse(t string) diskUse {
+	if q := s.diskOrder[t]; q != nil {
+		return diskUse{q.used, q.reserved}
+	}
+	return diskUse{}
 }

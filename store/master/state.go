@@ -118,11 +118,8 @@ type State struct {
 	// SSD offload (offload.go).
 	localUsed    uint64      // bytes of objects on clients' local disks
 	localGarbage []LocalFile // local-disk files of dropped objects, handed to the caller of Apply
-	// localUse: per client, bytes on its local disk and bytes of moves to it in progress
-	// (derived from objects; kept up where local copies and moves begin and end).
-	localUse map[string]*diskUse
-	// diskOrder: per disk tier ("" G3, else a client's local disk), its copies oldest first
-	// (diskorder.go; derived from objects).
+	// diskOrder: per disk tier ("" G3, else a client's local disk), its bytes, the bytes moving
+	// to it and its copies oldest first (diskorder.go; derived from objects).
 	diskOrder map[string]*diskQueue
 }
 
@@ -138,7 +135,6 @@ func NewState(cfg Config) *State {
 		stats:     newDerivedStats(),
 		moving:    map[string]*object{},
 		fileRefs:  map[string]int{},
-		localUse:  map[string]*diskUse{},
 		diskOrder: map[string]*diskQueue{},
 	}
 }

@@ -122,11 +122,16 @@ func TestDerivedStateFollowsTheState(t *testing.T) {
 						use[o.offload.client] = u
 					}
 				}
-				if len(use) != len(s.localUse) {
-					t.Fatalf("%s: local disk use kept for %d clients, a walk finds %d", step, len(s.localUse), len(use))
+				for tier, q := range s.diskOrder {
+					if _, ok := use[tier]; !ok && tier != "" && (q.used != 0 || q.reserved != 0) {
+						t.Fatalf("%s: %s's local disk use %+v kept, a walk finds none", step, tier, s.diskUse(tier))
+					}
+				}
+				if g3 := s.diskUse(""); g3 != (diskUse{s.dfsUsed, s.dfsReserved}) {
+					t.Fatalf("%s: G3's tier counts %+v, the state %d used, %d reserved", step, g3, s.dfsUsed, s.dfsReserved)
 				}
 				for c, u := range use {
-					if got := s.localUse[c]; got == nil || *got != u {
+					if got := s.diskUse(c); got != u {
 						t.Fatalf("%s: %s's local disk use %+v, a walk %+v", step, c, got, u)
 					}
 					if q := s.localQuota(c); q > 0 && u.used+u.reserved > q {

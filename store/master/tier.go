@@ -188,8 +188,6 @@ func (s *State) dropDisk(o *object) {
 	if c := o.disk.client; c != "" {
 		s.localUsed -= o.size
 		s.stats.localDisk--
-		s.diskUseOf(c).used -= o.size
-		s.tidyDiskUse(c)
 	} else {
 		s.dfsUsed -= o.size
 	}
@@ -214,10 +212,8 @@ func (s *State) cancelOffload(o *object) {
 func (s *State) unreserve(o *object) {
 	if !o.offload.local {
 		s.dfsReserved -= o.size
-		return
 	}
-	s.diskUseOf(o.offload.client).reserved -= o.size
-	s.tidyDiskUse(o.offload.client)
+	s.releaseRoom(moveTier(o.offload), o.size)
 }
 
 func (s *State) cancelPromote(o *object) {
@@ -312,7 +308,7 @@ func (s *State) startOffload(o *object, now int64, keep bool) bool {
 			s.setOffload(o, &offloadRec{client: seg.ClientID, segID: r.segID, addr: r.addr, path: dfs.PathFor(o.key, s.dfsGen), gen: s.dfsGen,
 				started: now, local: true, keep: keep, endpoint: seg.OffloadEndpoint})
 			s.moving[o.key] = o
-			s.diskUseOf(seg.ClientID).reserved += o.size
+			s.holdRoom(seg.ClientID, o.size)
 			return true
 		}
 		s.counters.LocalDiskRefused++ // no room on that disk: G3 if there is one
@@ -330,6 +326,7 @@ func (s *State) startOffload(o *object, now int64, keep bool) bool {
 	s.setOffload(o, &offloadRec{client: seg.ClientID, segID: r.segID, addr: r.addr, path: dfs.PathFor(o.key, s.dfsGen), gen: s.dfsGen, started: now})
 	s.moving[o.key] = o
 	s.dfsReserved += o.size
+	s.holdRoom("", o.size)
 	return true
 }
 
@@ -358,9 +355,6 @@ func (s *State) offloadDone(e Entry) Result {
 	defer s.restat(o)
 	if off.local {
 		o.disk.client, o.disk.endpoint = off.client, off.endpoint
-		u := s.diskUseOf(off.client)
-		u.reserved -= o.size
-		u.used += o.size
 		s.localUsed += o.size
 		s.stats.localDisk++
 		s.counters.LocalOffloadedObjects++
@@ -369,6 +363,7 @@ func (s *State) offloadDone(e Entry) Result {
 		s.dfsUsed += o.size
 	}
 	s.fileRefs[o.disk.ref()]++
+	s.releaseRoom(moveTier(off), o.size)
 	s.noteDisk(o)
 	s.clearOffload(o)
 	s.endMove(o)
