@@ -301,11 +301,17 @@ type FramedConn struct {
 }
 
 type framedSock struct {
-	c   net.Conn
-	raw net.Conn // the TCP connection under c (c itself without TLS): awaitReply polls it
-	r   *bufio.Reader
-	w   *bufio.Writer
+	c    net.Conn
+	raw  net.Conn // the TCP connection under c (c itself without TLS): awaitReply polls it
+	r    *bufio.Reader
+	w    *bufio.Writer
+	idle time.Time // when it went back to the pool
 }
+
+// staleAfter is how long a pooled socket sits idle before get checks that the master has not
+// closed it: --rpc_conn_timeout_seconds counts whole seconds from the master's last reply, so a
+// socket reused sooner cannot have timed out, and the busy path pays no system call.
+const staleAfter = 500 * time.Millisecond
 
 // DialFramed returns a lazy framed-RPC connection to addr ("host:port").
 func DialFramed(addr string) (*FramedConn, error) { return DialFramedSecure(addr, ClientSecurity{}) }
@@ -456,7 +462,7 @@ func (l *FramedConn) get(ctx context.Context) (*framedSock, error) {
 	for {
 		select {
 		case s := <-l.idle:
-			if s.hungUp() {
+			if time.Since(s.idle) >= staleAfter && s.hungUp() {
 				s.c.Close() // the master closed it while it sat in the pool (--rpc_conn_timeout_seconds)
 				continue
 			}
@@ -497,6 +503,7 @@ func (l *FramedConn) put(s *framedSock) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.closed {
+		s.idle = time.Now()
 		select {
 		case l.idle <- s:
 			return
