@@ -6,8 +6,8 @@ land on (another process, as in a real deployment), and redis-server; then, for 
 64 MiB values, times sequential puts and gets from this process through MooncakeDistributedStore
 (a pure client, no segment of its own) and SET/GET through a plain RESP socket. With --tcp the
 store's data path is forced onto the engine's tcp transport (MC_FORCE_TCP=1) instead of shared
-memory. Results go to stdout and, with --write-doc, to the "## Store" section of
-docs/performance.md; with --plot FILE.png, to a plot of throughput against value size (log axes),
+memory. Results go to stdout and, with --write-doc, to docs/performance.md (the table between
+<!-- BEGIN store_bench --> and <!-- END store_bench -->, replaced in place); with --plot FILE.png, to a plot of throughput against value size (log axes),
 Mooncake put/get and redis SET/GET as lines, and Mooncake's ratio to redis on a second axis
 (matplotlib). One progress line per value size goes to stderr.
 
@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import re
 import shutil
 import socket
 import subprocess
@@ -204,16 +203,6 @@ def bench(args):
     return rows
 
 
-def table(rows) -> str:
-    out = ["| value | ops | Mooncake put | Mooncake get | redis SET | redis GET |",
-           "|---|---|---|---|---|---|"]
-    for r in rows:
-        cell = lambda v: f"{v[0]:,.0f} op/s, {v[1]:.2f} GiB/s"
-        out.append(f"| {r['size']} | {r['n']} | {cell(r['mc_put'])} | {cell(r['mc_get'])} | "
-                   f"{cell(r['r_set'])} | {cell(r['r_get'])} |")
-    return "\n".join(out)
-
-
 def plot(sections, path: str) -> None:
     """Throughput (GiB/s) against value size for each section (one panel each): Mooncake put and
     get, redis SET and GET, and Mooncake's ratio to redis (put/SET, get/GET) on a second axis."""
@@ -263,42 +252,45 @@ def plot(sections, path: str) -> None:
     print(f"store_bench: plot written to {path}", file=sys.stderr, flush=True)
 
 
-def write_doc(sections):
+PATHS = {"Same host (shared memory)": "same host, shm",
+         "MC_FORCE_TCP=1 (tcp transport)": "`MC_FORCE_TCP=1`, tcp",
+         "Two network namespaces (veth pair, tcp: the cross-host path)": "two namespaces, veth, tcp"}
+
+
+def write_section(name: str, body: str) -> str:
+    """Replaces what lies between the lines <!-- BEGIN name --> and <!-- END name --> of
+    docs/performance.md with body (the table of today's figures that a bench owns); the rest of
+    the file stays as it is. Returns the file's path."""
     path = os.path.join(ROOT, "docs", "performance.md")
-    text = open(path).read() if os.path.exists(path) else "# Performance\n"
-    netns = any(t.startswith("Two network namespaces") for t, _ in sections)
-    body = ["## Store", "",
-            f"`python bench/store_bench.py --write-doc{' --netns' if netns else ''}` (one run, sequential ops from one Python client, "
-            "`replica_num=1`, values landing on a `mooncake_client` process on the same host; redis-server "
-            "with persistence off, driven over one RESP connection from the same Python process). "
-            f"Machine: {os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}.", ""]
-    if os.path.exists(os.path.join(ROOT, "docs", "store_bench.png")):  # --plot docs/store_bench.png
-        body[2:2] = ["![Mooncake Store put/get against redis-server SET/GET, throughput vs value size]"
-                     "(store_bench.png)", ""]
-    for title, rows in sections:
-        body += [f"### {title}", "", table(rows), ""]
-    body += ["Reading the numbers: a put is two gRPC round trips to the master (PutStart, PutEnd) and a get "
-             "one (GetReplicaList), each plus the data movement. On this 2-core machine one gRPC round trip "
-             "between processes costs about 0.3-0.5 ms (redis answers a RESP round trip in under 0.1 ms), so "
-             "4 KiB values are bound by RPC latency and a 1 MiB put spends most of its time in its two round "
-             "trips, not in the copy; that is what keeps 1 MiB puts near redis rather than at 3x. Large values "
-             "are bound by copies, and the store's data never passes through a server process: a same-host put "
-             "is one memcpy into the peer's segment (pre-faulted when the segment is mounted), a get one memcpy "
-             "straight into the returned `bytes` (allocated once, at the value's size). Figures on this shared "
-             "machine move by +-30% between runs.", ""]
-    if netns:
-        body += ["The two-namespace table puts mooncake_master, the mooncake_client and redis-server in one network "
-                 "namespace and this client in another, joined by a veth pair (MTU 1500): the engine sees two hosts "
-                 "(its host id includes the network namespace) and moves values over tcp, the cross-host path "
-                 "without a real NIC; both sides still share the same 2 cores.", ""]
-    section = "\n".join(body)
-    if re.search(r"^## Store\b", text, re.M):
-        text = re.sub(r"^## Store\b.*?(?=^## |\Z)", section + "\n", text, flags=re.M | re.S)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
+    text = open(path).read()
+    begin, end = f"<!-- BEGIN {name} -->\n", f"<!-- END {name} -->"
+    i, j = text.find(begin), text.find(end)
+    if i < 0 or j < i or text.count(begin) != 1 or text.count(end) != 1:
+        raise SystemExit(f"{path}: expected one '{begin.strip()}' ... '{end}' section to write into")
+    text = text[:i + len(begin)] + body.strip("\n") + "\n" + text[j:]
     with open(path, "w") as f:
-        f.write(text.rstrip("\n") + "\n")
-    print(f"wrote the Store section of {path}")
+        f.write(text)
+    return path
+
+
+def doc_section(sections, scale: float) -> str:
+    """The store_bench section of docs/performance.md: the command, the date and one table."""
+    netns = any(t in PATHS and "namespaces" in PATHS[t] for t, _ in sections)
+    cmd = "python bench/store_bench.py --write-doc" + (" --netns" if netns else "") + \
+        (f" --scale {scale:g}" if scale != 1 else "")
+    cell = lambda v: f"{v[0]:,.0f} op/s, {v[1]:.2f} GiB/s"
+    out = [f"`{cmd}`, {time.strftime('%Y-%m-%d')}; {os.cpu_count()} cores, {platform.machine()}, "
+           f"Python {platform.python_version()}. One run: sequential ops from one Python client, "
+           "`replica_num=1`, values landing on a `mooncake_client` process of the same host; "
+           "redis-server (persistence off) over one RESP connection from the same process.", "",
+           "| path | value | ops | Mooncake put | Mooncake get | redis SET | redis GET | put / SET | get / GET |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for title, rows in sections:
+        for r in rows:
+            out.append(f"| {PATHS.get(title, title)} | {r['size']} | {r['n']} | {cell(r['mc_put'])} | "
+                       f"{cell(r['mc_get'])} | {cell(r['r_set'])} | {cell(r['r_get'])} | "
+                       f"{r['mc_put'][1] / r['r_set'][1]:.2f}x | {r['mc_get'][1] / r['r_get'][1]:.2f}x |")
+    return "\n".join(out)
 
 
 NETNS_NET = "10.231.0"
@@ -348,7 +340,7 @@ def run_netns(args) -> list:
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scale", type=float, default=1.0, help="multiply the op counts")
-    ap.add_argument("--write-doc", action="store_true", help="update docs/performance.md")
+    ap.add_argument("--write-doc", action="store_true", help="replace the store table of docs/performance.md (its store_bench section)")
     ap.add_argument("--plot", default="", metavar="FILE.png",
                     help="draw throughput vs value size against redis-server (matplotlib)")
     ap.add_argument("--netns", action="store_true",
@@ -387,7 +379,7 @@ def main():
         if ns:
             sections.append(("Two network namespaces (veth pair, tcp: the cross-host path)", ns))
     if args.write_doc:
-        write_doc(sections)
+        print(f"wrote today's store figures into {write_section('store_bench', doc_section(sections, args.scale))}")
     if args.plot:
         plot(sections, args.plot)
 

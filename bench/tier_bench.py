@@ -39,7 +39,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
-from store_bench import binary, free_port, library, wait_line  # noqa: E402
+from store_bench import binary, free_port, library, wait_line, write_section  # noqa: E402
 
 MB = 1 << 20
 PUT_BATCH = 32  # keys per put_batch call of the put phase (several puts in flight, like get_batch)
@@ -212,43 +212,41 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dir", default=tempfile.gettempdir(), help="directory on the filesystem to measure (the G3 tier's)")
     ap.add_argument("--mem", default="256MB", help="memory segment size (the puts write 4x this)")
-    ap.add_argument("--write-doc", action="store_true", help="replace the '## Storage tiers' section of docs/performance.md")
+    ap.add_argument("--write-doc", action="store_true", help="replace the tier tables of docs/performance.md (its tier_bench section)")
     args = ap.parse_args()
     library()
     mem = parse_size(args.mem)
     rows = [throughput(args.dir, mem, MB, "1 MiB"), throughput(args.dir, mem // 4, 64 << 10, "64 KiB")]
     lat = latency(args.dir, mem // 4)
-    lines = ["| objects | bytes in G3 | put GB/s, memory only | G3 write GB/s | plain seq. write GB/s | ratio | G3 read GB/s | plain seq. read GB/s | ratio |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['objects']} x {r['label']} | {r['g3_bytes'] / MB:.0f} MiB | {r['mem_put']:.2f} | {r['g3_write']:.2f} | {r['plain_write']:.2f} | "
-                     f"{100 * r['g3_write'] / r['plain_write']:.0f} % | {r['g3_read']:.2f} | {r['plain_read']:.2f} | "
-                     f"{100 * r['g3_read'] / r['plain_read']:.0f} % |")
-    lines += ["", "| get of a 1 MiB object | median |", "|---|---|",
-              f"| memory hit | {lat['memory']:.0f} µs |",
-              f"| disk hit (G3 file, cold cache) | {lat['disk']:.0f} µs |",
-              f"| hit after promotion ({lat['promoted_n']} of {lat['n']} promoted) | {lat['promoted']:.0f} µs |"]
-    table = "\n".join(lines)
-    print(table)
+    in_g3 = ", ".join(f"{r['g3_bytes'] / MB:.0f} MiB ({r['label']})" for r in rows)
+    print(f"bytes in G3 after the put phase: {in_g3}")
+    print(tables(rows, lat))
     if args.write_doc:
-        doc = os.path.join(ROOT, "docs", "performance.md")
-        text = open(doc).read()
-        fs = subprocess.run(["df", "-T", args.dir], capture_output=True, text=True).stdout.splitlines()[-1].split()
-        section = ("## Storage tiers\n\n"
-                   f"`python bench/tier_bench.py --mem {args.mem} --dir {args.dir}` on {platform.node()} "
-                   f"({os.cpu_count()} cores; {args.dir} on {fs[1]} {fs[0]}), {time.strftime('%Y-%m-%d')}. "
-                   "G3 write is the put phase of 4x the memory segment (put_batch calls of 32 keys; bytes that reached G3 / its duration; an object "
-                   "above 256 KiB gets its own file, smaller ones share 8 MiB bucket files; temporary name, rename, no "
-                   "fdatasync); plain write is one file written sequentially in 1 MiB writes "
-                   "with one fdatasync; G3 reads are get_batch calls of 32 keys; reads start with the files dropped from the page cache. \"put GB/s, memory only\" is the "
-                   "same put loop before memory reaches the watermark: the ceiling of one Python client's put_batch calls, which bounds the "
-                   f"G3 write figure at small sizes. Load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores when the runs ended: "
-                   "figures move by tens of percent from run to run.\n\n" + table + "\n")
-        if "## Storage tiers" in text:
-            text = re.sub(r"## Storage tiers\n.*?(?=\n## |\Z)", section, text, flags=re.S)
-        else:
-            text = text.rstrip("\n") + "\n\n" + section
-        open(doc, "w").write(text)
+        print(f"wrote today's tier figures into {write_section('tier_bench', doc_section(args, rows, lat))}")
+
+
+def tables(rows, lat) -> str:
+    """Throughput against the plain baseline per object size, and get latency by where the object is."""
+    out = ["| objects | G3 write GB/s | plain write GB/s | write ratio | G3 read GB/s | plain read GB/s | read ratio "
+           "| put GB/s, memory only |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['objects']} x {r['label']} | {r['g3_write']:.2f} | {r['plain_write']:.2f} | "
+                   f"{100 * r['g3_write'] / r['plain_write']:.0f} % | {r['g3_read']:.2f} | {r['plain_read']:.2f} | "
+                   f"{100 * r['g3_read'] / r['plain_read']:.0f} % | {r['mem_put']:.2f} |")
+    out += ["", "| get of a 1 MiB object | median |", "|---|---|",
+            f"| memory hit | {lat['memory']:.0f} µs |",
+            f"| disk hit (G3 file, cold cache) | {lat['disk']:.0f} µs |",
+            f"| hit after promotion ({lat['promoted_n']} of {lat['n']} promoted) | {lat['promoted']:.0f} µs |"]
+    return "\n".join(out)
+
+
+def doc_section(args, rows, lat) -> str:
+    """The tier_bench section of docs/performance.md: the command, the date, the machine and the tables."""
+    fs = subprocess.run(["df", "-T", args.dir], capture_output=True, text=True).stdout.splitlines()[-1].split()
+    return (f"`python bench/tier_bench.py --write-doc --mem {args.mem} --dir {args.dir}`, {time.strftime('%Y-%m-%d')}; "
+            f"{platform.node()}, {os.cpu_count()} cores, {args.dir} on {fs[1]} {fs[0]}; load average "
+            f"{os.getloadavg()[0]:.1f} when the runs ended. One run.\n\n" + tables(rows, lat))
 
 
 if __name__ == "__main__":
