@@ -257,11 +257,11 @@ PATHS = {"Same host (shared memory)": "same host, shm",
          "Two network namespaces (veth pair, tcp: the cross-host path)": "two namespaces, veth, tcp"}
 
 
-def write_section(name: str, body: str) -> str:
+def write_section(name: str, body: str, path: str = "") -> str:
     """Replaces what lies between the lines <!-- BEGIN name --> and <!-- END name --> of
-    docs/performance.md with body (the table of today's figures that a bench owns); the rest of
-    the file stays as it is. Returns the file's path."""
-    path = os.path.join(ROOT, "docs", "performance.md")
+    docs/performance.md (or path) with body (the table of today's figures that a bench owns); the
+    rest of the file stays as it is. Returns the file's path."""
+    path = path or os.path.join(ROOT, "docs", "performance.md")
     text = open(path).read()
     begin, end = f"<!-- BEGIN {name} -->\n", f"<!-- END {name} -->"
     i, j = text.find(begin), text.find(end)
