@@ -41,7 +41,9 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod error;
-mod sys;
+
+// The raw C ABI: the declarations generated once, in mooncake-sys.
+use mooncake_sys as sys;
 
 pub use error::{code_name, codes, Result, StoreError};
 
@@ -52,7 +54,7 @@ use std::os::raw::c_char;
 use std::ptr;
 
 /// The directory libmooncake.so was linked from (MOONCAKE_STORE_LIB_DIR at build time).
-pub const LIB_DIR: &str = env!("MOONCAKE_STORE_LIB_DIR");
+pub const LIB_DIR: &str = sys::LIB_DIR;
 
 /// Longest key the store accepts, in bytes.
 pub const MAX_KEY_LEN: usize = 4096;
