@@ -5,4 +5,7 @@ fn main() {
     let dir =
         std::env::var("DEP_MOONCAKE_LIB_DIR").expect("DEP_MOONCAKE_LIB_DIR (set by mooncake-sys)");
     println!("cargo:rustc-link-arg=-Wl,-rpath,{}", dir);
+    // Rerun when the directory changes (mooncake-sys's metadata) or this file does, not on
+    // every change to the package's sources.
+    println!("cargo:rerun-if-changed=build.rs");
 }
