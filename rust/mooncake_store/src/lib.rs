@@ -269,11 +269,14 @@ unsafe extern "C" fn alloc_batch(ctx: *mut c_void, i: i32, len: u64) -> *mut c_v
     // SAFETY: ctx is the &mut Vec<Vec<u8>> (one slot per key) that `batch_get` passes, alive
     // for the whole call.
     let vals = unsafe { &mut *(ctx as *mut Vec<Vec<u8>>) };
-    let (Ok(i), Ok(n)) = (usize::try_from(i), usize::try_from(len)) else {
-        return ptr::null_mut();
+    // (match, not let-else: the crate builds with Rust 1.63.)
+    let (i, n) = match (usize::try_from(i), usize::try_from(len)) {
+        (Ok(i), Ok(n)) => (i, n),
+        _ => return ptr::null_mut(),
     };
-    let Some(v) = vals.get_mut(i) else {
-        return ptr::null_mut();
+    let v = match vals.get_mut(i) {
+        Some(v) => v,
+        None => return ptr::null_mut(),
     };
     v.clear();
     if v.try_reserve_exact(n).is_err() {
