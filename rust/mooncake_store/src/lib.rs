@@ -41,7 +41,9 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod error;
-mod sys;
+
+// The raw C ABI: the declarations generated once, in mooncake-sys.
+use mooncake_sys as sys;
 
 pub use error::{code_name, codes, Result, StoreError};
 
@@ -52,7 +54,7 @@ use std::os::raw::c_char;
 use std::ptr;
 
 /// The directory libmooncake.so was linked from (MOONCAKE_STORE_LIB_DIR at build time).
-pub const LIB_DIR: &str = env!("MOONCAKE_STORE_LIB_DIR");
+pub const LIB_DIR: &str = sys::LIB_DIR;
 
 /// Longest key the store accepts, in bytes.
 pub const MAX_KEY_LEN: usize = 4096;
@@ -267,11 +269,14 @@ unsafe extern "C" fn alloc_batch(ctx: *mut c_void, i: i32, len: u64) -> *mut c_v
     // SAFETY: ctx is the &mut Vec<Vec<u8>> (one slot per key) that `batch_get` passes, alive
     // for the whole call.
     let vals = unsafe { &mut *(ctx as *mut Vec<Vec<u8>>) };
-    let (Ok(i), Ok(n)) = (usize::try_from(i), usize::try_from(len)) else {
-        return ptr::null_mut();
+    // (match, not let-else: the crate builds with Rust 1.63.)
+    let (i, n) = match (usize::try_from(i), usize::try_from(len)) {
+        (Ok(i), Ok(n)) => (i, n),
+        _ => return ptr::null_mut(),
     };
-    let Some(v) = vals.get_mut(i) else {
-        return ptr::null_mut();
+    let v = match vals.get_mut(i) {
+        Some(v) => v,
+        None => return ptr::null_mut(),
     };
     v.clear();
     if v.try_reserve_exact(n).is_err() {

@@ -31,7 +31,8 @@
 //! itself rejects sources outside registered memory, `ADDRESS_NOT_REGISTERED`, -3).
 #![deny(unsafe_op_in_unsafe_fn)]
 
-mod sys;
+// The raw C ABI: the declarations generated once, in mooncake-sys.
+use mooncake_sys as sys;
 
 use std::ffi::{CStr, CString};
 use std::fmt;
@@ -41,7 +42,7 @@ use std::ptr;
 use std::time::Duration;
 
 /// The directory libmooncake.so was linked from (MOONCAKE_STORE_LIB_DIR at build time).
-pub const LIB_DIR: &str = env!("MOONCAKE_STORE_LIB_DIR");
+pub const LIB_DIR: &str = sys::LIB_DIR;
 
 /// The engine's status codes (Mooncake's transfer engine error numbers).
 pub mod codes {
