@@ -11,8 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/mooncake-go/mooncake/collective"
 	"github.com/mooncake-go/mooncake/internal/memview"
+	"github.com/mooncake-go/mooncake/wire"
 )
 
 // Options sizes and tunes an endpoint. The zero value of each field is its default. p2p reads
@@ -68,7 +68,7 @@ type Endpoint struct {
 	posted     []*Request
 	unexpected []*inbound
 	inflight   map[*Request]*inbound
-	aborted    map[uint64]*collective.AbortError
+	aborted    map[uint64]*wire.AbortError
 	abortSent  map[uint64]bool // spaces this rank told its peers about
 	abortOrder []uint64
 
@@ -117,7 +117,7 @@ func New(f Fabric, rank, maxPeers int, opts Options) (*Endpoint, error) {
 	}
 	e := &Endpoint{f: f, rank: rank, lay: lay, noStreams: opts.NoStreams, probeEvery: opts.ProbeInterval,
 		base: base, mem: memview.Bytes(base, lay.size()), inst: rand.Uint64(),
-		inflight: map[*Request]*inbound{}, aborted: map[uint64]*collective.AbortError{},
+		inflight: map[*Request]*inbound{}, aborted: map[uint64]*wire.AbortError{},
 		abortSent: map[uint64]bool{},
 		closed:    make(chan struct{}), kick: make(chan struct{}, 1)}
 	e.bell = memview.Uint32(base + uintptr(lay.bell()))
@@ -207,8 +207,3 @@ func (e *Endpoint) isClosed() bool {
 		return false
 	}
 }
-
-var (
-	_ collective.Conn         = (*Endpoint)(nil)
-	_ collective.ReducePoster = (*Endpoint)(nil)
-)

@@ -6,7 +6,6 @@ import (
 	"sync"
 
 	"github.com/mooncake-go/mooncake/auth"
-	"github.com/mooncake-go/mooncake/collective"
 	"github.com/mooncake-go/mooncake/engine"
 	"github.com/mooncake-go/mooncake/internal/memview"
 )
@@ -66,24 +65,27 @@ type SharedMapper interface {
 	MapShared(seg uint64, addr, length uint64) (view []byte, release func(), ok bool, err error)
 }
 
-// NewSharedMemory gives the collective same-host fast path (collective.SharedMemory) the
-// fabric's shared buffers: arenas are AllocateShared buffers, a peer's arena is a pinned
-// mapping of its buffer in segment segs[rank]. ok is false when f cannot map peers' buffers.
-func NewSharedMemory(f Fabric, segs []string) (sm collective.SharedMemory, ok bool) {
+// NewSharedMemory gives the collective same-host fast path (it has the methods of
+// collective.SharedMemory) the fabric's shared buffers: arenas are AllocateShared buffers, a
+// peer's arena is a pinned mapping of its buffer in segment segs[rank]. ok is false when f
+// cannot map peers' buffers.
+func NewSharedMemory(f Fabric, segs []string) (sm SharedMemory, ok bool) {
 	m, ok := f.(SharedMapper)
 	if !ok {
-		return nil, false
+		return SharedMemory{}, false
 	}
-	return fabricShared{f: f, m: m, segs: segs}, true
+	return SharedMemory{f: f, m: m, segs: segs}, true
 }
 
-type fabricShared struct {
+// SharedMemory is the fabric's shared buffers as arenas of the same-host fast path: Alloc,
+// Free and Map (see NewSharedMemory).
+type SharedMemory struct {
 	f    Fabric
 	m    SharedMapper
 	segs []string
 }
 
-func (e fabricShared) Alloc(n int) ([]byte, uint64, error) {
+func (e SharedMemory) Alloc(n int) ([]byte, uint64, error) {
 	a, err := e.f.AllocateShared(uint64(n))
 	if err != nil {
 		return nil, 0, err
@@ -91,9 +93,9 @@ func (e fabricShared) Alloc(n int) ([]byte, uint64, error) {
 	return memview.Bytes(a, n), uint64(a), nil
 }
 
-func (e fabricShared) Free(_ []byte, h uint64) { e.f.FreeShared(uintptr(h)) }
+func (e SharedMemory) Free(_ []byte, h uint64) { e.f.FreeShared(uintptr(h)) }
 
-func (e fabricShared) Map(rank int, h uint64, n int) ([]byte, func(), bool, error) {
+func (e SharedMemory) Map(rank int, h uint64, n int) ([]byte, func(), bool, error) {
 	if rank < 0 || rank >= len(e.segs) || e.segs[rank] == "" {
 		return nil, nil, false, nil
 	}

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mooncake-go/mooncake/collective"
+	"github.com/mooncake-go/mooncake/wire"
 )
 
 // TestOptions: the zero Options take the defaults, and the knobs the configuration layer
@@ -44,11 +44,11 @@ func TestOptions(t *testing.T) {
 		}
 		ctx := ctxT(t, 10*time.Second)
 		want := data(1000, 7)
-		if err := eps[0].Send(ctx, 1, collective.UserTag(1), want); err != nil {
+		if err := eps[0].Send(ctx, 1, wire.UserTag(1), want); err != nil {
 			t.Fatal(err)
 		}
 		buf := make([]byte, 1000)
-		if n, err := eps[1].Recv(ctx, 0, collective.UserTag(1), buf); err != nil || n != 1000 || !bytes.Equal(buf, want) {
+		if n, err := eps[1].Recv(ctx, 0, wire.UserTag(1), buf); err != nil || n != 1000 || !bytes.Equal(buf, want) {
 			t.Fatalf("NoStreams %v: n=%d err=%v, data equal: %v", noStreams, n, err, bytes.Equal(buf, want))
 		}
 	}

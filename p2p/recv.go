@@ -9,8 +9,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
-	"github.com/mooncake-go/mooncake/collective"
-	"github.com/mooncake-go/mooncake/collective/reduce"
+	"github.com/mooncake-go/mooncake/wire"
 )
 
 // inbound is a message being received.
@@ -38,15 +37,15 @@ func (e *Endpoint) handleChunk(p *peer, hd chunkHdr, payload []byte) {
 			p.cur = nil
 			e.cutOff(in)
 		}
-		if collective.IsAbortTag(hd.tag) {
-			ab := collective.DecodeAbort(payload)
+		if wire.IsAbortTag(hd.tag) {
+			ab := wire.DecodeAbort(payload)
 			ab.Peer = p.rank
-			e.abortLocal(collective.SpaceOf(hd.tag), ab)
+			e.abortLocal(wire.SpaceOf(hd.tag), ab)
 			return
 		}
 		in := &inbound{peer: p.rank, tag: hd.tag, msgID: hd.id, total: hd.total}
 		e.mu.Lock()
-		if _, ok := e.aborted[collective.SpaceOf(hd.tag)]; ok {
+		if _, ok := e.aborted[wire.SpaceOf(hd.tag)]; ok {
 			in.discard.Store(true)
 		} else if r := e.matchPosted(p.rank, hd.tag); r != nil {
 			if hd.total > len(r.buf) {
@@ -200,7 +199,7 @@ func tooLong(peer int, tag uint64, n, have int) error {
 // matchPosted removes and returns the first posted receive for (peer, tag). e.mu held.
 func (e *Endpoint) matchPosted(peer int, tag uint64) *Request {
 	for i, r := range e.posted {
-		if r.tag == tag && (r.peer == collective.AnySource || r.peer == peer) {
+		if r.tag == tag && (r.peer == wire.AnySource || r.peer == peer) {
 			e.posted = append(e.posted[:i], e.posted[i+1:]...)
 			return r
 		}
@@ -208,7 +207,7 @@ func (e *Endpoint) matchPosted(peer int, tag uint64) *Request {
 	return nil
 }
 
-// PostRecv posts a receive of the first message from peer (collective.AnySource: any) with
+// PostRecv posts a receive of the first message from peer (wire.AnySource: any) with
 // tag into buf and returns at once; receives are matched in the order they were posted.
 func (e *Endpoint) PostRecv(peer int, tag uint64, buf []byte) *Request {
 	return e.postRecv(peer, tag, buf, nil)
@@ -216,7 +215,7 @@ func (e *Endpoint) PostRecv(peer int, tag uint64, buf []byte) *Request {
 
 func (e *Endpoint) postRecv(peer int, tag uint64, buf []byte, into func(dst, src []byte)) *Request {
 	r := &Request{e: e, peer: peer, tag: tag, buf: buf, into: into, src: -1, done: make(chan struct{})}
-	if peer != collective.AnySource && (peer < 0 || peer >= e.lay.P) {
+	if peer != wire.AnySource && (peer < 0 || peer >= e.lay.P) {
 		r.finish(0, -1, fmt.Errorf("p2p: rank %d does not exist (group of %d)", peer, e.lay.P))
 		return r
 	}
@@ -225,13 +224,13 @@ func (e *Endpoint) postRecv(peer int, tag uint64, buf []byte, into func(dst, src
 		return r
 	}
 	e.mu.Lock()
-	if ab, ok := e.aborted[collective.SpaceOf(tag)]; ok && tag>>63 != 0 {
+	if ab, ok := e.aborted[wire.SpaceOf(tag)]; ok && wire.IsCollective(tag) {
 		e.mu.Unlock()
 		r.finish(0, -1, ab)
 		return r
 	}
 	for i, in := range e.unexpected {
-		if in.tag == tag && (peer == collective.AnySource || peer == in.peer) {
+		if in.tag == tag && (peer == wire.AnySource || peer == in.peer) {
 			e.unexpected = append(e.unexpected[:i], e.unexpected[i+1:]...)
 			if in.done {
 				e.mu.Unlock()
@@ -244,7 +243,7 @@ func (e *Endpoint) postRecv(peer int, tag uint64, buf []byte, into func(dst, src
 			return r
 		}
 	}
-	if peer != collective.AnySource {
+	if peer != wire.AnySource {
 		if d := e.peers[peer].dead.Load(); d != nil {
 			e.mu.Unlock()
 			r.finish(0, -1, d.err)
@@ -256,20 +255,21 @@ func (e *Endpoint) postRecv(peer int, tag uint64, buf []byte, into func(dst, src
 	return r
 }
 
-// Post implements collective.Poster (PostRecv, as the collective package's interface).
-func (e *Endpoint) Post(peer int, tag uint64, buf []byte) collective.PostedRecv {
+// Post is PostRecv as the collective algorithms' Poster interface has it.
+func (e *Endpoint) Post(peer int, tag uint64, buf []byte) wire.PostedRecv {
 	return e.PostRecv(peer, tag, buf)
 }
 
-// PostReduce implements collective.ReducePoster: a posted receive whose message is reduced
-// into buf (buf = buf op message) by the progress goroutine chunk by chunk, straight from the
-// ring slot, instead of being copied into a scratch buffer for the caller to reduce. A message
-// of another length than buf fails the receive's caller (the collective checks the length).
-func (e *Endpoint) PostReduce(peer int, tag uint64, buf []byte, dt reduce.DType, op reduce.Op) collective.PostedRecv {
-	return e.postRecv(peer, tag, buf, func(dst, src []byte) { reduce.Reduce(dst, src, dt, op) })
+// PostReduce posts a receive whose message is combined into buf (combine(dst, src), the
+// caller's reduction: dst = dst op src) by the progress goroutine chunk by chunk, straight
+// from the cell of the mailbox, instead of being copied into a scratch buffer for the caller to
+// reduce (the collective algorithms' ReducePoster). A message of another length than buf fails
+// the receive's caller (the collective checks the length).
+func (e *Endpoint) PostReduce(peer int, tag uint64, buf []byte, combine func(dst, src []byte)) wire.PostedRecv {
+	return e.postRecv(peer, tag, buf, combine)
 }
 
-// Recv implements collective.Conn.
+// Recv takes the first message from peer (wire.AnySource: any) with tag into buf.
 func (e *Endpoint) Recv(ctx context.Context, peer int, tag uint64, buf []byte) (int, error) {
 	n, _, err := e.PostRecv(peer, tag, buf).Wait(ctx)
 	return n, err

@@ -12,8 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/mooncake-go/mooncake/collective"
 	"github.com/mooncake-go/mooncake/internal/memview"
+	"github.com/mooncake-go/mooncake/wire"
 )
 
 // Send sends data to peer with tag: it returns once data may be reused: the message is in the
@@ -54,7 +54,7 @@ func (e *Endpoint) Send(ctx context.Context, peer int, tag uint64, data []byte) 
 	K, S := uint32(e.lay.K), e.lay.S
 	for off, first := 0, true; first || off < len(data); first = false {
 		if err := e.waitWord(ctx, p.tailWord, func() bool { return p.sent-atomic.LoadUint32(p.tailWord) < K }, peer, p.tailCh, p.networked); err != nil {
-			if errors.Is(err, ErrClosed) || errors.Is(err, collective.ErrPeerDead) {
+			if errors.Is(err, ErrClosed) || errors.Is(err, wire.ErrPeerDead) {
 				return err
 			}
 			return fmt.Errorf("waiting for rank %d to take earlier messages: %w", peer, err)

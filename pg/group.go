@@ -16,6 +16,15 @@ import (
 	"github.com/mooncake-go/mooncake/worker"
 )
 
+// The p2p endpoint is the collective algorithms' transport, and its fabric's shared buffers
+// their same-host arenas: p2p has the methods without knowing package collective.
+var (
+	_ collective.Conn            = (*p2p.Endpoint)(nil)
+	_ collective.ReducePoster    = (*p2p.Endpoint)(nil)
+	_ collective.LivenessChecker = (*p2p.Endpoint)(nil)
+	_ collective.SharedMemory    = p2p.SharedMemory{}
+)
+
 // Group is one rank's process group.
 type Group struct {
 	cfg    Config

@@ -9,8 +9,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/mooncake-go/mooncake/collective"
 	"github.com/mooncake-go/mooncake/collective/reduce"
+	"github.com/mooncake-go/mooncake/wire"
 	"github.com/mooncake-go/mooncake/worker"
 )
 
@@ -80,12 +80,12 @@ func (pg *Group) Send(buf []byte, dst int, tag int32) (*worker.Work, error) {
 		if err := pg.p2pCheck("send", dst); err != nil {
 			return lost(err)
 		}
-		if err := pg.ep.AliveRecently(ctx, dst, time.Second); err != nil && errors.Is(err, collective.ErrPeerDead) {
+		if err := pg.ep.AliveRecently(ctx, dst, time.Second); err != nil && errors.Is(err, wire.ErrPeerDead) {
 			return lost(err)
 		}
-		if err := pg.ep.Send(ctx, dst, collective.UserTag(tag), buf); err != nil {
+		if err := pg.ep.Send(ctx, dst, wire.UserTag(tag), buf); err != nil {
 			switch {
-			case errors.Is(err, collective.ErrPeerDead) || errors.Is(pg.ep.PeerAlive(ctx, dst), collective.ErrPeerDead):
+			case errors.Is(err, wire.ErrPeerDead) || errors.Is(pg.ep.PeerAlive(ctx, dst), wire.ErrPeerDead):
 				return lost(err)
 			case errors.Is(err, context.DeadlineExceeded):
 				return opErr{fmt.Errorf("send on rank %d to rank %d (tag %d): rank %d did not take the message within %s", pg.cfg.Rank, dst, tag, dst, pg.cfg.Timeout)}
@@ -94,7 +94,7 @@ func (pg *Group) Send(buf []byte, dst int, tag int32) (*worker.Work, error) {
 		}
 		// Over shared memory a write into a dead peer's ring succeeds: ask whether it is
 		// alive (at most one probe per peer per deadPeerCheck while it says nothing).
-		if err := pg.ep.AliveRecently(ctx, dst, deadPeerCheck); err != nil && errors.Is(err, collective.ErrPeerDead) {
+		if err := pg.ep.AliveRecently(ctx, dst, deadPeerCheck); err != nil && errors.Is(err, wire.ErrPeerDead) {
 			return lost(err)
 		}
 		return nil
@@ -113,7 +113,7 @@ func (pg *Group) Recv(buf []byte, src int, tag int32) (*worker.Work, error) {
 	w := worker.NewWork("recv")
 	peer := src
 	if src < 0 {
-		peer = collective.AnySource
+		peer = wire.AnySource
 	}
 	if pg.closed.Load() {
 		w.Finish(fmt.Errorf("recv: %w", worker.ErrClosed))
@@ -123,7 +123,7 @@ func (pg *Group) Recv(buf []byte, src int, tag int32) (*worker.Work, error) {
 		w.Finish(err)
 		return w, nil
 	}
-	r := pg.ep.PostRecv(peer, collective.UserTag(tag), buf)
+	r := pg.ep.PostRecv(peer, wire.UserTag(tag), buf)
 	from := "any rank"
 	if src >= 0 {
 		from = fmt.Sprintf("rank %d", src)
