@@ -102,7 +102,7 @@ func (g *Group) Rank() int { return g.rank }
 // Size is the initial group size.
 func (g *Group) Size() int { return g.size }
 
-// MaxSize is the slot count.
+// MaxSize is the number of rank slots (max group size).
 func (g *Group) MaxSize() int { return g.maxSize }
 
 // Conn is the transport.

@@ -397,7 +397,7 @@ func schedYield() { syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
 
 // wait blocks until every member's step reached target: it polls for the spin time (yielding
 // the CPU to other runnable processes between polls), then sleeps on its own bell word, which
-// posters ring when they see it asleep. It fails on the op's deadline, naming every member that
+// posters bump (and wake) when they see it asleep. It fails on the op's deadline, naming every member that
 // did not arrive, or at once when a member gave up on the op.
 func (o *shmOp) wait(target uint32) error {
 	p := o.p

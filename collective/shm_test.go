@@ -72,7 +72,7 @@ var shmTest *SharedOptions
 func enableShm(ctx context.Context, g *Group, sm SharedMemory, opts Options) error {
 	so := *shmTest
 	if opts == tinyOpts {
-		so.ChunkBytes, so.CopyBytes = 192, 1024 // many chunks, slots of a few bytes
+		so.ChunkBytes, so.CopyBytes = 192, 1024 // many chunks, per-member parts of a few bytes
 	}
 	ok, err := g.EnableSharedMemory(ctx, sm, so)
 	if err != nil {

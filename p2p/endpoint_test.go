@@ -59,7 +59,7 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 	return ctx
 }
 
-var small = Options{Slots: 2, SlotBytes: 64}
+var small = Options{Credits: 2, CellBytes: 64}
 
 func TestSendRecvSizes(t *testing.T) {
 	eps, _ := mkEndpoints(t, 2, small)
@@ -266,7 +266,7 @@ func TestConcurrentPairs(t *testing.T) {
 // PostReduce reduces a message into its buffer chunk by chunk as it arrives, whether the
 // receive was posted first or the message (part of it) came first.
 func TestPostReduce(t *testing.T) {
-	eps, _ := mkEndpoints(t, 2, small) // 64-byte slots: a 4000-byte message is 63 chunks
+	eps, _ := mkEndpoints(t, 2, small) // 64-byte cells: a 4000-byte message is 63 chunks
 	ctx := ctxT(t, 10*time.Second)
 	const count = 1000
 	in := make([]byte, 4*count)
@@ -315,11 +315,11 @@ func sumF32(dst, src []byte) {
 }
 
 // TestClaimMidMessage: a receive posted while its message is arriving (after 10 of 63 chunks
-// went to the stash) takes the rest straight from the ring: the stash holds only those 10
+// went to the stash) takes the rest straight from the mailbox: the stash holds only those 10
 // chunks, and the data is exact; also for a reducing receive, and a receive too small for the
 // message fails without disturbing the next one.
 func TestClaimMidMessage(t *testing.T) {
-	eps, _ := mkEndpoints(t, 2, small) // 64-byte slots: a 4000-byte message is 63 chunks
+	eps, _ := mkEndpoints(t, 2, small) // 64-byte cells: a 4000-byte message is 63 chunks
 	ctx := ctxT(t, 10*time.Second)
 	msg := make([]byte, 4000)
 	base := make([]byte, 4000)
@@ -393,7 +393,7 @@ func TestClaimMidMessage(t *testing.T) {
 }
 
 // TestDrainOnSignal: when every peer is reached over the network, the goroutine that stores a
-// bell write drains the rings itself (drainHook), so chunks land without waking the progress
+// bell write drains the mailboxes itself (drainHook), so chunks land without waking the progress
 // goroutine; messages of every size, posted receives, unexpected ones and reductions arrive
 // exact, in both directions at once.
 func TestDrainOnSignal(t *testing.T) {

@@ -24,7 +24,7 @@ type Fabric interface {
 // StreamOpener is implemented by fabrics with ordered write streams (EngineFabric): a
 // stream's writes are applied in order, and over a network a Write returns once its bytes are
 // sent, without waiting for the target's answer (a failure shows on a later Write). Send then
-// costs no round trip: the sender's credits already say when a staging slot is free again (the
+// costs no round trip: the sender's credits already say when a staging cell is free again (the
 // receiver took the chunk, so it left the sender long before).
 type StreamOpener interface {
 	OpenStream(seg uint64) (WriteStream, error)
@@ -85,6 +85,7 @@ type SharedMemory struct {
 	segs []string
 }
 
+// Alloc allocates an arena: an AllocateShared buffer, its address as the handle.
 func (e SharedMemory) Alloc(n int) ([]byte, uint64, error) {
 	a, err := e.f.AllocateShared(uint64(n))
 	if err != nil {
@@ -93,8 +94,11 @@ func (e SharedMemory) Alloc(n int) ([]byte, uint64, error) {
 	return memview.Bytes(a, n), uint64(a), nil
 }
 
+// Free releases an arena from Alloc.
 func (e SharedMemory) Free(_ []byte, h uint64) { e.f.FreeShared(uintptr(h)) }
 
+// Map maps n bytes of rank's arena (its handle) from its segment; ok is false when rank has no
+// segment here or the fabric cannot map it (another host).
 func (e SharedMemory) Map(rank int, h uint64, n int) ([]byte, func(), bool, error) {
 	if rank < 0 || rank >= len(e.segs) || e.segs[rank] == "" {
 		return nil, nil, false, nil
@@ -166,7 +170,7 @@ func (f *engineFabric) Write(ctx context.Context, seg uint64, ws []Write) error 
 // OpenStream opens an ordered write stream to seg. Over the network a Write returns once its
 // bytes are in the socket; on this host it is applied (memcpys into the peer's mapping) before
 // it returns. Either way it takes any source, so a send's payload goes from the caller's
-// buffer straight into the peer's ring slot, without a staging copy.
+// buffer straight into the peer's mailbox cell, without a staging copy.
 func (f *engineFabric) OpenStream(seg uint64) (WriteStream, error) {
 	st, err := f.e.OpenStream(engine.SegmentID(seg))
 	if err != nil {

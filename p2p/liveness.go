@@ -130,7 +130,7 @@ func (e *Endpoint) PeerAlive(ctx context.Context, rank int) error {
 
 // AliveRecently is PeerAlive with a cache: a peer heard from (a message or a probe) within
 // maxAge is alive without a new probe. User point-to-point sends use it to fail fast on a
-// dead peer whose ring still has room.
+// dead peer whose mailbox still has room.
 func (e *Endpoint) AliveRecently(ctx context.Context, rank int, maxAge time.Duration) error {
 	if rank < 0 || rank >= len(e.peers) || rank == e.rank {
 		return e.PeerAlive(ctx, rank)

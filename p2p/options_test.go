@@ -13,21 +13,21 @@ import (
 func TestOptions(t *testing.T) {
 	for _, c := range []struct {
 		opts       Options
-		slots      int
-		slotBytes  int
+		credits    int
+		cellBytes  int
 		probeEvery time.Duration
 	}{
 		{Options{}, 4, 512 << 10, 200 * time.Millisecond},
-		{Options{Slots: 2, SlotBytes: 100, ProbeInterval: 30 * time.Millisecond}, 2, 128, 30 * time.Millisecond},
-		{Options{Slots: -1, SlotBytes: -1, ProbeInterval: -time.Second}, 4, 512 << 10, 200 * time.Millisecond},
+		{Options{Credits: 2, CellBytes: 100, ProbeInterval: 30 * time.Millisecond}, 2, 128, 30 * time.Millisecond},
+		{Options{Credits: -1, CellBytes: -1, ProbeInterval: -time.Second}, 4, 512 << 10, 200 * time.Millisecond},
 	} {
 		ep, err := New(newHub().fabric("rank0"), 0, 1, c.opts)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ep.lay.K != c.slots || ep.lay.S != c.slotBytes || ep.probeEvery != c.probeEvery {
-			t.Errorf("%+v: slots %d, slot bytes %d, probe interval %v; want %d, %d, %v",
-				c.opts, ep.lay.K, ep.lay.S, ep.probeEvery, c.slots, c.slotBytes, c.probeEvery)
+		if ep.lay.K != c.credits || ep.lay.S != c.cellBytes || ep.probeEvery != c.probeEvery {
+			t.Errorf("%+v: credits %d, cell bytes %d, probe interval %v; want %d, %d, %v",
+				c.opts, ep.lay.K, ep.lay.S, ep.probeEvery, c.credits, c.cellBytes, c.probeEvery)
 		}
 		ep.Close()
 	}

@@ -1,6 +1,6 @@
 package p2p
 
-// The receive side, run by whoever drains the rings: a chunk goes into its posted receive, or
+// The receive side, run by whoever drains the mailboxes: a chunk goes into its posted receive, or
 // into the unexpected queue (stash) until a receive claims it (adopt); and the receive
 // operations that post, match and take messages.
 
@@ -107,7 +107,7 @@ func (e *Endpoint) handleChunk(p *peer, hd chunkHdr, payload []byte) {
 
 // adopt hands an unexpected message that a receive claimed while it was arriving over to that
 // receive (progress goroutine): the chunks so far are copied (or reduced) into its buffer once,
-// and the rest of the message lands there straight from the ring, as if the receive had been
+// and the rest of the message lands there straight from the mailbox, as if the receive had been
 // posted first. (A send and its receive posted at about the same time, as torch's
 // batch_isend_irecv does, used to copy the whole message twice: into the stash, then out.)
 func (e *Endpoint) adopt(in *inbound, c *Request) {
@@ -133,7 +133,7 @@ func (e *Endpoint) adopt(in *inbound, c *Request) {
 	e.mu.Unlock()
 }
 
-// stash copies a chunk of an unexpected message: full slots into pooled slot-size buffers,
+// stash copies a chunk of an unexpected message: full cells into pooled cell-size buffers,
 // anything shorter (small messages, last chunks, a message to self, which arrives as one chunk)
 // into an exact allocation. Memory grows with the bytes that arrived, not with the length a
 // header claims, a queue of small messages holds only their bytes, and a large message makes

@@ -87,9 +87,9 @@ func child() error {
 	}
 	defer eng.Close()
 	opts := config.P2P()
-	opts.Slots, opts.SlotBytes = 4, 64<<10
+	opts.Credits, opts.CellBytes = 4, 64<<10
 	if mode == "bench" || mode == "pingpong" {
-		opts.Slots, opts.SlotBytes = envInt("P2P_E2E_SLOTS", 0), envInt("P2P_E2E_SLOT_BYTES", 0) // 0: defaults
+		opts.Credits, opts.CellBytes = envInt("P2P_E2E_CREDITS", 0), envInt("P2P_E2E_CELL_BYTES", 0) // 0: defaults
 	}
 	ep, err := p2p.New(p2p.EngineFabric(eng), rank, n, opts)
 	if err != nil {

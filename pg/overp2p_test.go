@@ -57,7 +57,7 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 func TestCollectivesOverP2P(t *testing.T) {
 	for n := 1; n <= 5; n++ {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			eps := mkEndpoints(t, n, p2p.Options{Slots: 3, SlotBytes: 128})
+			eps := mkEndpoints(t, n, p2p.Options{Credits: 3, CellBytes: 128})
 			var wg sync.WaitGroup
 			errs := make([]error, n)
 			const count = 1001
@@ -123,7 +123,7 @@ func TestCollectivesOverP2P(t *testing.T) {
 
 func TestCollectiveMismatchAndAbortOverP2P(t *testing.T) {
 	const n = 3
-	eps := mkEndpoints(t, n, p2p.Options{Slots: 2, SlotBytes: 64})
+	eps := mkEndpoints(t, n, p2p.Options{Credits: 2, CellBytes: 64})
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for r := 0; r < n; r++ {
