@@ -33,7 +33,7 @@ vet:
 
 test-go:
 	go test -race -timeout 20m ./...
-	go test -count=1 -run 'TestE2E' ./p2p  # multi-process ring paths: cross-process ordering is invisible to -race
+	go test -count=1 -run 'TestE2E' ./pg  # multi-process ring paths (collectives over p2p): cross-process ordering is invisible to -race
 
 test-py:
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q tests

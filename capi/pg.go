@@ -85,7 +85,7 @@ var (
 type pgHandle struct {
 	g    *pg.Group
 	ops  *C.mc_store_ops // the caller's store callbacks, copied
-	word *C.int32_t      // the active extent, read by the shim (mc_pg_extent_word)
+	word *C.int32_t      // the world size, read by the shim (mc_pg_world_size_word)
 	hook atomic.Pointer[workHook]
 }
 
@@ -280,8 +280,8 @@ func mc_pg_create(cfg *C.mc_pg_config, store *C.mc_store_ops, out *C.uint64_t) C
 		IsExtension: cfg.is_extension != 0, AutoDeactivate: cfg.auto_deactivate_on_failure != 0,
 		AutoSync: cfg.auto_sync_on_failure != 0, DeviceType: int(cfg.device_type),
 		Timeout: time.Duration(cfg.timeout_ms) * time.Millisecond, Name: goString(cfg.group_name),
-		OnExtent: func(extent int) { atomic.StoreInt32(word, int32(extent)) },
-		Options:  config.PG(),
+		OnWorldSize: func(n int) { atomic.StoreInt32(word, int32(n)) },
+		Options:     config.PG(),
 	}
 	c.Options.NoAuth = !config.PGAuth.Bool() // MOONCAKE_PG_AUTH
 	c.Options.Observer = pgObserver(c)       // process-group metrics (pg_metrics.go)
@@ -299,8 +299,8 @@ func (ph *pgHandle) free() {
 	C.free(unsafe.Pointer(ph.word))
 }
 
-//export mc_pg_extent_word
-func mc_pg_extent_word(h C.uint64_t) *C.int32_t {
+//export mc_pg_world_size_word
+func mc_pg_world_size_word(h C.uint64_t) *C.int32_t {
 	ph, err := pgOf(h)
 	if err != nil {
 		setErr(err)

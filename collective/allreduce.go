@@ -245,11 +245,14 @@ func (o *opState) ring(data, save []byte, dt reduce.DType, op reduce.Op, allGath
 	}
 	const depth = 3
 	q := o.recvAhead(s.ctx, left, stepData, depth)
-	// A Conn that reduces on arrival (p2p: straight from its ring slot) takes reduce-scatter
-	// chunks into data itself; otherwise they go to rotating scratch buffers first.
+	// A Conn that reduces on arrival (p2p: straight from the cell of its mailbox) takes
+	// reduce-scatter chunks into data itself; otherwise they go to rotating scratch buffers first.
 	rp := q.reducer()
 	var tmps [depth][]byte
-	if rp == nil {
+	var combine func(dst, src []byte)
+	if rp != nil {
+		combine = func(dst, src []byte) { reduce.Reduce(dst, src, dt, op) }
+	} else {
 		for i := range tmps {
 			tmps[i] = o.g.pool.get(min(cb, len(data)))
 			defer o.g.pool.put(tmps[i])
@@ -265,7 +268,7 @@ func (o *opState) ring(data, save []byte, dt reduce.DType, op reduce.Op, allGath
 		if it.step >= n-1 {
 			q.add(it.dst)
 		} else {
-			q.addReduce(it.dst, dt, op)
+			q.addReduce(it.dst, combine)
 		}
 	}
 	for j := 0; j < min(depth, len(items)); j++ {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mooncake-go/mooncake/collective/reduce"
+	"github.com/mooncake-go/mooncake/wire"
 )
 
 var allDTypes = []reduce.DType{reduce.Uint8, reduce.Int8, reduce.Int16, reduce.Int32, reduce.Int64,
@@ -539,7 +540,7 @@ func TestAbortReachesPeers(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("rank 1 waited %v", d)
 	}
-	var ae *AbortError
+	var ae *wire.AbortError
 	if !errors.As(errs[1], &ae) || ae.Peer != 0 {
 		t.Fatalf("rank 1: %v", errs[1])
 	}

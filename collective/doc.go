@@ -6,10 +6,10 @@
 //
 // # Group
 //
-// A Group has a rank, a size, a fixed slot count (max group size), an active-rank mask and an
-// epoch. Ops run over the active members in rank order; every op gets the next sequence number,
-// and all its messages carry tags in the op's own tag space (see Tag), so ops never mix and a
-// late message of one op is never taken by another. A Group runs one op at a time: callers
+// A Group has a rank, a size, a fixed count of rank slots (max group size), an active-rank mask
+// and an epoch. Ops run over the active members in rank order; every op gets the next sequence
+// number, and all its messages carry tags in the op's own tag space (package wire's layout), so
+// ops never mix and a late message of one op is never taken by another. A Group runs one op at a time: callers
 // (the worker package) submit ops in the same order on every rank.
 //
 // # Validation, errors, aborts
@@ -21,8 +21,8 @@
 // The header exchange doubles as the barrier.
 //
 // An op that fails on one rank (timeout, transfer failure) calls Conn.Abort for its tag space:
-// every member's pending and later receives in that space fail at once with an AbortError, so
-// a failure never leaves the other ranks hanging until their own timeout. Errors that involve a
+// every member's pending and later receives in that space fail at once with a
+// wire.AbortError, so a failure never leaves the other ranks hanging until their own timeout. Errors that involve a
 // peer are PeerErrors naming the op, the local rank and the peer; FailedRanks gives the
 // per-op failed-ranks hint.
 //
@@ -58,7 +58,7 @@
 // the peer dies). Ranks agree over Conn whether every mapping worked, so either all ranks take
 // the fast path or none does; other hosts, another network namespace or MC_FORCE_TCP=1 keep
 // the Conn (p2p) path. An arena holds control words on separate cache lines (step counter,
-// sleep flag, futex "bell", abort record), two op-header slots and two data halves of
+// sleep flag, futex "bell", abort record), two op headers and two data halves of
 // SharedOptions.CopyBytes (MC_PG_SHM_COPY_CHUNK, default 2 MiB). Reductions pipeline in units
 // of SharedOptions.ChunkBytes (MC_PG_SHM_CHUNK, default 256 KiB: stages that stay in cache);
 // ops that only copy take rounds of a quarter of their size, from ChunkBytes up to CopyBytes
@@ -88,7 +88,7 @@
 // (MOONCAKE_PG_FT_INPUT_COPY=0): a large all_reduce is memory-bandwidth bound, and the save
 // adds a third of its memory traffic (figures in docs/performance.md). broadcast, all_gather, gather: the writer copies a
 // round's bytes into its arena, readers copy them straight into their outputs. scatter,
-// reduce_scatter, all_to_all: ChunkBytes is cut into one slot per member (larger rounds did not
+// reduce_scatter, all_to_all: ChunkBytes is cut into one part per member (larger rounds did not
 // help all_to_all: it is bound by its two copies). barrier is one round.
 //
 // Validation rides along: the first round of every op carries its header in the arena, and
@@ -97,8 +97,8 @@
 // and the rounds stay in lockstep. A wait past the op deadline fails with a PeerError naming
 // every member that did not arrive (FailedRanks: all of them). Any other failure is recorded
 // in the failing rank's arena (reason and failed-ranks hint) and wakes the peers, whose waits
-// fail at once with that AbortError; the group then leaves the fast path for good and later ops
-// use Conn. The hot path does not allocate.
+// fail at once with that wire.AbortError; the group then leaves the fast path for good and
+// later ops use Conn. The hot path does not allocate.
 //
 // # Membership
 //
@@ -108,7 +108,7 @@
 // (which, unlike an argument mismatch, aborts the op on every member: they disagree on who the
 // members are). A view change ends the fast path. While the fast path waits on a silent peer it
 // asks the Conn (LivenessChecker) whether the peer is alive, so a dead peer fails the op at once
-// with a PeerError wrapping ErrPeerDead.
+// with a PeerError wrapping wire.ErrPeerDead.
 //
 // This package does not own the transport (p2p), the op queue or timeouts (worker), the
 // membership protocol (package pg: the decision log), or the reduction kernels

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mooncake-go/mooncake/collective/reduce"
+	"github.com/mooncake-go/mooncake/wire"
 )
 
 // Options tunes the algorithms. Zero values take the defaults.
@@ -101,7 +102,7 @@ func (g *Group) Rank() int { return g.rank }
 // Size is the initial group size.
 func (g *Group) Size() int { return g.size }
 
-// MaxSize is the slot count.
+// MaxSize is the number of rank slots (max group size).
 func (g *Group) MaxSize() int { return g.maxSize }
 
 // Conn is the transport.
@@ -464,17 +465,17 @@ func (o *opState) finish(err error) error {
 	// An argument mismatch is seen by every rank on its own; a membership mismatch is not (the
 	// ranks disagree on who the members are), so it aborts like a failure.
 	if o.n > 1 && (!errors.As(err, &me) || me.Membership) {
-		ab := &AbortError{Peer: o.g.rank, Reason: err.Error()}
+		ab := &wire.AbortError{Peer: o.g.rank, Reason: err.Error()}
 		var fr interface{ FailedRanks() []int }
 		if errors.As(err, &fr) {
 			ab.Failed = fr.FailedRanks()
 		}
-		o.g.conn.Abort(SpaceOf(o.tag(0)), o.members, ab)
+		o.g.conn.Abort(wire.SpaceOf(o.tag(0)), o.members, ab)
 	}
 	return err
 }
 
-func (o *opState) tag(step uint16) uint64 { return Tag(o.seq, step) }
+func (o *opState) tag(step uint16) uint64 { return wire.Tag(o.seq, step) }
 
 func (o *opState) wrap(ctx context.Context, peer int, err error) error {
 	if err == nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sync"
+
+	"github.com/mooncake-go/mooncake/wire"
 )
 
 // MemNetwork connects n ranks of one process through memory: the reference Conn that tests run
@@ -17,7 +19,7 @@ type MemNetwork struct {
 func NewMemNetwork(n int) *MemNetwork {
 	m := &MemNetwork{}
 	for i := 0; i < n; i++ {
-		m.conns = append(m.conns, &memConn{net: m, rank: i, aborted: map[uint64]*AbortError{}})
+		m.conns = append(m.conns, &memConn{net: m, rank: i, aborted: map[uint64]*wire.AbortError{}})
 	}
 	return m
 }
@@ -56,7 +58,7 @@ type memConn struct {
 	dead    bool
 	queue   []memMsg
 	posted  []*memRecv
-	aborted map[uint64]*AbortError
+	aborted map[uint64]*wire.AbortError
 }
 
 func (c *memConn) isDead() bool {
@@ -85,17 +87,17 @@ func (c *memConn) deliver(from int, tag uint64, data []byte) {
 	if c.dead {
 		return
 	}
-	if IsAbortTag(tag) {
-		ae := DecodeAbort(data)
+	if wire.IsAbortTag(tag) {
+		ae := wire.DecodeAbort(data)
 		ae.Peer = from
-		c.abortLocked(SpaceOf(tag), ae)
+		c.abortLocked(wire.SpaceOf(tag), ae)
 		return
 	}
-	if _, ok := c.aborted[SpaceOf(tag)]; ok {
+	if _, ok := c.aborted[wire.SpaceOf(tag)]; ok {
 		return
 	}
 	for i, r := range c.posted {
-		if r.tag == tag && (r.peer == AnySource || r.peer == from) {
+		if r.tag == tag && (r.peer == wire.AnySource || r.peer == from) {
 			c.posted = append(c.posted[:i], c.posted[i+1:]...)
 			r.fill(from, data)
 			return
@@ -114,14 +116,14 @@ func (r *memRecv) fill(from int, data []byte) {
 	close(r.done)
 }
 
-func (c *memConn) abortLocked(space uint64, ae *AbortError) {
+func (c *memConn) abortLocked(space uint64, ae *wire.AbortError) {
 	if _, ok := c.aborted[space]; ok {
 		return
 	}
 	c.aborted[space] = ae
 	keep := c.posted[:0]
 	for _, r := range c.posted {
-		if SpaceOf(r.tag) == space {
+		if wire.SpaceOf(r.tag) == space {
 			r.err = ae
 			close(r.done)
 		} else {
@@ -131,7 +133,7 @@ func (c *memConn) abortLocked(space uint64, ae *AbortError) {
 	c.posted = keep
 	q := c.queue[:0]
 	for _, m := range c.queue {
-		if SpaceOf(m.tag) != space {
+		if wire.SpaceOf(m.tag) != space {
 			q = append(q, m)
 		}
 	}
@@ -146,14 +148,14 @@ func (c *memConn) Recv(ctx context.Context, peer int, tag uint64, buf []byte) (i
 // RecvFrom is Recv that also reports the sender (for AnySource).
 func (c *memConn) RecvFrom(ctx context.Context, peer int, tag uint64, buf []byte) (int, int, error) {
 	c.mu.Lock()
-	if ae, ok := c.aborted[SpaceOf(tag)]; ok {
+	if ae, ok := c.aborted[wire.SpaceOf(tag)]; ok {
 		c.mu.Unlock()
 		return 0, -1, ae
 	}
 	r := &memRecv{peer: peer, tag: tag, buf: buf, done: make(chan struct{})}
 	found := false
 	for i, m := range c.queue {
-		if m.tag == tag && (peer == AnySource || peer == m.from) {
+		if m.tag == tag && (peer == wire.AnySource || peer == m.from) {
 			c.queue = append(c.queue[:i], c.queue[i+1:]...)
 			r.fill(m.from, m.data)
 			found = true
@@ -185,7 +187,7 @@ func (c *memConn) RecvFrom(ctx context.Context, peer int, tag uint64, buf []byte
 	}
 }
 
-func (c *memConn) Abort(space uint64, peers []int, ab *AbortError) {
+func (c *memConn) Abort(space uint64, peers []int, ab *wire.AbortError) {
 	c.mu.Lock()
 	c.abortLocked(space, ab)
 	dead := c.dead
@@ -195,7 +197,7 @@ func (c *memConn) Abort(space uint64, peers []int, ab *AbortError) {
 	}
 	for _, p := range peers {
 		if p != c.rank && p >= 0 && p < len(c.net.conns) {
-			c.net.conns[p].deliver(c.rank, AbortTag(space), EncodeAbort(ab))
+			c.net.conns[p].deliver(c.rank, wire.AbortTag(space), wire.EncodeAbort(ab))
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mooncake-go/mooncake/collective/reduce"
+	"github.com/mooncake-go/mooncake/wire"
 )
 
 // postConn is a Conn that is also a ReducePoster, as p2p.Endpoint is: posted receives complete
@@ -30,15 +31,15 @@ type postRecv struct {
 	err      error
 }
 
-func (c *postConn) Post(peer int, tag uint64, buf []byte) PostedRecv {
+func (c *postConn) Post(peer int, tag uint64, buf []byte) wire.PostedRecv {
 	return c.post(peer, tag, buf, func(dst, src []byte) { copy(dst, src) })
 }
 
-func (c *postConn) PostReduce(peer int, tag uint64, buf []byte, dt reduce.DType, op reduce.Op) PostedRecv {
-	return c.post(peer, tag, buf, func(dst, src []byte) { reduce.Reduce(dst, src, dt, op) })
+func (c *postConn) PostReduce(peer int, tag uint64, buf []byte, combine func(dst, src []byte)) wire.PostedRecv {
+	return c.post(peer, tag, buf, combine)
 }
 
-func (c *postConn) post(peer int, tag uint64, buf []byte, land func(dst, src []byte)) PostedRecv {
+func (c *postConn) post(peer int, tag uint64, buf []byte, land func(dst, src []byte)) wire.PostedRecv {
 	ctx, stop := context.WithCancel(context.Background())
 	r := &postRecv{stop: stop, done: make(chan struct{})}
 	c.mu.Lock()

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/mooncake-go/mooncake/collective/reduce"
+	"github.com/mooncake-go/mooncake/wire"
 )
 
 // Poster is implemented by Conns that can post a receive before waiting for it
@@ -12,24 +12,16 @@ import (
 // arrives before the loop gets to it then lands in its buffer, instead of being set aside (an
 // allocation and a second copy) until the receive is made.
 type Poster interface {
-	Post(peer int, tag uint64, buf []byte) PostedRecv
+	Post(peer int, tag uint64, buf []byte) wire.PostedRecv
 }
 
-// ReducePoster is a Poster that can also post a receive whose message is reduced into its
-// buffer as it arrives (buf = buf op message; AVG accumulates as SUM), with no copy into
-// scratch in between (p2p: straight from the ring slot).
+// ReducePoster is a Poster that can also post a receive whose message is combined into its
+// buffer as it arrives, piece by piece (combine(dst, src): dst = dst op src, the reduction
+// kernel the algorithm chose), with no copy into scratch in between (p2p: straight from the
+// cell of its mailbox).
 type ReducePoster interface {
 	Poster
-	PostReduce(peer int, tag uint64, buf []byte, dt reduce.DType, op reduce.Op) PostedRecv
-}
-
-// PostedRecv is a posted receive.
-type PostedRecv interface {
-	// Wait waits for the message: bytes received, source rank, error. When ctx ends first the
-	// receive is withdrawn.
-	Wait(ctx context.Context) (n, src int, err error)
-	// Cancel withdraws the receive: after it returns nothing more is written into its buffer.
-	Cancel(err error)
+	PostReduce(peer int, tag uint64, buf []byte, combine func(dst, src []byte)) wire.PostedRecv
 }
 
 // recvAhead receives a known sequence of messages from one peer with one step into buffers
@@ -42,16 +34,14 @@ type recvAhead struct {
 	step  uint16
 	p     Poster
 	depth int
-	queue []ahead      // receives given, not yet waited for (the first len(reqs) are posted)
-	reqs  []PostedRecv // posted, oldest first
+	queue []ahead           // receives given, not yet waited for (the first len(reqs) are posted)
+	reqs  []wire.PostedRecv // posted, oldest first
 }
 
-// ahead is one queued receive: into buf, or (red) reduced into buf.
+// ahead is one queued receive: into buf, or (combine != nil) combined into buf.
 type ahead struct {
-	buf []byte
-	red bool
-	dt  reduce.DType
-	op  reduce.Op
+	buf     []byte
+	combine func(dst, src []byte)
 }
 
 func (o *opState) recvAhead(ctx context.Context, peer int, step uint16, depth int) *recvAhead {
@@ -72,18 +62,18 @@ func (q *recvAhead) reducer() ReducePoster {
 	return rp
 }
 
-// addReduce queues the next message to be reduced into buf on arrival (reducer() != nil).
-func (q *recvAhead) addReduce(buf []byte, dt reduce.DType, op reduce.Op) {
-	q.queue = append(q.queue, ahead{buf: buf, red: true, dt: dt, op: op})
+// addReduce queues the next message to be combined into buf on arrival (reducer() != nil).
+func (q *recvAhead) addReduce(buf []byte, combine func(dst, src []byte)) {
+	q.queue = append(q.queue, ahead{buf: buf, combine: combine})
 	q.fill()
 }
 
 func (q *recvAhead) fill() {
 	for q.p != nil && len(q.reqs) < q.depth && len(q.reqs) < len(q.queue) {
 		a := q.queue[len(q.reqs)]
-		var r PostedRecv
-		if a.red {
-			r = q.reducer().PostReduce(q.peer, q.o.tag(q.step), a.buf, a.dt, a.op)
+		var r wire.PostedRecv
+		if a.combine != nil {
+			r = q.reducer().PostReduce(q.peer, q.o.tag(q.step), a.buf, a.combine)
 		} else {
 			r = q.p.Post(q.peer, q.o.tag(q.step), a.buf)
 		}

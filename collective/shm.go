@@ -18,6 +18,7 @@ import (
 
 	"github.com/mooncake-go/mooncake/collective/reduce"
 	"github.com/mooncake-go/mooncake/internal/futex"
+	"github.com/mooncake-go/mooncake/wire"
 )
 
 // SharedMemory is what the same-host fast path needs from its environment (capi wires it to
@@ -396,7 +397,7 @@ func schedYield() { syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
 
 // wait blocks until every member's step reached target: it polls for the spin time (yielding
 // the CPU to other runnable processes between polls), then sleeps on its own bell word, which
-// posters ring when they see it asleep. It fails on the op's deadline, naming every member that
+// posters bump (and wake) when they see it asleep. It fails on the op's deadline, naming every member that
 // did not arrive, or at once when a member gave up on the op.
 func (o *shmOp) wait(target uint32) error {
 	p := o.p
@@ -451,7 +452,7 @@ func (o *shmOp) wait(target uint32) error {
 					// A peer that reached the step while it was probed published its part
 					// and may have finished the op and exited since: its arena stays mapped,
 					// so this round can still be read. Only one still behind has failed.
-					if err != nil && errors.Is(err, ErrPeerDead) && int32(atomic.LoadUint32(p.stepW[m])-target) < 0 {
+					if err != nil && errors.Is(err, wire.ErrPeerDead) && int32(atomic.LoadUint32(p.stepW[m])-target) < 0 {
 						return &PeerError{Op: o.kind.String(), Rank: p.rank, Peer: m, Err: err}
 					}
 				}
@@ -583,8 +584,8 @@ func (o *shmOp) finish(err error) error {
 	return err
 }
 
-func readAbort(v []byte, peer int) *AbortError {
-	a := &AbortError{Peer: peer}
+func readAbort(v []byte, peer int) *wire.AbortError {
+	a := &wire.AbortError{Peer: peer}
 	n := int(binary.LittleEndian.Uint32(v[offNFail:]))
 	for i := 0; i < n && i < maxAbortRanks; i++ {
 		a.Failed = append(a.Failed, int(int32(binary.LittleEndian.Uint32(v[offFailed+4*i:]))))

@@ -39,9 +39,9 @@ func sliceSpan(i, count, n, es int) (off, size int) {
 	return start * es, k * es
 }
 
-// slotBytes is the per-member part of a data half for ops that send every member its own
+// partBytes is the per-member part of a data half for ops that send every member its own
 // piece (scatter, reduce_scatter, all_to_all): a multiple of es, 64-byte aligned when it can be.
-func (o *shmOp) slotBytes(es int) int {
+func (o *shmOp) partBytes(es int) int {
 	s := o.p.chunk / o.n
 	if s >= 64 {
 		s &^= 63
@@ -288,25 +288,25 @@ func (p *shmPath) allGather(ctx context.Context, in []byte, outs [][]byte, root 
 	return nil
 }
 
-// scatter: per round root publishes every member's next piece in that member's slot.
+// scatter: per round root publishes every member's next piece in that member's part.
 func (p *shmPath) scatter(ctx context.Context, ins [][]byte, out []byte, root int) error {
 	o, err := p.start(ctx, header{kind: kindScatter, root: int32(root), count: int64(len(out))})
 	if err != nil {
 		return err
 	}
-	slot := o.slotBytes(1)
+	part := o.partBytes(1)
 	if p.rank == root {
 		copy(out, ins[root])
 	}
-	for k, nr := 0, rounds(len(out), slot); k < nr; k++ {
-		off := k * slot
-		end := min(off+slot, len(out))
+	for k, nr := 0, rounds(len(out), part); k < nr; k++ {
+		off := k * part
+		end := min(off+part, len(out))
 		par := o.par()
 		if p.rank == root {
 			h := o.halfOf(p.rank, par)
 			for i, m := range o.members {
 				if m != root {
-					copy(h[i*slot:], ins[m][off:end])
+					copy(h[i*part:], ins[m][off:end])
 				}
 			}
 		}
@@ -317,28 +317,28 @@ func (p *shmPath) scatter(ctx context.Context, ins [][]byte, out []byte, root in
 			return o.finish(&MismatchError{Msg: "scatter: root rank is not an active member of the group"})
 		}
 		if p.rank != root {
-			copy(out[off:end], o.halfOf(root, par)[o.idx*slot:])
+			copy(out[off:end], o.halfOf(root, par)[o.idx*part:])
 		}
 	}
 	return nil
 }
 
-// reduceScatter: per round every rank publishes, in member i's slot, its next piece of ins[i];
-// member i reduces its own piece and the peers' slots i in one pass.
+// reduceScatter: per round every rank publishes, in member i's part, its next piece of ins[i];
+// member i reduces its own piece and the peers' parts i in one pass.
 func (p *shmPath) reduceScatter(ctx context.Context, ins [][]byte, out []byte, dt reduce.DType, op reduce.Op, es int) error {
 	o, err := p.start(ctx, header{kind: kindReduceScatter, dtype: dt, op: op, count: int64(len(out) / es)})
 	if err != nil {
 		return err
 	}
-	slot := o.slotBytes(es)
-	for k, nr := 0, rounds(len(out), slot); k < nr; k++ {
-		off := k * slot
-		end := min(off+slot, len(out))
+	part := o.partBytes(es)
+	for k, nr := 0, rounds(len(out), part); k < nr; k++ {
+		off := k * part
+		end := min(off+part, len(out))
 		par := o.par()
 		h := o.halfOf(p.rank, par)
 		for i, m := range o.members {
 			if i != o.idx {
-				copy(h[i*slot:], ins[m][off:end])
+				copy(h[i*part:], ins[m][off:end])
 			}
 		}
 		if err := o.sync(); err != nil {
@@ -352,7 +352,7 @@ func (p *shmPath) reduceScatter(ctx context.Context, ins [][]byte, out []byte, d
 			if i == o.idx {
 				srcs = append(srcs, ins[m][off:end])
 			} else {
-				srcs = append(srcs, o.halfOf(m, par)[o.idx*slot:][:end-off])
+				srcs = append(srcs, o.halfOf(m, par)[o.idx*part:][:end-off])
 			}
 		}
 		err := reduce.ReduceMany(out[off:end], srcs, dt, op)
@@ -367,7 +367,7 @@ func (p *shmPath) reduceScatter(ctx context.Context, ins [][]byte, out []byte, d
 	return nil
 }
 
-// allToAll: per round every rank publishes, in member i's slot, its next piece for member i;
+// allToAll: per round every rank publishes, in member i's part, its next piece for member i;
 // the round count follows from the largest piece in the (validated) size matrix.
 func (p *shmPath) allToAll(ctx context.Context, ins, outs [][]byte) error {
 	ms := p.g.maxSize
@@ -386,15 +386,15 @@ func (p *shmPath) allToAll(ctx context.Context, ins, outs [][]byte) error {
 		return err
 	}
 	copy(outs[p.rank], ins[p.rank])
-	slot := o.slotBytes(1)
+	part := o.partBytes(1)
 	nr := 1
 	for k := 0; k < nr; k++ {
-		off := k * slot
+		off := k * part
 		par := o.par()
 		h := o.halfOf(p.rank, par)
 		for i, m := range o.members {
 			if i != o.idx && off < len(ins[m]) {
-				copy(h[i*slot:(i+1)*slot], ins[m][off:])
+				copy(h[i*part:(i+1)*part], ins[m][off:])
 			}
 		}
 		if err := o.sync(); err != nil {
@@ -407,11 +407,11 @@ func (p *shmPath) allToAll(ctx context.Context, ins, outs [][]byte) error {
 					big = max(big, p.hs[i].extra[m])
 				}
 			}
-			nr = rounds(int(big), slot)
+			nr = rounds(int(big), part)
 		}
 		for i, m := range o.members {
 			if i != o.idx && off < len(outs[m]) {
-				p.copyOut(outs[m][off:min(off+slot, len(outs[m]))], o.halfOf(m, par)[o.idx*slot:], len(outs[m]))
+				p.copyOut(outs[m][off:min(off+part, len(outs[m]))], o.halfOf(m, par)[o.idx*part:], len(outs[m]))
 			}
 		}
 	}

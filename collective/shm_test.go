@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mooncake-go/mooncake/collective/reduce"
+	"github.com/mooncake-go/mooncake/wire"
 )
 
 // memShared is an in-process SharedMemory: anonymous shared mappings, unmapped by close.
@@ -71,7 +72,7 @@ var shmTest *SharedOptions
 func enableShm(ctx context.Context, g *Group, sm SharedMemory, opts Options) error {
 	so := *shmTest
 	if opts == tinyOpts {
-		so.ChunkBytes, so.CopyBytes = 192, 1024 // many chunks, slots of a few bytes
+		so.ChunkBytes, so.CopyBytes = 192, 1024 // many chunks, per-member parts of a few bytes
 	}
 	ok, err := g.EnableSharedMemory(ctx, sm, so)
 	if err != nil {
@@ -306,7 +307,7 @@ func TestShmAbortReachesPeers(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("rank 1 waited %v", d)
 	}
-	var ae *AbortError
+	var ae *wire.AbortError
 	if !errors.As(errs[1], &ae) || ae.Peer != 0 || len(ae.Failed) != 1 || ae.Failed[0] != 2 {
 		t.Fatalf("rank 1: %v", errs[1])
 	}
@@ -435,7 +436,7 @@ func TestShmAllReduceOrRestore(t *testing.T) {
 				return allReduceMaybeSave(ctx, g, bufs[g.Rank()], withSave)
 			})
 			checkRestored(t, errs, ins, bufs, withSave, 0)
-			var ae *AbortError
+			var ae *wire.AbortError
 			if !errors.As(errs[0], &ae) || ae.Peer != 1 {
 				t.Fatalf("rank 0: %v", errs[0])
 			}
@@ -490,7 +491,7 @@ func (c *probingConn) PeerAlive(ctx context.Context, rank int) error {
 	}
 	c.once.Do(func() { close(c.probing) })
 	<-c.exited
-	return fmt.Errorf("rank %d is gone: %w", rank, ErrPeerDead)
+	return fmt.Errorf("rank %d is gone: %w", rank, wire.ErrPeerDead)
 }
 
 // TestShmPeerExitsWhileProbed: rank 1 arrives late, so rank 0 probes it; meanwhile rank 1

@@ -48,21 +48,21 @@ func TestAccessors(t *testing.T) {
 	} {
 		t.Setenv("MC_PG_SHM", c.v)
 		t.Setenv("MC_FORCE_TCP", c.v)
-		t.Setenv("MC_PG_SLOTS", c.v)
+		t.Setenv("MC_PG_CREDITS", c.v)
 		if got := PGShm.Bool(); got != c.on {
 			t.Errorf("MC_PG_SHM=%q: Bool() = %v, want %v", c.v, got, c.on)
 		}
 		if got := ForceTCP.Bool(); got != c.off {
 			t.Errorf("MC_FORCE_TCP=%q: Bool() = %v, want %v", c.v, got, c.off)
 		}
-		if n, ok := PGSlots.Int(); n != c.num || ok != c.isN {
-			t.Errorf("MC_PG_SLOTS=%q: Int() = %d, %v, want %d, %v", c.v, n, ok, c.num, c.isN)
+		if n, ok := PGCredits.Int(); n != c.num || ok != c.isN {
+			t.Errorf("MC_PG_CREDITS=%q: Int() = %d, %v, want %d, %v", c.v, n, ok, c.num, c.isN)
 		}
-		if got := PGSlots.Positive(); got != c.pos {
-			t.Errorf("MC_PG_SLOTS=%q: Positive() = %d, want %d", c.v, got, c.pos)
+		if got := PGCredits.Positive(); got != c.pos {
+			t.Errorf("MC_PG_CREDITS=%q: Positive() = %d, want %d", c.v, got, c.pos)
 		}
-		if got := PGSlots.Size(); got != c.size {
-			t.Errorf("MC_PG_SLOTS=%q: Size() = %d, want %d", c.v, got, c.size)
+		if got := PGCredits.Size(); got != c.size {
+			t.Errorf("MC_PG_CREDITS=%q: Size() = %d, want %d", c.v, got, c.size)
 		}
 	}
 	t.Setenv("MC_TRANSFER_TIMEOUT", "2.5")
@@ -89,6 +89,9 @@ func TestRegistry(t *testing.T) {
 			t.Errorf("knob %q registered twice", k.Name())
 		}
 		seen[k.Name()] = true
+		if a := k.Alias(); a != "" && (!knobName.MatchString(a) || a == k.Name() || !strings.Contains(k.Doc(), a)) {
+			t.Errorf("knob %q: alias %q (an MC_*/MOONCAKE_* name its doc mentions)", k.Name(), a)
+		}
 		if !stages[k.Stage()] || !kinds[k.Kind()] || k.Doc() == "" {
 			t.Errorf("knob %q: stage %q, kind %q, doc %q", k.Name(), k.Stage(), k.Kind(), k.Doc())
 		}
@@ -97,6 +100,11 @@ func TestRegistry(t *testing.T) {
 		}
 		if k.Kind() == Bytes && ParseSize(k.Default()) == 0 {
 			t.Errorf("size knob %q: default %q is not a size", k.Name(), k.Default())
+		}
+	}
+	for _, k := range All() {
+		if seen[k.Alias()] {
+			t.Errorf("knob %q: alias %q is another knob's name", k.Name(), k.Alias())
 		}
 	}
 	if len(seen) < 40 {

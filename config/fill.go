@@ -198,12 +198,12 @@ func PG() pg.Options {
 	return o
 }
 
-// P2P is the endpoint settings of a new process group: MC_PG_SLOTS and MC_PG_SLOT_BYTES (a
+// P2P is the endpoint settings of a new process group: MC_PG_CREDITS and MC_PG_CELL_BYTES (a
 // value above 0, else the default), MC_P2P_STREAMS and MC_PG_PROBE_MS.
 func P2P() p2p.Options {
 	return p2p.Options{
-		Slots:         PGSlots.Positive(),
-		SlotBytes:     PGSlotBytes.Positive(),
+		Credits:       PGCredits.Positive(),
+		CellBytes:     PGCellBytes.Positive(),
 		NoStreams:     !P2PStreams.Bool(),
 		ProbeInterval: time.Duration(PGProbeMS.Positive()) * time.Millisecond,
 	}

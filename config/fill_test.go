@@ -91,6 +91,9 @@ func TestProcessGroupSettings(t *testing.T) {
 	for _, k := range All() {
 		if k.Stage() == ProcessGroupInit {
 			t.Setenv(k.Name(), "")
+			if a := k.Alias(); a != "" {
+				t.Setenv(a, "")
+			}
 		}
 	}
 	if got := Collective(); got != (collective.Options{}) {
@@ -109,7 +112,13 @@ func TestProcessGroupSettings(t *testing.T) {
 		"MC_PG_SHM_COPY_CHUNK": "1M", "MC_PG_SHM_STREAM_OUT": "4M", "MC_PG_SHM_SPIN_US": "0"} {
 		t.Setenv(k, v)
 	}
-	if got, want := P2P(), (p2p.Options{Slots: 8, SlotBytes: 4096}); got != want {
+	if got, want := P2P(), (p2p.Options{Credits: 8, CellBytes: 4096}); got != want {
+		t.Fatalf("P2P() under the earlier names MC_PG_SLOTS, MC_PG_SLOT_BYTES = %+v, want %+v", got, want)
+	}
+	// The knobs' own names win over the earlier ones.
+	t.Setenv("MC_PG_CREDITS", "6")
+	t.Setenv("MC_PG_CELL_BYTES", "1024")
+	if got, want := P2P(), (p2p.Options{Credits: 6, CellBytes: 1024}); got != want {
 		t.Fatalf("P2P() = %+v, want %+v", got, want)
 	}
 	// FusedBytes -1 turns the fused all_reduce off (collective.Options: negative is off);

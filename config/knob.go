@@ -35,6 +35,7 @@ type Knob struct {
 	def   string
 	stage Stage
 	doc   string
+	alias string // an earlier name, still read when name is unset ("": none)
 }
 
 // registry lists every knob in declaration order (knob appends to it).
@@ -43,6 +44,13 @@ var registry []*Knob
 func knob(name string, kind Kind, def string, stage Stage, doc string) *Knob {
 	k := &Knob{name: name, kind: kind, def: def, stage: stage, doc: doc}
 	registry = append(registry, k)
+	return k
+}
+
+// formerly registers alias, an earlier name of the knob, which is read when the knob's own
+// name is unset (the knob's doc names it).
+func (k *Knob) formerly(alias string) *Knob {
+	k.alias = alias
 	return k
 }
 
@@ -64,13 +72,25 @@ func (k *Knob) Stage() Stage { return k.stage }
 // Doc is a one-line description of what the knob changes.
 func (k *Knob) Doc() string { return k.doc }
 
-// Lookup returns the variable's value as it is now, and whether it is set.
-func (k *Knob) Lookup() (string, bool) { return lookupEnv(k.name) }
+// Alias is the knob's earlier name, still read when Name is unset ("" when it has none).
+func (k *Knob) Alias() string { return k.alias }
+
+// Lookup returns the variable's value as it is now, and whether it is set: under its name, or,
+// when that is unset or empty, under its alias.
+func (k *Knob) Lookup() (string, bool) {
+	v, ok := lookupEnv(k.name)
+	if v == "" && k.alias != "" {
+		if av, aok := lookupEnv(k.alias); aok {
+			return av, true
+		}
+	}
+	return v, ok
+}
 
 // String returns the value as it is now ("" when unset). Callers that ignore surrounding
 // blanks trim it themselves; passwords and names are used as given.
 func (k *Knob) String() string {
-	v, _ := lookupEnv(k.name)
+	v, _ := k.Lookup()
 	return v
 }
 

@@ -48,7 +48,7 @@
 // Writes apply in order; over tcp it owns a connection whose frames are all quiet (the server
 // answers only failures), so a Write returns once its bytes are in the socket, without a round
 // trip, and a failure reported later breaks the stream (the next Write returns it). Same-host
-// and local targets are written before Write returns. p2p sends its slots and credits this way.
+// and local targets are written before Write returns. p2p sends its mailbox cells and credits this way.
 //
 // Timeouts. Every run of requests has a deadline of Config.TransferTimeout (default 30 s;
 // MC_TRANSFER_TIMEOUT) plus 1 ns per byte; a dead or silent peer gives

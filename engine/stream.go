@@ -22,7 +22,7 @@ import (
 // before an earlier one still in flight over tcp to plain memory of the same segment (p2p
 // writes one shared buffer, so all its writes go one way).
 //
-// This is what a protocol that orders its own writes (p2p's slot, head, doorbell; credits)
+// This is what a protocol that orders its own writes (p2p's mailbox cell, head, doorbell; credits)
 // needs: one round trip less per message than TransferSync over tcp.
 type Stream struct {
 	e  *Engine

@@ -1,20 +1,22 @@
 package p2p
 
-// Collective aborts (collective.AbortTag): the op's pending and later receives fail, its
-// queued messages are dropped, and peers are told.
+// Collective aborts (wire.AbortTag): the op's pending and later receives fail, its queued
+// messages are dropped, and peers are told.
 
 import (
 	"context"
 	"time"
 
-	"github.com/mooncake-go/mooncake/collective"
+	"github.com/mooncake-go/mooncake/wire"
 )
 
-// Abort implements collective.Conn.
+// Abort ends the op whose tags are in tag space space (wire.SpaceOf): its pending and later
+// receives here fail with ab, its queued messages are dropped, and every connected rank in peers
+// is told (best effort, without blocking the caller).
 //
 // Peers are told even when a peer's abort already reached this rank: members that disagree on
 // the membership do not share one member list, so the first aborter may not know them all.
-func (e *Endpoint) Abort(space uint64, peers []int, ab *collective.AbortError) {
+func (e *Endpoint) Abort(space uint64, peers []int, ab *wire.AbortError) {
 	e.abortLocal(space, ab)
 	e.mu.Lock()
 	if e.abortSent[space] {
@@ -23,7 +25,7 @@ func (e *Endpoint) Abort(space uint64, peers []int, ab *collective.AbortError) {
 	}
 	e.abortSent[space] = true
 	e.mu.Unlock()
-	msg := collective.EncodeAbort(ab)
+	msg := wire.EncodeAbort(ab)
 	if max := e.lay.S; len(msg) > max {
 		msg = msg[:max]
 	}
@@ -34,13 +36,13 @@ func (e *Endpoint) Abort(space uint64, peers []int, ab *collective.AbortError) {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			e.Send(ctx, p, collective.AbortTag(space), msg)
+			e.Send(ctx, p, wire.AbortTag(space), msg)
 		}()
 	}
 }
 
 // abortLocal marks space aborted; false if it already was.
-func (e *Endpoint) abortLocal(space uint64, ab *collective.AbortError) bool {
+func (e *Endpoint) abortLocal(space uint64, ab *wire.AbortError) bool {
 	e.mu.Lock()
 	if _, ok := e.aborted[space]; ok {
 		e.mu.Unlock()
@@ -56,7 +58,7 @@ func (e *Endpoint) abortLocal(space uint64, ab *collective.AbortError) bool {
 	var fail []*Request
 	keep := e.posted[:0]
 	for _, r := range e.posted {
-		if collective.SpaceOf(r.tag) == space {
+		if wire.SpaceOf(r.tag) == space {
 			fail = append(fail, r)
 		} else {
 			keep = append(keep, r)
@@ -64,14 +66,14 @@ func (e *Endpoint) abortLocal(space uint64, ab *collective.AbortError) bool {
 	}
 	e.posted = keep
 	for r, in := range e.inflight {
-		if collective.SpaceOf(r.tag) == space {
+		if wire.SpaceOf(r.tag) == space {
 			in.discard.Store(true)
 			fail = append(fail, r)
 		}
 	}
 	u := e.unexpected[:0]
 	for _, in := range e.unexpected {
-		if collective.SpaceOf(in.tag) == space {
+		if wire.SpaceOf(in.tag) == space {
 			in.discard.Store(true)
 		} else {
 			u = append(u, in)

@@ -1,41 +1,46 @@
 // Package p2p is tagged, ordered point-to-point messaging between the ranks of a group over
-// transfer-engine WRITEs, with credit-based flow control. An *Endpoint implements
-// collective.Conn, and adds posted receives (PostRecv) for torch's irecv/recv_anysource.
+// transfer-engine WRITEs, with credit-based flow control. An *Endpoint is the transport of the
+// collective algorithms (it has the methods of collective.Conn, Poster, ReducePoster and
+// LivenessChecker without importing that package: tags, aborts and ErrPeerDead are package
+// wire's), and adds posted receives (PostRecv) for torch's irecv/recv_anysource.
 //
 // # Memory layout
 //
 // Each rank allocates one engine shared buffer (Fabric.AllocateShared: memfd on one host,
 // reachable over tcp from others) and publishes Info {segment name, address, layout} through
-// the rendezvous store. With P slots (max group size), K ring slots of S payload bytes:
+// the rendezvous store. With P rank slots (max group size), a mailbox per peer of K cells of S
+// payload bytes (K credits per peer: Options.Credits, Options.CellBytes):
 //
-//	ctrl[p]    64 B per peer  head (u32, written by p: slots p filled in ring[p])
-//	                          tail (u32, written by p: slots of MY ring at p that p consumed)
-//	doorbell   64 B           u32 that every sender writes after a message (wakes the receiver)
-//	scratch[p] 64 B per peer  local source of the tail value written to p
-//	stage[p]   K x (64+S)     local staging of the slots being sent to p (one per ring slot)
-//	ring[p]    K x (64+S)     slots that p writes its messages to me into
+//	ctrl[p]      64 B per peer  head (u32, written by p: cells p filled in mailbox[p])
+//	                            tail (u32, written by p: cells of MY mailbox at p that p consumed)
+//	doorbell     64 B           u32 that every sender writes after a message (wakes the receiver)
+//	scratch[p]   64 B per peer  local source of the tail value written to p
+//	stage[p]     K x (64+S)     local staging of the cells being sent to p (one per mailbox cell)
+//	mailbox[p]   K x (64+S)     cells that p writes its messages to me into, in turn
 //
-// A slot is a 64-byte header {tag, msg id, chunk length, message length, offset} and up to S
-// payload bytes. Every rank uses the same layout, so a peer's addresses follow from its base.
+// A cell is a 64-byte header {tag, msg id, chunk length, message length, offset} and up to S
+// payload bytes (one chunk of a message). A credit is the right to fill one cell of a peer's
+// mailbox: a sender holds K, spends one per chunk and gets it back when the peer consumed the
+// cell. Every rank uses the same layout, so a peer's addresses follow from its base.
 //
 // # Protocol
 //
 // Sender (one message at a time per peer): wait for a credit (sent - tail[p] < K), stage as
-// many chunks as there are free slots (each in the staging slot of its ring slot, whose
+// many chunks as there are credits (each in the staging cell of its mailbox cell, whose
 // header bytes 48..55 hold the chunk's head and doorbell values), then one engine batch to the
-// peer: [slot, head word, doorbell word] per chunk. With a write stream (EngineFabric opens one
+// peer: [cell, head word, doorbell word] per chunk. With a write stream (EngineFabric opens one
 // to every peer, same-host ones included, unless Options.NoStreams is set) chunks of 4 KiB and
 // more go out from the caller's buffer instead of being staged. The engine applies a batch's requests to
 // one target in order and wakes futex waiters on 4-byte writes, so each head and doorbell
-// become visible after their slot, and the receiver starts on the first chunk while the rest
+// become visible after their cell, and the receiver starts on the first chunk while the rest
 // are on the wire; a message of up to K chunks costs one round trip. Messages longer than S
-// stream through consecutive slots, a window at a time.
+// stream through consecutive cells, a window (K cells) at a time.
 //
 // Receiver: one progress goroutine per endpoint watches the doorbell (spins briefly, then
 // futex-waits: ranks may outnumber cores; when every peer is reached over the network it parks
 // on the fabric's WordWatcher channel instead, which this process's tcp server signals after
 // storing the doorbell, so a wake-up is a goroutine switch rather than a thread hand-off; the
-// same holds for a sender's credit wait), drains every peer's filled slots in order, and
+// same holds for a sender's credit wait), drains every peer's filled cells in order, and
 // returns credits through a per-peer goroutine with a 4-byte write of the consumed count into
 // the sender's tail word after each pass that consumed something. Over the network the tcp
 // server runs drainHook before it signals the doorbell's channel: when no pass is under way it
@@ -43,15 +48,16 @@
 // usually lands without waking any goroutine. Draining never waits for the application: a
 // message that matches a posted receive (first posted, by
 // peer or any source, and tag) is copied straight into its buffer; otherwise it is stashed in
-// the unexpected queue (chunk by chunk, in pooled slot-size buffers), where a later receive
+// the unexpected queue (chunk by chunk, in pooled cell-size buffers), where a later receive
 // finds it. A receive that finds a message still arriving takes it over: the stashed chunks
-// are copied once and the rest lands in its buffer straight from the ring (adopt). So a Send
+// are copied once and the rest lands in its buffer straight from the mailbox (adopt). So a Send
 // never depends on a matching receive, and collectives can send before they receive.
 //
-// Endpoint implements collective.Poster: collectives post the receives they know are coming
-// (the ring all_reduce keeps three ahead), so early chunks land in their buffers directly.
+// Endpoint has Post (the collective algorithms' Poster): collectives post the receives they
+// know are coming (the ring all_reduce keeps three ahead), so early chunks land in their
+// buffers directly; PostReduce combines a chunk into its buffer straight from the mailbox.
 //
-// Collective aborts (collective.AbortTag) are handled here: the op's pending and later receives
+// Collective aborts (wire.AbortTag) are handled here: the op's pending and later receives
 // fail, and its queued messages are dropped.
 //
 // Failures: a failed or timed-out engine transfer to a peer fails the send with an error
@@ -59,15 +65,16 @@
 // stays silent while a receive or a credit wait waits on it is probed (liveness.go: the
 // engine's ping, every Options.ProbeInterval, default 200 ms); one that does not answer is marked dead,
 // and every wait on it and every send to it fails at once with an error wrapping
-// collective.ErrPeerDead. Endpoint implements collective.LivenessChecker for the collective
-// fast path. Reconnect points a link at a replacement process (a new incarnation of the rank):
-// both directions' ring counters restart and what the old process left is dropped.
+// wire.ErrPeerDead. PeerAlive answers the collective fast path's liveness question.
+// Reconnect points a link at a replacement process (a new incarnation of the rank): both
+// directions' mailbox counters restart and what the old process left is dropped.
 //
 // Fabrics that can map same-host peers' buffers implement SharedMapper (EngineFabric does);
-// NewSharedMemory turns one into the collective.SharedMemory of the collective fast path.
+// NewSharedMemory turns one into the arenas of the collective fast path (SharedMemory).
 //
-// This package does not own the engine, the rendezvous store or the op queue, and reads no
-// environment variables: its knobs are Options fields, which the configuration layer fills.
+// This package does not own the engine, the rendezvous store, the op queue, or the tag layout
+// and abort message (package wire), and reads no environment variables: its knobs are Options
+// fields, which the configuration layer fills.
 //
 // # Files
 //
@@ -78,22 +85,22 @@
 //	             stream), the message to self, and the creditor that returns credits
 //	wait.go      how the endpoint's goroutines sleep: spin, futex wait, or park on a
 //	             WordWatcher channel (waitWord, park, wake)
-//	progress.go  the progress loop, drainHook and one drain pass over every peer's ring
+//	progress.go  the progress loop, drainHook and one drain pass over every peer's mailbox
 //	recv.go      the receive side: a chunk's delivery, the unexpected queue (stash, adopt,
 //	             cut-off messages), PostRecv, PostReduce, Recv, a peer's receive-side reset
 //	request.go   Request: a posted receive, its completion, Wait and Cancel
-//	abort.go     collective aborts: Abort and what it fails and drops
+//	abort.go     collective ops' aborts: Abort and what it fails and drops
 //	liveness.go  probes and dead peers: MarkDead, Dead, PeerAlive, AliveRecently
 //	fabric.go    what p2p needs from the engine (Fabric and its optional interfaces),
-//	             EngineFabric, NewSharedMemory
+//	             EngineFabric, NewSharedMemory and SharedMemory
 //
 // Tests reach unexported parts through export_test.go (a tap on the receive path).
 //
 // # Why the progress loop is not a package of its own
 //
-// The design's poller (the loop that waits on doorbells, drains the rings and completes
+// The design's poller (the loop that waits on doorbells, drains the mailboxes and completes
 // requests) stays here, in progress.go and wait.go. A drain pass is the endpoint's receive side
-// itself: it reads ring slots at the endpoint's layout offsets, advances each peer's consumed
+// itself: it reads mailbox cells at the endpoint's layout offsets, advances each peer's consumed
 // count and message in progress under drainMu (which Reconnect's resets and the tcp server's
 // drainHook take too), and matches every chunk against the posted, in-flight and unexpected
 // queues under the endpoint's mu, the state that PostRecv, Abort, MarkDead and Close change.

@@ -11,15 +11,15 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/mooncake-go/mooncake/collective"
 	"github.com/mooncake-go/mooncake/internal/memview"
+	"github.com/mooncake-go/mooncake/wire"
 )
 
 // Options sizes and tunes an endpoint. The zero value of each field is its default. p2p reads
 // no environment variables: the configuration layer maps its knobs onto these fields.
 type Options struct {
-	Slots     int // ring slots per peer (credits); <= 0: 4
-	SlotBytes int // payload bytes per slot, rounded up to 64; <= 0: 512 KiB
+	Credits   int // credits per peer: cells of its mailbox a sender may fill ahead; <= 0: 4
+	CellBytes int // payload bytes per mailbox cell, rounded up to 64; <= 0: 512 KiB
 	// NoStreams sends every batch with Fabric.Write (a round trip per batch) even when the
 	// fabric opens ordered write streams (StreamOpener). False: a stream to each peer where
 	// the fabric has them.
@@ -33,13 +33,13 @@ type Options struct {
 const defaultProbeInterval = 200 * time.Millisecond
 
 func (o Options) withDefaults() Options {
-	if o.Slots <= 0 {
-		o.Slots = 4
+	if o.Credits <= 0 {
+		o.Credits = 4
 	}
-	if o.SlotBytes <= 0 {
-		o.SlotBytes = 512 << 10
+	if o.CellBytes <= 0 {
+		o.CellBytes = 512 << 10
 	}
-	o.SlotBytes = (o.SlotBytes + 63) &^ 63
+	o.CellBytes = (o.CellBytes + 63) &^ 63
 	if o.ProbeInterval <= 0 {
 		o.ProbeInterval = defaultProbeInterval
 	}
@@ -68,7 +68,7 @@ type Endpoint struct {
 	posted     []*Request
 	unexpected []*inbound
 	inflight   map[*Request]*inbound
-	aborted    map[uint64]*collective.AbortError
+	aborted    map[uint64]*wire.AbortError
 	abortSent  map[uint64]bool // spaces this rank told its peers about
 	abortOrder []uint64
 
@@ -77,7 +77,7 @@ type Endpoint struct {
 	wg        sync.WaitGroup
 	life      sync.RWMutex // Send holds it shared; Close takes it before freeing the region
 
-	// Waking the progress goroutine. Peers on this host ring the bell word through shared
+	// Waking the progress goroutine. Peers on this host write the bell word through shared
 	// memory (futex); when every peer is reached over the network, their bell writes arrive
 	// through this process's tcp server, which signals bellCh, and the progress goroutine
 	// parks on it in the Go scheduler instead of a futex syscall (no thread hand-off per wake).
@@ -85,7 +85,7 @@ type Endpoint struct {
 	unwatch  func()
 	kick     chan struct{} // local wake-ups (close, reset, dead peer) for a channel park
 	netPeers atomic.Bool   // every other peer connected, over the network: park on bellCh
-	// drainMu is held by whoever drains the rings: the progress goroutine, or the tcp server
+	// drainMu is held by whoever drains the mailboxes: the progress goroutine, or the tcp server
 	// goroutine that stored a bell write (drainHook). It owns the receive side of every peer
 	// (cur, consumed, resets).
 	drainMu sync.Mutex
@@ -110,14 +110,14 @@ func New(f Fabric, rank, maxPeers int, opts Options) (*Endpoint, error) {
 		return nil, fmt.Errorf("p2p: rank %d outside a group of %d", rank, maxPeers)
 	}
 	opts = opts.withDefaults()
-	lay := layout{P: maxPeers, K: opts.Slots, S: opts.SlotBytes}
+	lay := layout{P: maxPeers, K: opts.Credits, S: opts.CellBytes}
 	base, err := f.AllocateShared(uint64(lay.size()))
 	if err != nil {
 		return nil, fmt.Errorf("p2p: allocating %d bytes of shared memory for rank %d: %w", lay.size(), rank, err)
 	}
 	e := &Endpoint{f: f, rank: rank, lay: lay, noStreams: opts.NoStreams, probeEvery: opts.ProbeInterval,
 		base: base, mem: memview.Bytes(base, lay.size()), inst: rand.Uint64(),
-		inflight: map[*Request]*inbound{}, aborted: map[uint64]*collective.AbortError{},
+		inflight: map[*Request]*inbound{}, aborted: map[uint64]*wire.AbortError{},
 		abortSent: map[uint64]bool{},
 		closed:    make(chan struct{}), kick: make(chan struct{}, 1)}
 	e.bell = memview.Uint32(base + uintptr(lay.bell()))
@@ -145,7 +145,7 @@ func New(f Fabric, rank, maxPeers int, opts Options) (*Endpoint, error) {
 // Info describes this endpoint for its peers.
 func (e *Endpoint) Info() Info {
 	info := Info{Rank: e.rank, Segment: e.f.SegmentName(), Addr: uint64(e.base), MaxPeers: e.lay.P,
-		Slots: e.lay.K, SlotBytes: e.lay.S, Instance: e.inst}
+		Credits: e.lay.K, CellBytes: e.lay.S, Instance: e.inst}
 	if id, ok := e.f.(interface{ EngineID() string }); ok {
 		info.Engine = id.EngineID()
 	}
@@ -207,8 +207,3 @@ func (e *Endpoint) isClosed() bool {
 		return false
 	}
 }
-
-var (
-	_ collective.Conn         = (*Endpoint)(nil)
-	_ collective.ReducePoster = (*Endpoint)(nil)
-)

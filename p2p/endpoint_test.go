@@ -12,8 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mooncake-go/mooncake/collective"
-	"github.com/mooncake-go/mooncake/collective/reduce"
+	"github.com/mooncake-go/mooncake/wire"
 )
 
 func mkEndpoints(t testing.TB, n int, opts Options) ([]*Endpoint, *memHub) {
@@ -60,7 +59,7 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 	return ctx
 }
 
-var small = Options{Slots: 2, SlotBytes: 64}
+var small = Options{Credits: 2, CellBytes: 64}
 
 func TestSendRecvSizes(t *testing.T) {
 	eps, _ := mkEndpoints(t, 2, small)
@@ -69,7 +68,7 @@ func TestSendRecvSizes(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		for i, n := range sizes {
-			if err := eps[0].Send(ctx, 1, collective.UserTag(7), data(n, i)); err != nil {
+			if err := eps[0].Send(ctx, 1, wire.UserTag(7), data(n, i)); err != nil {
 				done <- err
 				return
 			}
@@ -78,7 +77,7 @@ func TestSendRecvSizes(t *testing.T) {
 	}()
 	for i, n := range sizes {
 		buf := make([]byte, n+10)
-		k, err := eps[1].Recv(ctx, 0, collective.UserTag(7), buf)
+		k, err := eps[1].Recv(ctx, 0, wire.UserTag(7), buf)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,13 +96,13 @@ func TestTagMatchingAndStash(t *testing.T) {
 	// Large messages for tags 1, 2, 3 arrive before anyone receives (stash, flow control must
 	// not block the sender), then are received in reverse tag order.
 	for tag := 1; tag <= 3; tag++ {
-		if err := eps[0].Send(ctx, 1, collective.UserTag(int32(tag)), data(300*tag, tag)); err != nil {
+		if err := eps[0].Send(ctx, 1, wire.UserTag(int32(tag)), data(300*tag, tag)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for tag := 3; tag >= 1; tag-- {
 		buf := make([]byte, 300*tag)
-		n, err := eps[1].Recv(ctx, 0, collective.UserTag(int32(tag)), buf)
+		n, err := eps[1].Recv(ctx, 0, wire.UserTag(int32(tag)), buf)
 		if err != nil || n != len(buf) || !bytes.Equal(buf, data(300*tag, tag)) {
 			t.Fatalf("tag %d: n=%d err=%v", tag, n, err)
 		}
@@ -114,10 +113,10 @@ func TestPostedBeforeArrival(t *testing.T) {
 	eps, _ := mkEndpoints(t, 2, small)
 	ctx := ctxT(t, 10*time.Second)
 	bufA, bufB := make([]byte, 777), make([]byte, 777)
-	ra := eps[1].PostRecv(0, collective.UserTag(1), bufA)
-	rb := eps[1].PostRecv(0, collective.UserTag(1), bufB)
-	eps[0].Send(ctx, 1, collective.UserTag(1), data(777, 1))
-	eps[0].Send(ctx, 1, collective.UserTag(1), data(500, 2))
+	ra := eps[1].PostRecv(0, wire.UserTag(1), bufA)
+	rb := eps[1].PostRecv(0, wire.UserTag(1), bufB)
+	eps[0].Send(ctx, 1, wire.UserTag(1), data(777, 1))
+	eps[0].Send(ctx, 1, wire.UserTag(1), data(500, 2))
 	if n, src, err := ra.Wait(ctx); err != nil || n != 777 || src != 0 || !bytes.Equal(bufA, data(777, 1)) {
 		t.Fatalf("first: %d %d %v", n, src, err)
 	}
@@ -129,13 +128,13 @@ func TestPostedBeforeArrival(t *testing.T) {
 func TestAnySourceAndSelf(t *testing.T) {
 	eps, _ := mkEndpoints(t, 3, small)
 	ctx := ctxT(t, 10*time.Second)
-	eps[2].Send(ctx, 0, collective.UserTag(5), data(100, 2))
-	eps[0].Send(ctx, 0, collective.UserTag(6), data(10, 0))
-	eps[1].Send(ctx, 0, collective.UserTag(5), data(100, 1))
+	eps[2].Send(ctx, 0, wire.UserTag(5), data(100, 2))
+	eps[0].Send(ctx, 0, wire.UserTag(6), data(10, 0))
+	eps[1].Send(ctx, 0, wire.UserTag(5), data(100, 1))
 	seen := map[int]bool{}
 	for i := 0; i < 2; i++ {
 		buf := make([]byte, 100)
-		n, src, err := eps[0].PostRecv(collective.AnySource, collective.UserTag(5), buf).Wait(ctx)
+		n, src, err := eps[0].PostRecv(wire.AnySource, wire.UserTag(5), buf).Wait(ctx)
 		if err != nil || n != 100 || !bytes.Equal(buf, data(100, src)) {
 			t.Fatalf("any-source: n=%d src=%d err=%v", n, src, err)
 		}
@@ -145,7 +144,7 @@ func TestAnySourceAndSelf(t *testing.T) {
 		t.Fatalf("sources %v", seen)
 	}
 	buf := make([]byte, 10)
-	if n, src, err := eps[0].PostRecv(0, collective.UserTag(6), buf).Wait(ctx); err != nil || n != 10 || src != 0 {
+	if n, src, err := eps[0].PostRecv(0, wire.UserTag(6), buf).Wait(ctx); err != nil || n != 10 || src != 0 {
 		t.Fatalf("self: %d %d %v", n, src, err)
 	}
 }
@@ -153,20 +152,20 @@ func TestAnySourceAndSelf(t *testing.T) {
 func TestTooLongAndTimeout(t *testing.T) {
 	eps, _ := mkEndpoints(t, 2, small)
 	ctx := ctxT(t, 10*time.Second)
-	eps[0].Send(ctx, 1, collective.UserTag(1), data(200, 0))
-	_, err := eps[1].Recv(ctx, 0, collective.UserTag(1), make([]byte, 100))
+	eps[0].Send(ctx, 1, wire.UserTag(1), data(200, 0))
+	_, err := eps[1].Recv(ctx, 0, wire.UserTag(1), make([]byte, 100))
 	if err == nil || !strings.Contains(err.Error(), "has 200 bytes, the receive buffer holds 100") {
 		t.Fatalf("got %v", err)
 	}
 	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
-	if _, err := eps[1].Recv(short, 0, collective.UserTag(2), make([]byte, 8)); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := eps[1].Recv(short, 0, wire.UserTag(2), make([]byte, 8)); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("got %v", err)
 	}
 	// The endpoint still works, and the withdrawn receive took nothing.
-	eps[0].Send(ctx, 1, collective.UserTag(2), data(8, 3))
+	eps[0].Send(ctx, 1, wire.UserTag(2), data(8, 3))
 	buf := make([]byte, 8)
-	if n, err := eps[1].Recv(ctx, 0, collective.UserTag(2), buf); err != nil || n != 8 || !bytes.Equal(buf, data(8, 3)) {
+	if n, err := eps[1].Recv(ctx, 0, wire.UserTag(2), buf); err != nil || n != 8 || !bytes.Equal(buf, data(8, 3)) {
 		t.Fatalf("after timeout: %d %v", n, err)
 	}
 }
@@ -175,7 +174,7 @@ func TestDeadPeer(t *testing.T) {
 	eps, hub := mkEndpoints(t, 2, small)
 	ctx := ctxT(t, 10*time.Second)
 	hub.kill("rank1")
-	err := eps[0].Send(ctx, 1, collective.UserTag(1), data(10, 0))
+	err := eps[0].Send(ctx, 1, wire.UserTag(1), data(10, 0))
 	if err == nil || !strings.Contains(err.Error(), "transfer to rank 1 failed") {
 		t.Fatalf("got %v", err)
 	}
@@ -186,7 +185,7 @@ func TestDeadPeer(t *testing.T) {
 	hub2.mu.Unlock()
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
-	err = eps2[0].Send(short, 1, collective.UserTag(1), data(1000, 0))
+	err = eps2[0].Send(short, 1, wire.UserTag(1), data(1000, 0))
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "waiting for rank 1") {
 		t.Fatalf("got %v", err)
 	}
@@ -199,9 +198,9 @@ func TestMarkDeadDeliversWhatArrived(t *testing.T) {
 	eps, _ := mkEndpoints(t, 2, small)
 	ctx := ctxT(t, 10*time.Second)
 	buf := make([]byte, 40)
-	req := eps[0].PostRecv(1, collective.UserTag(7), buf)
+	req := eps[0].PostRecv(1, wire.UserTag(7), buf)
 	eps[0].drainMu.Lock() // the progress goroutine has not got to the message yet
-	if err := eps[1].Send(ctx, 0, collective.UserTag(7), data(40, 3)); err != nil {
+	if err := eps[1].Send(ctx, 0, wire.UserTag(7), data(40, 3)); err != nil {
 		eps[0].drainMu.Unlock()
 		t.Fatal(err)
 	}
@@ -237,7 +236,7 @@ func TestConcurrentPairs(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := 0; i < 20; i++ {
-					if err := eps[a].Send(ctx, b, collective.UserTag(int32(i%3)), data(100*i+a, a*b+i)); err != nil {
+					if err := eps[a].Send(ctx, b, wire.UserTag(int32(i%3)), data(100*i+a, a*b+i)); err != nil {
 						errs <- err
 						return
 					}
@@ -248,7 +247,7 @@ func TestConcurrentPairs(t *testing.T) {
 				// per tag, messages arrive in order
 				for i := 0; i < 20; i++ {
 					buf := make([]byte, 100*i+a)
-					k, err := eps[b].Recv(ctx, a, collective.UserTag(int32(i%3)), buf)
+					k, err := eps[b].Recv(ctx, a, wire.UserTag(int32(i%3)), buf)
 					if err != nil || k != len(buf) || !bytes.Equal(buf, data(100*i+a, a*b+i)) {
 						errs <- fmt.Errorf("%d->%d #%d: %d %v", a, b, i, k, err)
 						return
@@ -264,122 +263,10 @@ func TestConcurrentPairs(t *testing.T) {
 	}
 }
 
-// The collective algorithms over real p2p endpoints (in-process fabric).
-func TestCollectivesOverP2P(t *testing.T) {
-	for n := 1; n <= 5; n++ {
-		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			eps, _ := mkEndpoints(t, n, Options{Slots: 3, SlotBytes: 128})
-			var wg sync.WaitGroup
-			errs := make([]error, n)
-			const count = 1001
-			for r := 0; r < n; r++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					g, err := collective.NewGroup(eps[r], r, n, 0, collective.Options{SmallBytes: 64, ChunkBytes: 200})
-					if err != nil {
-						errs[r] = err
-						return
-					}
-					ctx := ctxT(t, 20*time.Second)
-					for it := 0; it < 3; it++ {
-						buf := make([]byte, 4*count)
-						for i := 0; i < count; i++ {
-							buf[4*i] = byte(r + i)
-						}
-						if err := g.AllReduce(ctx, buf, reduce.Int32, reduce.Sum); err != nil {
-							errs[r] = err
-							return
-						}
-						for i := 0; i < count; i++ {
-							want := 0
-							for q := 0; q < n; q++ {
-								want += int(byte(q + i))
-							}
-							if got := int(buf[4*i]) | int(buf[4*i+1])<<8; got != want {
-								errs[r] = fmt.Errorf("element %d: %d want %d", i, got, want)
-								return
-							}
-						}
-						outs := make([][]byte, n)
-						for q := range outs {
-							outs[q] = make([]byte, 333)
-						}
-						if err := g.AllGather(ctx, data(333, r), outs); err != nil {
-							errs[r] = err
-							return
-						}
-						for q := range outs {
-							if !bytes.Equal(outs[q], data(333, q)) {
-								errs[r] = fmt.Errorf("all_gather block %d", q)
-								return
-							}
-						}
-						if err := g.Barrier(ctx); err != nil {
-							errs[r] = err
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			for r, err := range errs {
-				if err != nil {
-					t.Fatalf("rank %d: %v", r, err)
-				}
-			}
-		})
-	}
-}
-
-func TestCollectiveMismatchAndAbortOverP2P(t *testing.T) {
-	const n = 3
-	eps, _ := mkEndpoints(t, n, small)
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for r := 0; r < n; r++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			g, _ := collective.NewGroup(eps[r], r, n, 0, collective.Options{})
-			ctx := ctxT(t, 10*time.Second)
-			cnt := 10
-			if r == 1 {
-				cnt = 20
-			}
-			errs[r] = g.AllReduce(ctx, make([]byte, 4*cnt), reduce.Float32, reduce.Sum)
-			if errs[r] == nil {
-				return
-			}
-			// rank 2 skips the next op: rank 0 times out, its abort ends rank 1's wait.
-			switch r {
-			case 2:
-				return
-			case 0:
-				c, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-				defer cancel()
-				ctx = c
-			}
-			errs[r] = g.AllReduce(ctx, make([]byte, 40), reduce.Float32, reduce.Sum)
-		}()
-	}
-	wg.Wait()
-	if errs[2] == nil || !strings.Contains(errs[2].Error(), "all_reduce: rank 1 has 20 float32 elements, rank 0 has 10") {
-		t.Fatalf("rank 2: %v", errs[2])
-	}
-	var ae *collective.AbortError
-	if !errors.As(errs[1], &ae) || ae.Peer != 0 || len(ae.Failed) != 1 || ae.Failed[0] != 2 {
-		t.Fatalf("rank 1: %v", errs[1])
-	}
-	if !strings.Contains(errs[0].Error(), "peer rank 2 did not answer within") {
-		t.Fatalf("rank 0: %v", errs[0])
-	}
-}
-
 // PostReduce reduces a message into its buffer chunk by chunk as it arrives, whether the
 // receive was posted first or the message (part of it) came first.
 func TestPostReduce(t *testing.T) {
-	eps, _ := mkEndpoints(t, 2, small) // 64-byte slots: a 4000-byte message is 63 chunks
+	eps, _ := mkEndpoints(t, 2, small) // 64-byte cells: a 4000-byte message is 63 chunks
 	ctx := ctxT(t, 10*time.Second)
 	const count = 1000
 	in := make([]byte, 4*count)
@@ -392,16 +279,16 @@ func TestPostReduce(t *testing.T) {
 	}
 	for _, postFirst := range []bool{true, false} {
 		buf := append([]byte(nil), base...)
-		tag := collective.UserTag(9)
-		var r collective.PostedRecv
+		tag := wire.UserTag(9)
+		var r wire.PostedRecv
 		if postFirst {
-			r = eps[1].PostReduce(0, tag, buf, reduce.Float32, reduce.Sum)
+			r = eps[1].PostReduce(0, tag, buf, sumF32)
 		}
 		if err := eps[0].Send(ctx, 1, tag, in); err != nil {
 			t.Fatal(err)
 		}
 		if !postFirst {
-			r = eps[1].PostReduce(0, tag, buf, reduce.Float32, reduce.Sum)
+			r = eps[1].PostReduce(0, tag, buf, sumF32)
 		}
 		if n, src, err := r.Wait(ctx); err != nil || n != len(in) || src != 0 {
 			t.Fatalf("postFirst=%v: %d %d %v", postFirst, n, src, err)
@@ -417,12 +304,22 @@ func putF32(b []byte, v float32) {
 	b[0], b[1], b[2], b[3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
 }
 
+// sumF32 is the combine function of the reducing receives here: dst += src as float32s (the
+// collective algorithms pass their reduction kernel).
+func sumF32(dst, src []byte) {
+	for i := 0; i+4 <= len(src); i += 4 {
+		d := math.Float32frombits(binary.LittleEndian.Uint32(dst[i:]))
+		s := math.Float32frombits(binary.LittleEndian.Uint32(src[i:]))
+		binary.LittleEndian.PutUint32(dst[i:], math.Float32bits(d+s))
+	}
+}
+
 // TestClaimMidMessage: a receive posted while its message is arriving (after 10 of 63 chunks
-// went to the stash) takes the rest straight from the ring: the stash holds only those 10
+// went to the stash) takes the rest straight from the mailbox: the stash holds only those 10
 // chunks, and the data is exact; also for a reducing receive, and a receive too small for the
 // message fails without disturbing the next one.
 func TestClaimMidMessage(t *testing.T) {
-	eps, _ := mkEndpoints(t, 2, small) // 64-byte slots: a 4000-byte message is 63 chunks
+	eps, _ := mkEndpoints(t, 2, small) // 64-byte cells: a 4000-byte message is 63 chunks
 	ctx := ctxT(t, 10*time.Second)
 	msg := make([]byte, 4000)
 	base := make([]byte, 4000)
@@ -433,15 +330,15 @@ func TestClaimMidMessage(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		size int
-		post func(buf []byte) collective.PostedRecv
+		post func(buf []byte) wire.PostedRecv
 		want func() []byte
 		err  string
 	}{
-		{"copy", 4000, func(buf []byte) collective.PostedRecv { return eps[1].PostRecv(0, collective.UserTag(3), buf) },
+		{"copy", 4000, func(buf []byte) wire.PostedRecv { return eps[1].PostRecv(0, wire.UserTag(3), buf) },
 			func() []byte { return msg }, ""},
-		{"reduce", 4000, func(buf []byte) collective.PostedRecv {
+		{"reduce", 4000, func(buf []byte) wire.PostedRecv {
 			copy(buf, base)
-			return eps[1].PostReduce(0, collective.UserTag(3), buf, reduce.Float32, reduce.Sum)
+			return eps[1].PostReduce(0, wire.UserTag(3), buf, sumF32)
 		}, func() []byte {
 			w := make([]byte, 4000)
 			for i := 0; i < 1000; i++ {
@@ -449,15 +346,15 @@ func TestClaimMidMessage(t *testing.T) {
 			}
 			return w
 		}, ""},
-		{"too-small", 1000, func(buf []byte) collective.PostedRecv { return eps[1].PostRecv(0, collective.UserTag(3), buf) },
+		{"too-small", 1000, func(buf []byte) wire.PostedRecv { return eps[1].PostRecv(0, wire.UserTag(3), buf) },
 			nil, "has 4000 bytes, the receive buffer holds 1000"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			buf := make([]byte, c.size)
 			chunks := 0
-			posted := make(chan collective.PostedRecv, 1)
+			posted := make(chan wire.PostedRecv, 1)
 			hook := func(hd chunkHdr) {
-				if hd.tag != collective.UserTag(3) {
+				if hd.tag != wire.UserTag(3) {
 					return
 				}
 				if chunks++; chunks == 11 { // 10 chunks are in the stash
@@ -467,7 +364,7 @@ func TestClaimMidMessage(t *testing.T) {
 			stashed, untap := eps[1].tapRecv(hook)
 			defer untap()
 			before := stashed()
-			if err := eps[0].Send(ctx, 1, collective.UserTag(3), msg); err != nil {
+			if err := eps[0].Send(ctx, 1, wire.UserTag(3), msg); err != nil {
 				t.Fatal(err)
 			}
 			r := <-posted
@@ -484,11 +381,11 @@ func TestClaimMidMessage(t *testing.T) {
 			}
 			// The endpoint is in order for the next message.
 			untap()
-			if err := eps[0].Send(ctx, 1, collective.UserTag(4), data(300, 1)); err != nil {
+			if err := eps[0].Send(ctx, 1, wire.UserTag(4), data(300, 1)); err != nil {
 				t.Fatal(err)
 			}
 			next := make([]byte, 300)
-			if n, err := eps[1].Recv(ctx, 0, collective.UserTag(4), next); err != nil || n != 300 || !bytes.Equal(next, data(300, 1)) {
+			if n, err := eps[1].Recv(ctx, 0, wire.UserTag(4), next); err != nil || n != 300 || !bytes.Equal(next, data(300, 1)) {
 				t.Fatalf("next message: n=%d err=%v", n, err)
 			}
 		})
@@ -496,7 +393,7 @@ func TestClaimMidMessage(t *testing.T) {
 }
 
 // TestDrainOnSignal: when every peer is reached over the network, the goroutine that stores a
-// bell write drains the rings itself (drainHook), so chunks land without waking the progress
+// bell write drains the mailboxes itself (drainHook), so chunks land without waking the progress
 // goroutine; messages of every size, posted receives, unexpected ones and reductions arrive
 // exact, in both directions at once.
 func TestDrainOnSignal(t *testing.T) {
@@ -514,16 +411,16 @@ func TestDrainOnSignal(t *testing.T) {
 			from, ep := 1-r, eps[r]
 			for i, n := range sizes {
 				want := data(n, i+r)
-				if err := ep.Send(ctx, from, collective.UserTag(5), want); err != nil {
+				if err := ep.Send(ctx, from, wire.UserTag(5), want); err != nil {
 					errs <- err
 					return
 				}
 				buf := make([]byte, n)
 				var err error
 				if i%2 == 0 { // posted before its message can arrive in full
-					_, _, err = ep.PostRecv(from, collective.UserTag(5), buf).Wait(ctx)
+					_, _, err = ep.PostRecv(from, wire.UserTag(5), buf).Wait(ctx)
 				} else {
-					_, err = ep.Recv(ctx, from, collective.UserTag(5), buf)
+					_, err = ep.Recv(ctx, from, wire.UserTag(5), buf)
 				}
 				if err == nil && !bytes.Equal(buf, data(n, i+from)) {
 					err = fmt.Errorf("rank %d: message %d (%d bytes) differs", r, i, n)
@@ -540,8 +437,8 @@ func TestDrainOnSignal(t *testing.T) {
 				binary.LittleEndian.PutUint32(acc[4*i:], math.Float32bits(1))
 				binary.LittleEndian.PutUint32(two[4*i:], math.Float32bits(2))
 			}
-			rq := ep.PostReduce(from, collective.UserTag(6), acc, reduce.Float32, reduce.Sum)
-			if err := ep.Send(ctx, from, collective.UserTag(6), two); err != nil {
+			rq := ep.PostReduce(from, wire.UserTag(6), acc, sumF32)
+			if err := ep.Send(ctx, from, wire.UserTag(6), two); err != nil {
 				errs <- err
 				return
 			}
@@ -567,5 +464,36 @@ func TestDrainOnSignal(t *testing.T) {
 		if hub.taken(ep.base+uintptr(ep.lay.bell())) == 0 {
 			t.Fatalf("rank %d: no chunk was drained by the writer's signal", r)
 		}
+	}
+}
+
+// slowProber is a memFabric whose probes of a peer answer only when their context ends.
+type slowProber struct{ *memFabric }
+
+func (f slowProber) Probe(ctx context.Context, segment, engine string) error {
+	<-ctx.Done()
+	return fmt.Errorf("peer %q did not answer: %w", segment, ctx.Err())
+}
+
+// TestProbeCallerDeadline: a probe cut short by the caller's own deadline says nothing about the
+// peer (PeerAlive returns the caller's error, the peer is not marked dead); a probe that runs
+// out of its own time marks the peer dead.
+func TestProbeCallerDeadline(t *testing.T) {
+	eps, _ := mkEndpointsOn(t, 2, small, func(h *memHub, name string) Fabric { return slowProber{h.fabric(name)} })
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := eps[0].PeerAlive(short, 1); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, wire.ErrPeerDead) {
+		t.Fatalf("PeerAlive with the caller's deadline passing: %v", err)
+	}
+	if err := eps[0].Dead(1); err != nil {
+		t.Fatalf("rank 1 marked dead for the caller's deadline: %v", err)
+	}
+	start := time.Now()
+	err := eps[0].PeerAlive(context.Background(), 1)
+	if !errors.Is(err, wire.ErrPeerDead) || !strings.Contains(err.Error(), "rank 1 is gone") || eps[0].Dead(1) == nil {
+		t.Fatalf("PeerAlive past the probe timeout: %v (dead: %v)", err, eps[0].Dead(1))
+	}
+	if d := time.Since(start); d < probeTimeout {
+		t.Fatalf("the probe gave up after %v, before its timeout %v", d, probeTimeout)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"sync"
 
 	"github.com/mooncake-go/mooncake/auth"
-	"github.com/mooncake-go/mooncake/collective"
 	"github.com/mooncake-go/mooncake/engine"
 	"github.com/mooncake-go/mooncake/internal/memview"
 )
@@ -25,7 +24,7 @@ type Fabric interface {
 // StreamOpener is implemented by fabrics with ordered write streams (EngineFabric): a
 // stream's writes are applied in order, and over a network a Write returns once its bytes are
 // sent, without waiting for the target's answer (a failure shows on a later Write). Send then
-// costs no round trip: the sender's credits already say when a staging slot is free again (the
+// costs no round trip: the sender's credits already say when a staging cell is free again (the
 // receiver took the chunk, so it left the sender long before).
 type StreamOpener interface {
 	OpenStream(seg uint64) (WriteStream, error)
@@ -66,24 +65,28 @@ type SharedMapper interface {
 	MapShared(seg uint64, addr, length uint64) (view []byte, release func(), ok bool, err error)
 }
 
-// NewSharedMemory gives the collective same-host fast path (collective.SharedMemory) the
-// fabric's shared buffers: arenas are AllocateShared buffers, a peer's arena is a pinned
-// mapping of its buffer in segment segs[rank]. ok is false when f cannot map peers' buffers.
-func NewSharedMemory(f Fabric, segs []string) (sm collective.SharedMemory, ok bool) {
+// NewSharedMemory gives the collective same-host fast path (it has the methods of
+// collective.SharedMemory) the fabric's shared buffers: arenas are AllocateShared buffers, a
+// peer's arena is a pinned mapping of its buffer in segment segs[rank]. ok is false when f
+// cannot map peers' buffers.
+func NewSharedMemory(f Fabric, segs []string) (sm SharedMemory, ok bool) {
 	m, ok := f.(SharedMapper)
 	if !ok {
-		return nil, false
+		return SharedMemory{}, false
 	}
-	return fabricShared{f: f, m: m, segs: segs}, true
+	return SharedMemory{f: f, m: m, segs: segs}, true
 }
 
-type fabricShared struct {
+// SharedMemory is the fabric's shared buffers as arenas of the same-host fast path: Alloc,
+// Free and Map (see NewSharedMemory).
+type SharedMemory struct {
 	f    Fabric
 	m    SharedMapper
 	segs []string
 }
 
-func (e fabricShared) Alloc(n int) ([]byte, uint64, error) {
+// Alloc allocates an arena: an AllocateShared buffer, its address as the handle.
+func (e SharedMemory) Alloc(n int) ([]byte, uint64, error) {
 	a, err := e.f.AllocateShared(uint64(n))
 	if err != nil {
 		return nil, 0, err
@@ -91,9 +94,12 @@ func (e fabricShared) Alloc(n int) ([]byte, uint64, error) {
 	return memview.Bytes(a, n), uint64(a), nil
 }
 
-func (e fabricShared) Free(_ []byte, h uint64) { e.f.FreeShared(uintptr(h)) }
+// Free releases an arena from Alloc.
+func (e SharedMemory) Free(_ []byte, h uint64) { e.f.FreeShared(uintptr(h)) }
 
-func (e fabricShared) Map(rank int, h uint64, n int) ([]byte, func(), bool, error) {
+// Map maps n bytes of rank's arena (its handle) from its segment; ok is false when rank has no
+// segment here or the fabric cannot map it (another host).
+func (e SharedMemory) Map(rank int, h uint64, n int) ([]byte, func(), bool, error) {
 	if rank < 0 || rank >= len(e.segs) || e.segs[rank] == "" {
 		return nil, nil, false, nil
 	}
@@ -164,7 +170,7 @@ func (f *engineFabric) Write(ctx context.Context, seg uint64, ws []Write) error 
 // OpenStream opens an ordered write stream to seg. Over the network a Write returns once its
 // bytes are in the socket; on this host it is applied (memcpys into the peer's mapping) before
 // it returns. Either way it takes any source, so a send's payload goes from the caller's
-// buffer straight into the peer's ring slot, without a staging copy.
+// buffer straight into the peer's mailbox cell, without a staging copy.
 func (f *engineFabric) OpenStream(seg uint64) (WriteStream, error) {
 	st, err := f.e.OpenStream(engine.SegmentID(seg))
 	if err != nil {

@@ -1,6 +1,6 @@
 package p2p
 
-// The memory layout of an endpoint's region, the chunk header of a ring slot, and the Info a
+// The memory layout of an endpoint's region, the chunk header of a mailbox cell, and the Info a
 // rank publishes so that its peers can compute addresses in its region.
 
 import (
@@ -14,8 +14,8 @@ type Info struct {
 	Segment   string `json:"segment"`
 	Addr      uint64 `json:"addr"`
 	MaxPeers  int    `json:"max_peers"`
-	Slots     int    `json:"slots"`
-	SlotBytes int    `json:"slot_bytes"`
+	Credits   int    `json:"credits"`
+	CellBytes int    `json:"cell_bytes"`
 	// Engine identifies the process's engine instance (liveness probes check it, so a new
 	// process that took over a dead one's address is not mistaken for it).
 	Engine string `json:"engine,omitempty"`
@@ -26,7 +26,7 @@ type Info struct {
 
 const (
 	line    = 64
-	slotHdr = 64
+	cellHdr = 64
 )
 
 // layout computes offsets within a region; identical on every rank.
@@ -37,23 +37,23 @@ type layout struct {
 func (l layout) ctrl(p int) int    { return p * line }
 func (l layout) bell() int         { return l.P * line }
 func (l layout) scratch(p int) int { return (l.P+1)*line + p*line }
-func (l layout) slotSize() int     { return slotHdr + l.S }
+func (l layout) cellSize() int     { return cellHdr + l.S }
 func (l layout) stage(p, k int) int {
-	return (2*l.P+1)*line + (p*l.K+k)*l.slotSize()
+	return (2*l.P+1)*line + (p*l.K+k)*l.cellSize()
 }
-func (l layout) ring(p, k int) int {
-	return (2*l.P+1)*line + l.P*l.K*l.slotSize() + (p*l.K+k)*l.slotSize()
+func (l layout) mailbox(p, k int) int {
+	return (2*l.P+1)*line + l.P*l.K*l.cellSize() + (p*l.K+k)*l.cellSize()
 }
-func (l layout) size() int { return l.ring(l.P, 0) }
+func (l layout) size() int { return l.mailbox(l.P, 0) }
 
 // checkInfo checks a peer's published endpoint against this one's layout.
 func (e *Endpoint) checkInfo(info Info) error {
 	if info.Rank < 0 || info.Rank >= e.lay.P {
 		return fmt.Errorf("p2p: peer rank %d outside a group of %d", info.Rank, e.lay.P)
 	}
-	if info.MaxPeers != e.lay.P || info.Slots != e.lay.K || info.SlotBytes != e.lay.S {
-		return fmt.Errorf("p2p: rank %d uses a layout of %d peers x %d slots x %d bytes, rank %d uses %d x %d x %d (set the same options on every rank)",
-			info.Rank, info.MaxPeers, info.Slots, info.SlotBytes, e.rank, e.lay.P, e.lay.K, e.lay.S)
+	if info.MaxPeers != e.lay.P || info.Credits != e.lay.K || info.CellBytes != e.lay.S {
+		return fmt.Errorf("p2p: rank %d uses a layout of %d peers x %d credits x %d bytes, rank %d uses %d x %d x %d (set the same options on every rank)",
+			info.Rank, info.MaxPeers, info.Credits, info.CellBytes, e.rank, e.lay.P, e.lay.K, e.lay.S)
 	}
 	return nil
 }

@@ -15,13 +15,13 @@ type peer struct {
 	seg       uint64
 	remote    uint64 // peer's region base
 	sendSem   chan struct{}
-	sent      uint32 // slots sent (under sendSem)
+	sent      uint32 // cells sent (under sendSem)
 	msgID     uint32
 	broken    error
 	headWord  *uint32 // local, written by the peer
 	tailWord  *uint32 // local, written by the peer (credits)
 	scratch   uintptr
-	stage     []byte // K staging slots, one per ring slot of ours at the peer
+	stage     []byte // K staging cells, one per cell of our mailbox at the peer
 	stageAddr uintptr
 	ws        []Write // the batch being sent (under sendSem)
 
@@ -139,7 +139,7 @@ func (e *Endpoint) openStream(seg uint64) WriteStream {
 
 // Reconnect points rank's link at a new incarnation (a replacement process that published
 // info): the old incarnation's partial and unclaimed messages are dropped, both directions'
-// ring counters restart at zero, and the dead mark is cleared. The new process must not send
+// mailbox counters restart at zero, and the dead mark is cleared. The new process must not send
 // to this endpoint before Reconnect returned (the membership layer's join acknowledgement
 // orders that). Reconnecting to the incarnation already connected is a no-op.
 func (e *Endpoint) Reconnect(info Info) error {

@@ -2,7 +2,7 @@ package p2p
 
 // Liveness: a peer that stops sending is probed through the fabric (the transfer engine's
 // ping); a peer that does not answer is marked dead, and every wait on it and every send to it
-// fails at once with an error wrapping collective.ErrPeerDead. Probes run only while a
+// fails at once with an error wrapping wire.ErrPeerDead. Probes run only while a
 // receive or a send has waited on a peer that stayed silent for Options.ProbeInterval, and
 // then once per interval, so the hot path never pays for them.
 
@@ -12,7 +12,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/mooncake-go/mooncake/collective"
+	"github.com/mooncake-go/mooncake/wire"
 )
 
 // Prober is implemented by fabrics that can check that a peer's process answers
@@ -47,9 +47,9 @@ func (e *Endpoint) MarkDead(rank int, why error) {
 		return
 	}
 	if why == nil {
-		why = fmt.Errorf("rank %d is gone: %w", rank, collective.ErrPeerDead)
-	} else if !errors.Is(why, collective.ErrPeerDead) {
-		why = fmt.Errorf("rank %d is gone: %w (%w)", rank, collective.ErrPeerDead, why)
+		why = fmt.Errorf("rank %d is gone: %w", rank, wire.ErrPeerDead)
+	} else if !errors.Is(why, wire.ErrPeerDead) {
+		why = fmt.Errorf("rank %d is gone: %w (%w)", rank, wire.ErrPeerDead, why)
 	}
 	// What the peer wrote before it died is delivered first: a peer may finish an op, exit,
 	// and be found dead by a probe before this side's progress goroutine drained its last
@@ -90,7 +90,7 @@ func (e *Endpoint) failPosted(rank int, err error) {
 }
 
 // PeerAlive implements collective.LivenessChecker: nil when rank answers a probe (or the
-// fabric cannot probe), else an error wrapping collective.ErrPeerDead; a failed probe marks
+// fabric cannot probe), else an error wrapping wire.ErrPeerDead; a failed probe marks
 // the peer dead.
 func (e *Endpoint) PeerAlive(ctx context.Context, rank int) error {
 	if rank < 0 || rank >= len(e.peers) {
@@ -108,27 +108,29 @@ func (e *Endpoint) PeerAlive(ctx context.Context, rank int) error {
 	if !ok || seg == nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	var id string
 	if v := p.engineID.Load(); v != nil {
 		id = *v
 	}
-	err := pr.Probe(ctx, *seg, id)
+	err := pr.Probe(pctx, *seg, id)
 	if err == nil {
 		p.lastAlive.Store(time.Now().UnixNano())
 		return nil
 	}
-	if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return ctx.Err() // the caller gave up; says nothing about the peer
+	if ctx.Err() != nil {
+		// The caller gave up (canceled, or its own deadline passed during the probe): that
+		// says nothing about the peer, which must not be marked dead for it.
+		return ctx.Err()
 	}
-	e.MarkDead(rank, fmt.Errorf("rank %d is gone: %w (%v)", rank, collective.ErrPeerDead, err))
+	e.MarkDead(rank, fmt.Errorf("rank %d is gone: %w (%v)", rank, wire.ErrPeerDead, err))
 	return e.Dead(rank)
 }
 
 // AliveRecently is PeerAlive with a cache: a peer heard from (a message or a probe) within
 // maxAge is alive without a new probe. User point-to-point sends use it to fail fast on a
-// dead peer whose ring still has room.
+// dead peer whose mailbox still has room.
 func (e *Endpoint) AliveRecently(ctx context.Context, rank int, maxAge time.Duration) error {
 	if rank < 0 || rank >= len(e.peers) || rank == e.rank {
 		return e.PeerAlive(ctx, rank)
@@ -155,7 +157,7 @@ func (e *Endpoint) probeIfSilent(ctx context.Context, peer int, last *time.Time)
 		return nil
 	}
 	*last = now
-	if err := e.PeerAlive(ctx, peer); err != nil && errors.Is(err, collective.ErrPeerDead) {
+	if err := e.PeerAlive(ctx, peer); err != nil && errors.Is(err, wire.ErrPeerDead) {
 		return err
 	}
 	return nil

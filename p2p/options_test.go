@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mooncake-go/mooncake/collective"
+	"github.com/mooncake-go/mooncake/wire"
 )
 
 // TestOptions: the zero Options take the defaults, and the knobs the configuration layer
@@ -13,21 +13,21 @@ import (
 func TestOptions(t *testing.T) {
 	for _, c := range []struct {
 		opts       Options
-		slots      int
-		slotBytes  int
+		credits    int
+		cellBytes  int
 		probeEvery time.Duration
 	}{
 		{Options{}, 4, 512 << 10, 200 * time.Millisecond},
-		{Options{Slots: 2, SlotBytes: 100, ProbeInterval: 30 * time.Millisecond}, 2, 128, 30 * time.Millisecond},
-		{Options{Slots: -1, SlotBytes: -1, ProbeInterval: -time.Second}, 4, 512 << 10, 200 * time.Millisecond},
+		{Options{Credits: 2, CellBytes: 100, ProbeInterval: 30 * time.Millisecond}, 2, 128, 30 * time.Millisecond},
+		{Options{Credits: -1, CellBytes: -1, ProbeInterval: -time.Second}, 4, 512 << 10, 200 * time.Millisecond},
 	} {
 		ep, err := New(newHub().fabric("rank0"), 0, 1, c.opts)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ep.lay.K != c.slots || ep.lay.S != c.slotBytes || ep.probeEvery != c.probeEvery {
-			t.Errorf("%+v: slots %d, slot bytes %d, probe interval %v; want %d, %d, %v",
-				c.opts, ep.lay.K, ep.lay.S, ep.probeEvery, c.slots, c.slotBytes, c.probeEvery)
+		if ep.lay.K != c.credits || ep.lay.S != c.cellBytes || ep.probeEvery != c.probeEvery {
+			t.Errorf("%+v: credits %d, cell bytes %d, probe interval %v; want %d, %d, %v",
+				c.opts, ep.lay.K, ep.lay.S, ep.probeEvery, c.credits, c.cellBytes, c.probeEvery)
 		}
 		ep.Close()
 	}
@@ -44,11 +44,11 @@ func TestOptions(t *testing.T) {
 		}
 		ctx := ctxT(t, 10*time.Second)
 		want := data(1000, 7)
-		if err := eps[0].Send(ctx, 1, collective.UserTag(1), want); err != nil {
+		if err := eps[0].Send(ctx, 1, wire.UserTag(1), want); err != nil {
 			t.Fatal(err)
 		}
 		buf := make([]byte, 1000)
-		if n, err := eps[1].Recv(ctx, 0, collective.UserTag(1), buf); err != nil || n != 1000 || !bytes.Equal(buf, want) {
+		if n, err := eps[1].Recv(ctx, 0, wire.UserTag(1), buf); err != nil || n != 1000 || !bytes.Equal(buf, want) {
 			t.Fatalf("NoStreams %v: n=%d err=%v, data equal: %v", noStreams, n, err, bytes.Equal(buf, want))
 		}
 	}

@@ -1,7 +1,7 @@
 package p2p
 
 // The progress loop: one goroutine per endpoint waits on the doorbell and drains every peer's
-// ring (drain), unless the tcp server goroutine that stored a bell write drained them already
+// mailbox (drain), unless the tcp server goroutine that stored a bell write drained them already
 // (drainHook). drainMu serialises passes.
 
 import (
@@ -12,7 +12,7 @@ import (
 	"github.com/mooncake-go/mooncake/internal/futex"
 )
 
-// progress drains every peer's ring into posted receives or the unexpected queue, when
+// progress drains every peer's mailbox into posted receives or the unexpected queue, when
 // drainHook has not done it already.
 func (e *Endpoint) progress() {
 	defer e.wg.Done()
@@ -50,7 +50,7 @@ func (e *Endpoint) progress() {
 }
 
 // drainHook runs on the tcp server goroutine that stored a bell write: when every peer is
-// reached over the network and nobody else is draining, it drains the rings right there, so
+// reached over the network and nobody else is draining, it drains the mailboxes right there, so
 // a chunk that arrives over tcp is delivered (copied or reduced into its receive) without
 // waking the progress goroutine: one goroutine hand-off less per chunk, and no idle P woken
 // to run it. It leaves the write to the progress goroutine (false) when a pass is under way
@@ -68,7 +68,7 @@ func (e *Endpoint) drainHook() bool {
 	return ok
 }
 
-// drain is one pass over every peer's ring (under drainMu); did reports whether it consumed
+// drain is one pass over every peer's mailbox (under drainMu); did reports whether it consumed
 // anything. Resets that Reconnect asked for are applied when resets is set; otherwise a peer
 // that awaits one is skipped and ok is false.
 func (e *Endpoint) drain(resets bool) (did, ok bool) {
@@ -90,19 +90,19 @@ func (e *Endpoint) drain(resets bool) (did, ok bool) {
 		h := atomic.LoadUint32(p.headWord)
 		c := p.consumed.Load()
 		if c == h || h-c > K {
-			// h-c > K: no sender gets more than K slots ahead, so this head was written by a
+			// h-c > K: no sender gets more than K cells ahead, so this head was written by a
 			// new incarnation of the peer before Reconnect reset our side; draining from
-			// the old count would walk ~2^32 slots of garbage. Wait for the reset.
+			// the old count would walk ~2^32 cells of garbage. Wait for the reset.
 			continue
 		}
 		for ; c != h; c++ {
-			off := e.lay.ring(p.rank, int(c%K))
-			slot := e.mem[off : off+e.lay.slotSize()]
-			hd := getHeader(slot)
+			off := e.lay.mailbox(p.rank, int(c%K))
+			cell := e.mem[off : off+e.lay.cellSize()]
+			hd := getHeader(cell)
 			if hd.n < 0 || hd.n > e.lay.S {
 				hd.n = 0 // corrupt; drop
 			}
-			e.handleChunk(p, hd, slot[slotHdr:slotHdr+hd.n])
+			e.handleChunk(p, hd, cell[cellHdr:cellHdr+hd.n])
 		}
 		p.consumed.Store(c)
 		p.lastAlive.Store(time.Now().UnixNano())

@@ -1,6 +1,6 @@
 package p2p
 
-// The receive side, run by whoever drains the rings: a chunk goes into its posted receive, or
+// The receive side, run by whoever drains the mailboxes: a chunk goes into its posted receive, or
 // into the unexpected queue (stash) until a receive claims it (adopt); and the receive
 // operations that post, match and take messages.
 
@@ -9,8 +9,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
-	"github.com/mooncake-go/mooncake/collective"
-	"github.com/mooncake-go/mooncake/collective/reduce"
+	"github.com/mooncake-go/mooncake/wire"
 )
 
 // inbound is a message being received.
@@ -38,15 +37,15 @@ func (e *Endpoint) handleChunk(p *peer, hd chunkHdr, payload []byte) {
 			p.cur = nil
 			e.cutOff(in)
 		}
-		if collective.IsAbortTag(hd.tag) {
-			ab := collective.DecodeAbort(payload)
+		if wire.IsAbortTag(hd.tag) {
+			ab := wire.DecodeAbort(payload)
 			ab.Peer = p.rank
-			e.abortLocal(collective.SpaceOf(hd.tag), ab)
+			e.abortLocal(wire.SpaceOf(hd.tag), ab)
 			return
 		}
 		in := &inbound{peer: p.rank, tag: hd.tag, msgID: hd.id, total: hd.total}
 		e.mu.Lock()
-		if _, ok := e.aborted[collective.SpaceOf(hd.tag)]; ok {
+		if _, ok := e.aborted[wire.SpaceOf(hd.tag)]; ok {
 			in.discard.Store(true)
 		} else if r := e.matchPosted(p.rank, hd.tag); r != nil {
 			if hd.total > len(r.buf) {
@@ -108,7 +107,7 @@ func (e *Endpoint) handleChunk(p *peer, hd chunkHdr, payload []byte) {
 
 // adopt hands an unexpected message that a receive claimed while it was arriving over to that
 // receive (progress goroutine): the chunks so far are copied (or reduced) into its buffer once,
-// and the rest of the message lands there straight from the ring, as if the receive had been
+// and the rest of the message lands there straight from the mailbox, as if the receive had been
 // posted first. (A send and its receive posted at about the same time, as torch's
 // batch_isend_irecv does, used to copy the whole message twice: into the stash, then out.)
 func (e *Endpoint) adopt(in *inbound, c *Request) {
@@ -134,7 +133,7 @@ func (e *Endpoint) adopt(in *inbound, c *Request) {
 	e.mu.Unlock()
 }
 
-// stash copies a chunk of an unexpected message: full slots into pooled slot-size buffers,
+// stash copies a chunk of an unexpected message: full cells into pooled cell-size buffers,
 // anything shorter (small messages, last chunks, a message to self, which arrives as one chunk)
 // into an exact allocation. Memory grows with the bytes that arrived, not with the length a
 // header claims, a queue of small messages holds only their bytes, and a large message makes
@@ -200,7 +199,7 @@ func tooLong(peer int, tag uint64, n, have int) error {
 // matchPosted removes and returns the first posted receive for (peer, tag). e.mu held.
 func (e *Endpoint) matchPosted(peer int, tag uint64) *Request {
 	for i, r := range e.posted {
-		if r.tag == tag && (r.peer == collective.AnySource || r.peer == peer) {
+		if r.tag == tag && (r.peer == wire.AnySource || r.peer == peer) {
 			e.posted = append(e.posted[:i], e.posted[i+1:]...)
 			return r
 		}
@@ -208,7 +207,7 @@ func (e *Endpoint) matchPosted(peer int, tag uint64) *Request {
 	return nil
 }
 
-// PostRecv posts a receive of the first message from peer (collective.AnySource: any) with
+// PostRecv posts a receive of the first message from peer (wire.AnySource: any) with
 // tag into buf and returns at once; receives are matched in the order they were posted.
 func (e *Endpoint) PostRecv(peer int, tag uint64, buf []byte) *Request {
 	return e.postRecv(peer, tag, buf, nil)
@@ -216,7 +215,7 @@ func (e *Endpoint) PostRecv(peer int, tag uint64, buf []byte) *Request {
 
 func (e *Endpoint) postRecv(peer int, tag uint64, buf []byte, into func(dst, src []byte)) *Request {
 	r := &Request{e: e, peer: peer, tag: tag, buf: buf, into: into, src: -1, done: make(chan struct{})}
-	if peer != collective.AnySource && (peer < 0 || peer >= e.lay.P) {
+	if peer != wire.AnySource && (peer < 0 || peer >= e.lay.P) {
 		r.finish(0, -1, fmt.Errorf("p2p: rank %d does not exist (group of %d)", peer, e.lay.P))
 		return r
 	}
@@ -225,13 +224,13 @@ func (e *Endpoint) postRecv(peer int, tag uint64, buf []byte, into func(dst, src
 		return r
 	}
 	e.mu.Lock()
-	if ab, ok := e.aborted[collective.SpaceOf(tag)]; ok && tag>>63 != 0 {
+	if ab, ok := e.aborted[wire.SpaceOf(tag)]; ok && wire.IsCollective(tag) {
 		e.mu.Unlock()
 		r.finish(0, -1, ab)
 		return r
 	}
 	for i, in := range e.unexpected {
-		if in.tag == tag && (peer == collective.AnySource || peer == in.peer) {
+		if in.tag == tag && (peer == wire.AnySource || peer == in.peer) {
 			e.unexpected = append(e.unexpected[:i], e.unexpected[i+1:]...)
 			if in.done {
 				e.mu.Unlock()
@@ -244,7 +243,7 @@ func (e *Endpoint) postRecv(peer int, tag uint64, buf []byte, into func(dst, src
 			return r
 		}
 	}
-	if peer != collective.AnySource {
+	if peer != wire.AnySource {
 		if d := e.peers[peer].dead.Load(); d != nil {
 			e.mu.Unlock()
 			r.finish(0, -1, d.err)
@@ -256,20 +255,21 @@ func (e *Endpoint) postRecv(peer int, tag uint64, buf []byte, into func(dst, src
 	return r
 }
 
-// Post implements collective.Poster (PostRecv, as the collective package's interface).
-func (e *Endpoint) Post(peer int, tag uint64, buf []byte) collective.PostedRecv {
+// Post is PostRecv as the collective algorithms' Poster interface has it.
+func (e *Endpoint) Post(peer int, tag uint64, buf []byte) wire.PostedRecv {
 	return e.PostRecv(peer, tag, buf)
 }
 
-// PostReduce implements collective.ReducePoster: a posted receive whose message is reduced
-// into buf (buf = buf op message) by the progress goroutine chunk by chunk, straight from the
-// ring slot, instead of being copied into a scratch buffer for the caller to reduce. A message
-// of another length than buf fails the receive's caller (the collective checks the length).
-func (e *Endpoint) PostReduce(peer int, tag uint64, buf []byte, dt reduce.DType, op reduce.Op) collective.PostedRecv {
-	return e.postRecv(peer, tag, buf, func(dst, src []byte) { reduce.Reduce(dst, src, dt, op) })
+// PostReduce posts a receive whose message is combined into buf (combine(dst, src), the
+// caller's reduction: dst = dst op src) by the progress goroutine chunk by chunk, straight
+// from the cell of the mailbox, instead of being copied into a scratch buffer for the caller to
+// reduce (the collective algorithms' ReducePoster). A message of another length than buf fails
+// the receive's caller (the collective checks the length).
+func (e *Endpoint) PostReduce(peer int, tag uint64, buf []byte, combine func(dst, src []byte)) wire.PostedRecv {
+	return e.postRecv(peer, tag, buf, combine)
 }
 
-// Recv implements collective.Conn.
+// Recv takes the first message from peer (wire.AnySource: any) with tag into buf.
 func (e *Endpoint) Recv(ctx context.Context, peer int, tag uint64, buf []byte) (int, error) {
 	n, _, err := e.PostRecv(peer, tag, buf).Wait(ctx)
 	return n, err

@@ -1,8 +1,8 @@
 package p2p
 
-// The send side: Send stages a message's chunks in the ring slots free at the peer and writes
-// them in one batch per window; the creditor returns credits to a peer for what the receive
-// side consumed.
+// The send side: Send stages a message's chunks in the cells of the peer's mailbox it holds
+// credits for and writes them in one batch per window; the creditor returns credits to a peer
+// for what the receive side consumed.
 
 import (
 	"context"
@@ -12,12 +12,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/mooncake-go/mooncake/collective"
 	"github.com/mooncake-go/mooncake/internal/memview"
+	"github.com/mooncake-go/mooncake/wire"
 )
 
 // Send sends data to peer with tag: it returns once data may be reused: the message is in the
-// peer's ring, or (over a write stream) on its way there in order (a failure then shows on a
+// peer's mailbox, or (over a write stream) on its way there in order (a failure then shows on a
 // later Send to the peer). It never waits for the peer to receive the message.
 func (e *Endpoint) Send(ctx context.Context, peer int, tag uint64, data []byte) error {
 	if peer < 0 || peer >= e.lay.P {
@@ -54,12 +54,12 @@ func (e *Endpoint) Send(ctx context.Context, peer int, tag uint64, data []byte) 
 	K, S := uint32(e.lay.K), e.lay.S
 	for off, first := 0, true; first || off < len(data); first = false {
 		if err := e.waitWord(ctx, p.tailWord, func() bool { return p.sent-atomic.LoadUint32(p.tailWord) < K }, peer, p.tailCh, p.networked); err != nil {
-			if errors.Is(err, ErrClosed) || errors.Is(err, collective.ErrPeerDead) {
+			if errors.Is(err, ErrClosed) || errors.Is(err, wire.ErrPeerDead) {
 				return err
 			}
 			return fmt.Errorf("waiting for rank %d to take earlier messages: %w", peer, err)
 		}
-		// Every free slot of ours at the peer takes a chunk, and one batch carries them all
+		// Every credit takes a chunk (into its cell), and one batch carries them all
 		// (each chunk followed by its head and doorbell words, so the receiver starts on the
 		// first while the rest are on the wire): one round trip per window of K chunks, not
 		// per chunk.
@@ -69,24 +69,24 @@ func (e *Endpoint) Send(ctx context.Context, peer int, tag uint64, data []byte) 
 		for ; free > 0 && (first || off < len(data)); free-- {
 			n := min(S, len(data)-off)
 			k := int(p.sent % K)
-			st := p.stage[k*e.lay.slotSize():]
+			st := p.stage[k*e.lay.cellSize():]
 			putHeader(st, tag, p.msgID, n, len(data), off)
 			p.sent++
 			// Bytes 48..55 of the staged header (ignored by the receiver) are the sources of
 			// this chunk's head and doorbell values.
 			binary.LittleEndian.PutUint32(st[48:], p.sent)
 			binary.LittleEndian.PutUint32(st[52:], uint32(e.rank)<<24|e.bellN.Add(1)&0xFFFFFF)
-			src := p.stageAddr + uintptr(k*e.lay.slotSize())
-			dst := p.remote + uint64(e.lay.ring(e.rank, k))
+			src := p.stageAddr + uintptr(k*e.lay.cellSize())
+			dst := p.remote + uint64(e.lay.mailbox(e.rank, k))
 			if stream != nil && n >= directBytes {
 				// A stream takes any source and is done with it when Write returns: the
 				// payload goes out from the caller's buffer, no staging copy.
 				ws = append(ws,
-					Write{Src: src, Dst: dst, Len: slotHdr},
-					Write{Src: memview.Addr(data[off:]), Dst: dst + slotHdr, Len: uint64(n)})
+					Write{Src: src, Dst: dst, Len: cellHdr},
+					Write{Src: memview.Addr(data[off:]), Dst: dst + cellHdr, Len: uint64(n)})
 			} else {
-				copy(st[slotHdr:slotHdr+n], data[off:off+n])
-				ws = append(ws, Write{Src: src, Dst: dst, Len: uint64(slotHdr + n)})
+				copy(st[cellHdr:cellHdr+n], data[off:off+n])
+				ws = append(ws, Write{Src: src, Dst: dst, Len: uint64(cellHdr + n)})
 			}
 			ws = append(ws,
 				Write{Src: src + 48, Dst: p.remote + uint64(e.lay.ctrl(e.rank)), Len: 4},
@@ -96,7 +96,7 @@ func (e *Endpoint) Send(ctx context.Context, peer int, tag uint64, data []byte) 
 		}
 		p.ws = ws
 		// Once submitted, a write runs to its end (bounded by the engine's transfer timeout):
-		// the staging slots must not be reused while the engine may still read them.
+		// the staging cells must not be reused while the engine may still read them.
 		if err := e.write(p, stream, ws); err != nil {
 			p.broken = fmt.Errorf("transfer to rank %d failed: %w", peer, err)
 			return p.broken
@@ -113,7 +113,7 @@ func (e *Endpoint) Send(ctx context.Context, peer int, tag uint64, data []byte) 
 const directBytes = 4 << 10
 
 // write sends one batch to p (under p.sendSem). Once submitted, a write runs to its end: the
-// staging slots must not be reused while the engine may still read them, so it is not
+// staging cells must not be reused while the engine may still read them, so it is not
 // canceled with the caller's context (the engine's transfer timeout bounds it).
 func (e *Endpoint) write(p *peer, stream WriteStream, ws []Write) error {
 	if stream != nil {

@@ -23,7 +23,7 @@ const (
 // Config describes one rank's view of a group at creation.
 type Config struct {
 	Rank int
-	Size int // ranks at start (torch's world size for the group)
+	Size int // ranks at start (the group's world size at creation)
 	// MaxSize is the group's slot count (max_group_size): ranks in [Size, MaxSize) can join
 	// later. Zero means Size.
 	MaxSize        int
@@ -33,16 +33,16 @@ type Config struct {
 	DeviceType     int  // DeviceCPU or DeviceCUDA
 	Timeout        time.Duration
 	Name           string // the group's name in the rendezvous store ("default" when empty)
-	// OnExtent, when set, is told the group's active extent (what torch reports as the
-	// group's size) at creation and after every membership change, on the goroutine that
-	// made the change.
-	OnExtent func(extent int)
-	Options  Options
+	// OnWorldSize, when set, is told the group's world size (Group.WorldSize: what torch
+	// reports as the group's size) at creation and after every membership change, on the
+	// goroutine that made the change.
+	OnWorldSize func(worldSize int)
+	Options     Options
 }
 
 // Options are the group's tuning knobs; the zero value means the defaults.
 type Options struct {
-	P2P        p2p.Options              // ring slots and slot size (MC_PG_SLOTS, MC_PG_SLOT_BYTES, ...)
+	P2P        p2p.Options              // credits and mailbox cell size (MC_PG_CREDITS, MC_PG_CELL_BYTES, ...)
 	Collective collective.Options       // algorithm thresholds (MC_PG_SMALL_BYTES, ...)
 	Shared     collective.SharedOptions // the same-host fast path (MC_PG_SHM_*)
 	// NoSharedMemory turns the same-host fast path off (MC_PG_SHM=0).

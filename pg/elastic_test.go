@@ -79,8 +79,8 @@ func TestKilledDuringOp(t *testing.T) {
 	wantSum(t, allReduce(t, c, 0, 1), 3, 2)
 	for _, r := range []int{0, 1} {
 		g := c.groups()[r]
-		if g.Epoch() != 1 || !slices.Equal(active(g), []int{0, 1}) || g.Extent() != 2 {
-			t.Fatalf("rank %d: epoch %d active %v extent %d", r, g.Epoch(), active(g), g.Extent())
+		if g.Epoch() != 1 || !slices.Equal(active(g), []int{0, 1}) || g.WorldSize() != 2 {
+			t.Fatalf("rank %d: epoch %d active %v world size %d", r, g.Epoch(), active(g), g.WorldSize())
 		}
 	}
 	wantSum(t, allReduce(t, c, 0, 1), 3)
@@ -102,8 +102,8 @@ func TestReplaceAndRecover(t *testing.T) {
 	// Before join_group its ops run over itself alone, and it reports the size it was
 	// started with.
 	wantSum(t, allReduce(t, c, 1), 2)
-	if pgs[1].Extent() != 3 || !slices.Equal(active(pgs[1]), []int{1}) {
-		t.Fatalf("replacement before join_group: extent %d, active %v", pgs[1].Extent(), active(pgs[1]))
+	if pgs[1].WorldSize() != 3 || !slices.Equal(active(pgs[1]), []int{1}) {
+		t.Fatalf("replacement before join_group: world size %d, active %v", pgs[1].WorldSize(), active(pgs[1]))
 	}
 	joined := make(chan Result, 1)
 	go func() {
@@ -251,8 +251,8 @@ func TestExtendWithSubgroup(t *testing.T) {
 	}
 	wg.Wait()
 	for r, g := range pgs {
-		if g.Extent() != 4 {
-			t.Fatalf("rank %d: extent %d after the extension", r, g.Extent())
+		if g.WorldSize() != 4 {
+			t.Fatalf("rank %d: world size %d after the extension", r, g.WorldSize())
 		}
 	}
 	wantSum(t, allReduce(t, c, 0, 1, 2, 3), 10)
@@ -296,8 +296,8 @@ func TestLeaveAndRejoin(t *testing.T) {
 	}
 	c.reinit(1, func() {
 		g0 := c.groups()[0]
-		if got := g0.ActiveRanks(); !slices.Equal(got, []bool{true, false}) || g0.Extent() != 1 {
-			t.Fatalf("survivor after the leave: active %v extent %d", got, g0.Extent())
+		if got := g0.ActiveRanks(); !slices.Equal(got, []bool{true, false}) || g0.WorldSize() != 1 {
+			t.Fatalf("survivor after the leave: active %v world size %d", got, g0.WorldSize())
 		}
 		wantSum(t, allReduce(t, c, 0), 1) // alone, and no failure: the rank left
 	})
@@ -344,7 +344,7 @@ func TestSendToDeadRank(t *testing.T) {
 
 // TestOutputsByActiveRanks: after a failure, the lists of size-dependent collectives may have
 // one entry per active rank (upstream's layout, in rank order of the active mask) or one per
-// rank of the extent (the dead rank's slot untouched); anything else is a clear error.
+// rank below the world size (the dead rank's entry untouched); anything else is a clear error.
 func TestOutputsByActiveRanks(t *testing.T) {
 	c := newCluster(t, Config{Size: 4, Timeout: 30 * time.Second, AutoDeactivate: true, AutoSync: true})
 	wantSum(t, allReduce(t, c, 0, 1, 2, 3), 10)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mooncake-go/mooncake/collective"
+	"github.com/mooncake-go/mooncake/wire"
 	"github.com/mooncake-go/mooncake/worker"
 )
 
@@ -21,8 +22,8 @@ func isPeerFailure(err error) bool {
 		return false
 	}
 	var pe *collective.PeerError
-	var ae *collective.AbortError
-	return errors.As(err, &pe) || errors.As(err, &ae) || errors.Is(err, collective.ErrPeerDead)
+	var ae *wire.AbortError
+	return errors.As(err, &pe) || errors.As(err, &ae) || errors.Is(err, wire.ErrPeerDead)
 }
 
 // deadMembers probes the members of the op that failed and returns those that are gone.
@@ -32,7 +33,7 @@ func (pg *Group) deadMembers(ctx context.Context, members []int) []int {
 		if m == pg.cfg.Rank {
 			continue
 		}
-		if err := pg.ep.PeerAlive(ctx, m); err != nil && errors.Is(err, collective.ErrPeerDead) {
+		if err := pg.ep.PeerAlive(ctx, m); err != nil && errors.Is(err, wire.ErrPeerDead) {
 			dead = append(dead, m)
 		}
 	}

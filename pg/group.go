@@ -16,6 +16,15 @@ import (
 	"github.com/mooncake-go/mooncake/worker"
 )
 
+// The p2p endpoint is the collective algorithms' transport, and its fabric's shared buffers
+// their same-host arenas: p2p has the methods without knowing package collective.
+var (
+	_ collective.Conn            = (*p2p.Endpoint)(nil)
+	_ collective.ReducePoster    = (*p2p.Endpoint)(nil)
+	_ collective.LivenessChecker = (*p2p.Endpoint)(nil)
+	_ collective.SharedMemory    = p2p.SharedMemory{}
+)
+
 // Group is one rank's process group.
 type Group struct {
 	cfg    Config
@@ -138,11 +147,11 @@ func New(cfg Config, st Store, f p2p.Fabric) (*Group, error) {
 	return pg, nil
 }
 
-// viewChanged tells Config.OnExtent the active extent (and Options.Observer the view).
+// viewChanged tells Config.OnWorldSize the world size (and Options.Observer the view).
 func (pg *Group) viewChanged() {
 	pg.observeView() // observer hook (observer.go)
-	if pg.cfg.OnExtent != nil {
-		pg.cfg.OnExtent(pg.Extent())
+	if pg.cfg.OnWorldSize != nil {
+		pg.cfg.OnWorldSize(pg.WorldSize())
 	}
 }
 
@@ -183,10 +192,10 @@ func (pg *Group) Epoch() int64 { return pg.g.Epoch() }
 // thread): the torch shim runs synchronous ops on its own thread this way.
 func (pg *Group) SetHeldStarts(on bool) { pg.heldStarts.Store(on) }
 
-// Extent is the group's active extent: the highest active rank + 1 (what torch's
-// get_world_size reports for the group, through the shim). A process outside the group (a
+// WorldSize is the group's world size as torch reports it (get_world_size, through the shim):
+// the highest active rank + 1, which elastic membership changes. A process outside the group (a
 // joiner before join_group, a rank the group dropped) reports the size it was started with.
-func (pg *Group) Extent() int {
+func (pg *Group) WorldSize() int {
 	if !pg.joined.Load() {
 		return pg.cfg.Size
 	}

@@ -5,7 +5,7 @@ package pg
 // Every membership change is a decision in a log kept in the rendezvous store (the c10d store
 // that torchrun or the test hosts outside the ranks): decision k lives under
 // "<group>/mooncake/dec/<k>" and is claimed with an atomic add on ".../dec/<k>/claim"; the
-// proposer whose add returns 1 writes it, every other proposer of slot k reads it, applies it
+// proposer whose add returns 1 writes it, every other proposer of entry k reads it, applies it
 // and checks whether it already does what it wanted (proposals are idempotent: several ranks
 // proposing the same change all get Applied). There is no coordinator rank: any member can
 // propose, so killing any rank — the one that proposed last included — leaves the survivors
@@ -45,8 +45,8 @@ import (
 	"github.com/mooncake-go/mooncake/p2p"
 )
 
-// decisionWait bounds how long a proposer that lost the claim of a slot waits for the winner
-// to write it.
+// decisionWait bounds how long a proposer that lost the claim of a log entry waits for the
+// winner to write it.
 const decisionWait = 30 * time.Second
 
 type decision struct {

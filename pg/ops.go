@@ -9,8 +9,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/mooncake-go/mooncake/collective"
 	"github.com/mooncake-go/mooncake/collective/reduce"
+	"github.com/mooncake-go/mooncake/wire"
 	"github.com/mooncake-go/mooncake/worker"
 )
 
@@ -60,7 +60,7 @@ func (pg *Group) p2pCheck(op string, peer int) error {
 // p2p and collectives in any order that torch allows).
 func (pg *Group) Send(buf []byte, dst int, tag int32) (*worker.Work, error) {
 	if dst < 0 || dst >= pg.cfg.MaxSize {
-		return nil, invalid(fmt.Sprintf("send: destination %d is not a rank of this group (size %d)", dst, pg.Extent()))
+		return nil, invalid(fmt.Sprintf("send: destination %d is not a rank of this group (size %d)", dst, pg.WorldSize()))
 	}
 	pg.sendMu.Lock()
 	q := pg.sendQs[dst]
@@ -80,21 +80,21 @@ func (pg *Group) Send(buf []byte, dst int, tag int32) (*worker.Work, error) {
 		if err := pg.p2pCheck("send", dst); err != nil {
 			return lost(err)
 		}
-		if err := pg.ep.AliveRecently(ctx, dst, time.Second); err != nil && errors.Is(err, collective.ErrPeerDead) {
+		if err := pg.ep.AliveRecently(ctx, dst, time.Second); err != nil && errors.Is(err, wire.ErrPeerDead) {
 			return lost(err)
 		}
-		if err := pg.ep.Send(ctx, dst, collective.UserTag(tag), buf); err != nil {
+		if err := pg.ep.Send(ctx, dst, wire.UserTag(tag), buf); err != nil {
 			switch {
-			case errors.Is(err, collective.ErrPeerDead) || errors.Is(pg.ep.PeerAlive(ctx, dst), collective.ErrPeerDead):
+			case errors.Is(err, wire.ErrPeerDead) || errors.Is(pg.ep.PeerAlive(ctx, dst), wire.ErrPeerDead):
 				return lost(err)
 			case errors.Is(err, context.DeadlineExceeded):
 				return opErr{fmt.Errorf("send on rank %d to rank %d (tag %d): rank %d did not take the message within %s", pg.cfg.Rank, dst, tag, dst, pg.cfg.Timeout)}
 			}
 			return opErr{fmt.Errorf("send on rank %d to rank %d (tag %d): %w", pg.cfg.Rank, dst, tag, err)}
 		}
-		// Over shared memory a write into a dead peer's ring succeeds: ask whether it is
+		// Over shared memory a write into a dead peer's mailbox succeeds: ask whether it is
 		// alive (at most one probe per peer per deadPeerCheck while it says nothing).
-		if err := pg.ep.AliveRecently(ctx, dst, deadPeerCheck); err != nil && errors.Is(err, collective.ErrPeerDead) {
+		if err := pg.ep.AliveRecently(ctx, dst, deadPeerCheck); err != nil && errors.Is(err, wire.ErrPeerDead) {
 			return lost(err)
 		}
 		return nil
@@ -108,12 +108,12 @@ const deadPeerCheck = 10 * time.Millisecond
 // message of exactly len(buf) bytes arrived.
 func (pg *Group) Recv(buf []byte, src int, tag int32) (*worker.Work, error) {
 	if src < -1 || src >= pg.cfg.MaxSize {
-		return nil, invalid(fmt.Sprintf("recv: source %d is not a rank of this group (size %d; -1 = any)", src, pg.Extent()))
+		return nil, invalid(fmt.Sprintf("recv: source %d is not a rank of this group (size %d; -1 = any)", src, pg.WorldSize()))
 	}
 	w := worker.NewWork("recv")
 	peer := src
 	if src < 0 {
-		peer = collective.AnySource
+		peer = wire.AnySource
 	}
 	if pg.closed.Load() {
 		w.Finish(fmt.Errorf("recv: %w", worker.ErrClosed))
@@ -123,7 +123,7 @@ func (pg *Group) Recv(buf []byte, src int, tag int32) (*worker.Work, error) {
 		w.Finish(err)
 		return w, nil
 	}
-	r := pg.ep.PostRecv(peer, collective.UserTag(tag), buf)
+	r := pg.ep.PostRecv(peer, wire.UserTag(tag), buf)
 	from := "any rank"
 	if src >= 0 {
 		from = fmt.Sprintf("rank %d", src)
@@ -149,22 +149,22 @@ func (pg *Group) Recv(buf []byte, src int, tag int32) (*worker.Work, error) {
 	return w, nil
 }
 
-// checkRank fails when r is not a rank of the group's active extent.
+// checkRank fails when r is not a rank below the group's world size.
 func (pg *Group) checkRank(op, what string, r int) error {
-	if n := pg.Extent(); r < 0 || r >= n {
+	if n := pg.WorldSize(); r < 0 || r >= n {
 		return invalid(fmt.Sprintf("%s: %s %d is not a rank of this group (size %d)", op, what, r, n))
 	}
 	return nil
 }
 
 // byRank lays out a list of per-rank buffers (all_gather's outputs, reduce_scatter's and
-// scatter's inputs, all_to_all's lists) by rank. A list of Extent() entries is by rank already.
+// scatter's inputs, all_to_all's lists) by rank. A list of WorldSize() entries is by rank already.
 // After a failure upstream sizes these lists by the active ranks, so a list with one entry per
 // active rank is taken in rank order of the active mask: entry i belongs to the i-th active rank,
 // and inactive ranks get no buffer (a dead rank's slot cannot be read or written anyway). nil
 // (a non-root's list of gather and scatter) stays nil.
 func (pg *Group) byRank(op, what string, bufs [][]byte) ([][]byte, error) {
-	n := pg.Extent()
+	n := pg.WorldSize()
 	if bufs == nil || len(bufs) == n {
 		return bufs, nil
 	}
@@ -205,7 +205,7 @@ func (pg *Group) Reduce(buf []byte, dt reduce.DType, op reduce.Op, root int) (*w
 }
 
 // AllGather gathers every member's in into outs[rank] on every member (len(outs) ==
-// Extent()).
+// WorldSize()).
 func (pg *Group) AllGather(in []byte, outs [][]byte) (*worker.Work, error) {
 	outs, err := pg.byRank("all_gather", "outputs", outs)
 	if err != nil {

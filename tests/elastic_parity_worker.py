@@ -187,7 +187,7 @@ def send_dead(a, store, out: dict) -> None:
 
 def outputs(a, store, out: dict) -> None:
     """After a rank's death, size-dependent collectives sized by the active ranks."""
-    victim = 1  # not the last rank: the extent stays 4, 3 ranks are active
+    victim = 1  # not the last rank: the world size stays 4, 3 ranks are active
     init(store, a.rank, a.world, None)
     out["before"] = all_reduce(a.rank + 1)
     if a.rank == victim:
@@ -210,14 +210,14 @@ def outputs(a, store, out: dict) -> None:
     rs = torch.zeros(1, dtype=torch.int32)
     dist.reduce_scatter(rs, [torch.tensor([10 * (i + 1)], dtype=torch.int32) for i in range(n)])
     out["reduce_scatter"] = int(rs)
-    full = torch.full((a.world,), -1, dtype=torch.int32)  # one slot per rank still works
+    full = torch.full((a.world,), -1, dtype=torch.int32)  # one entry per rank still works
     dist.all_gather_into_tensor(full, inp)
     out["all_gather_full"] = full.tolist()
     try:
         dist.all_gather_into_tensor(torch.zeros(2, dtype=torch.int32), inp)
-        out["two_slots"] = "accepted"
+        out["two_entries"] = "accepted"
     except Exception as e:  # noqa: BLE001
-        out["two_slots"] = str(e)[:300]
+        out["two_entries"] = str(e)[:300]
 
 
 def listening_addrs() -> list:

@@ -6,7 +6,7 @@ contains a '/' or ends in a source or document suffix. Link targets resolve agai
 folder; backticked paths against the repository root, or the page's folder, and a bare file name
 (`populate.go`) may be anywhere in the tree. URLs, flags, placeholders (`<id>`, `h:p`), absolute
 paths and build outputs (build/, dist/, .venv/, *.so, *.whl: made by `make`, not committed) are
-not repository paths. Shell globs (`internal/cmds/*`) must match something.
+not repository paths. Shell globs (`cmd/internal/*`) must match something.
 """
 
 from __future__ import annotations

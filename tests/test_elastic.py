@@ -40,9 +40,9 @@ def check_survivors(res: dict, victim: int, world: int, auto: bool = True) -> No
             assert o["hint"] == [victim] and o["local_success"] is False, o
         assert o["peer_state"] == [x != victim for x in range(world)], o
         assert o["synced"] == world - 1, o
-        # get_world_size() is the active extent: the highest active rank + 1.
-        extent = max(x for x in range(world) if x != victim or not auto) + 1
-        assert o["world_size_after"] == extent, o
+        # get_world_size() is the world size: the highest active rank + 1.
+        world_size = max(x for x in range(world) if x != victim or not auto) + 1
+        assert o["world_size_after"] == world_size, o
         if auto:
             assert o["active_after"] == [int(x != victim) for x in range(world)], o
             assert o["epoch_after"] == o["epoch_before"] + 1, o

@@ -156,12 +156,12 @@ def test_outputs_sized_by_active_ranks(job):
     for i, r in enumerate(live):
         o = j.result(f"rank{r}")
         assert o["after"]["sum"] == 8 and o["active"] == [1, 0, 1, 1], o
-        # Slots in rank order of the active mask: ranks 0, 2, 3 contribute rank + 1.
+        # Entries in rank order of the active mask: ranks 0, 2, 3 contribute rank + 1.
         assert o["all_gather_into_tensor"] == [1, 3, 4], o
         assert o["all_gather"] == [1, 3, 4], o
         # The i-th active rank gets the sum of every member's i-th entry.
         assert o["reduce_scatter_tensor"] == (i + 1) * 3, o
         assert o["reduce_scatter"] == 10 * (i + 1) * 3, o
-        # One slot per rank of the extent: the dead rank's slot is left as it was.
+        # One entry per rank below the world size: the dead rank's entry is left as it was.
         assert o["all_gather_full"] == [1, -1, 3, 4], o
-        assert "group size (4)" in o["two_slots"] and "active ranks (3)" in o["two_slots"], o
+        assert "group size (4)" in o["two_entries"] and "active ranks (3)" in o["two_entries"], o

@@ -69,7 +69,7 @@ MooncakeBackend::MooncakeBackend(
       rc == 0, getBackendName(), ": creating group '", groupName_, "' failed on rank ", rank,
       " of ", size, ": ", lastError());
   maxGroupSize_ = mc_pg_max_group_size(pg_);
-  extentWord_ = mc_pg_extent_word(pg_);
+  worldSizeWord_ = mc_pg_world_size_word(pg_);
   refreshSize();
   if (maxGroupSize_ <= 0) {
     maxGroupSize_ = std::max(size, options.maxGroupSize);
@@ -141,8 +141,8 @@ std::string MooncakeBackend::where(const char* op) const {
 }
 
 void MooncakeBackend::refreshSize() {
-  if (extentWord_ != nullptr) {
-    int32_t n = __atomic_load_n(extentWord_, __ATOMIC_ACQUIRE);
+  if (worldSizeWord_ != nullptr) {
+    int32_t n = __atomic_load_n(worldSizeWord_, __ATOMIC_ACQUIRE);
     if (n > 0) {
       curSize_ = n;
       compat::setIfWritable(size_, n);

@@ -177,7 +177,7 @@ class MooncakeBackend : public c10d::Backend {
   int64_t currentEpoch();
   uint64_t handle() const { return pg_; }
   // Sets the size torch reports (ProcessGroup::getSize -> Backend::getSize) to the group's
-  // active extent (highest active rank + 1), which elastic membership changes.
+  // world size (highest active rank + 1), which elastic membership changes.
   void refreshSize();
 
   // Waits for every outstanding work and frees the group (idempotent; the destructor calls it).
@@ -209,7 +209,7 @@ class MooncakeBackend : public c10d::Backend {
   int curSize_ = 0;  // the group's current size (Backend::size_ may be const: see compat.hpp)
   std::unique_ptr<StoreBridge> bridge_;
   uint64_t pg_ = 0;
-  const int32_t* extentWord_ = nullptr;  // written by libmooncake (mc_pg_extent_word)
+  const int32_t* worldSizeWord_ = nullptr;  // written by libmooncake (mc_pg_world_size_word)
   std::atomic<bool> closed_{false};
 
   std::mutex mu_;

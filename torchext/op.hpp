@@ -76,9 +76,9 @@ class MooncakeBackend::Op {
   at::Tensor& p2p(std::vector<at::Tensor>& tensors, int peer, bool send);
   void sameType(const at::Tensor& a, const at::Tensor& b, const char* aName, const char* bName);
   // A list (`what`: "output tensor list" ...) has one entry per rank of the group.
-  // A list of one tensor per rank of the extent, or (after a failure) one per active rank.
+  // A list of one tensor per rank below the world size, or (after a failure) one per active rank.
   void groupList(size_t n, const char* what);
-  // How many parts of part's size whole holds (wholeGroup checked it): the extent or the
+  // How many parts of part's size whole holds (wholeGroup checked it): the world size or the
   // active ranks.
   int parts(const at::Tensor& whole, const at::Tensor& part);
   // allgather/reduce_scatter: mine holds this rank's one tensor, lists one list of a tensor per

@@ -165,7 +165,7 @@ void MooncakeBackend::Op::wholeGroup(
   if (whole.numel() == part.numel() * size()) {
     return;
   }
-  // After a failure upstream sizes it by the active ranks (slots in rank order of the mask).
+  // After a failure upstream sizes it by the active ranks (parts in rank order of the mask).
   const int active = b_->activeCount();
   TORCH_CHECK(
       active != size() && whole.numel() == part.numel() * active, where(), ": ",

@@ -59,7 +59,7 @@ int mc_pg_allreduce(uint64_t pg, void *buf, int64_t count, int32_t dtype, int32_
 /* result in place on root; other ranks' buffers are left as they were. */
 int mc_pg_reduce(uint64_t pg, void *buf, int64_t count, int32_t dtype, int32_t op, int32_t root,
                  uint64_t *work);
-/* Lists of per-rank buffers (n entries) have one entry per rank of the group's extent, or, after
+/* Lists of per-rank buffers (n entries) have one entry per rank below the world size, or, after
  * a failure, one per active rank in rank order of the active mask (mc_pg_active_count; upstream's
  * layout); any other n is -600. */
 /* outs: n pointers, each nbytes; outs[rank] receives a copy of in. */
@@ -124,10 +124,10 @@ int32_t mc_pg_max_group_size(uint64_t pg);
 /* Number of active ranks in this rank's current view (no waiting; <0 on a bad handle). */
 int32_t mc_pg_active_count(uint64_t pg);
 int64_t mc_pg_current_epoch(uint64_t pg);
-/* A word (valid until mc_pg_destroy) that always holds the group's active extent: the highest
+/* A word (valid until mc_pg_destroy) that always holds the group's world size: the highest
  * active rank + 1. The ops' rank and list-length checks use it; the torch shim reports it as the
  * group size. Read it atomically. */
-int32_t *mc_pg_extent_word(uint64_t pg);
+int32_t *mc_pg_world_size_word(uint64_t pg);
 /* Elastic membership calls (mooncake_pg.activate_ranks, ...): request is a JSON object
  * {"op": "activate"|"deactivate"|"extend"|"join"|"sync"|"peer_state"|"num_synced"|"configure",
  *  "ranks": [...], "size": n, "collective_timeout_us": t}; the JSON answer {"status", "new_epoch",

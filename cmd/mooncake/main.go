@@ -12,10 +12,10 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/mooncake-go/mooncake/internal/cmds/benchcmd"
-	"github.com/mooncake-go/mooncake/internal/cmds/clientcmd"
-	"github.com/mooncake-go/mooncake/internal/cmds/mastercmd"
-	"github.com/mooncake-go/mooncake/internal/cmds/metadatacmd"
+	"github.com/mooncake-go/mooncake/cmd/internal/benchcmd"
+	"github.com/mooncake-go/mooncake/cmd/internal/clientcmd"
+	"github.com/mooncake-go/mooncake/cmd/internal/mastercmd"
+	"github.com/mooncake-go/mooncake/cmd/internal/metadatacmd"
 )
 
 // commands maps each command's name to its Main.

@@ -257,7 +257,7 @@ def get_active_ranks(pg: Any = None) -> torch.Tensor:
     ``torch.where``/indexing after that (docs/elastic.md)."""
     b = get_backend(pg)
     t = _pg_ext.get_active_ranks(b)  # applies membership decisions this rank has not seen
-    _pg_ext.refresh_size(b)  # dist.get_world_size() follows the active extent
+    _pg_ext.refresh_size(b)  # dist.get_world_size(): the highest active rank + 1
     if b.name() == BACKEND_CUDA and torch.cuda.is_available():
         t = t.cuda()  # on the group's device
     return t
@@ -332,7 +332,7 @@ def _call(backend: Any, op: str, **kw: Any) -> dict:
     n = fn(ctypes.c_uint64(backend.handle), req, buf, len(buf))
     if n < 0:
         raise RuntimeError(f"mooncake: {op}: {_native.last_error()}")
-    _pg_ext.refresh_size(backend)  # dist.get_world_size() follows the active extent
+    _pg_ext.refresh_size(backend)  # dist.get_world_size(): the highest active rank + 1
     return json.loads(buf.value.decode())
 
 

@@ -1,6 +1,6 @@
 //go:build race
 
-package p2p_test
+package pg_test
 
 // raceDetector: the race detector cannot see happens-before edges that cross processes. In the
 // ring algorithms a rank's sender goroutine reads a chunk, writes it into the peer, and the

@@ -1,4 +1,4 @@
-package p2p_test
+package pg_test
 
 // End-to-end: real processes (this test binary re-executed as ranks), the real transfer engine
 // (P2PHANDSHAKE, shm between processes of one host), rendezvous through files.
@@ -27,6 +27,7 @@ import (
 	"github.com/mooncake-go/mooncake/config"
 	"github.com/mooncake-go/mooncake/engine"
 	"github.com/mooncake-go/mooncake/p2p"
+	"github.com/mooncake-go/mooncake/wire"
 )
 
 func TestMain(m *testing.M) {
@@ -86,9 +87,9 @@ func child() error {
 	}
 	defer eng.Close()
 	opts := config.P2P()
-	opts.Slots, opts.SlotBytes = 4, 64<<10
+	opts.Credits, opts.CellBytes = 4, 64<<10
 	if mode == "bench" || mode == "pingpong" {
-		opts.Slots, opts.SlotBytes = envInt("P2P_E2E_SLOTS", 0), envInt("P2P_E2E_SLOT_BYTES", 0) // 0: defaults
+		opts.Credits, opts.CellBytes = envInt("P2P_E2E_CREDITS", 0), envInt("P2P_E2E_CELL_BYTES", 0) // 0: defaults
 	}
 	ep, err := p2p.New(p2p.EngineFabric(eng), rank, n, opts)
 	if err != nil {
@@ -204,7 +205,7 @@ func child() error {
 			var sendT time.Duration
 			start := time.Now()
 			for i := 0; i < iters; i++ {
-				tag := collective.UserTag(int32(i))
+				tag := wire.UserTag(int32(i))
 				if rank == 0 {
 					t0 := time.Now()
 					if err := ep.Send(ctx, 1, tag, buf); err != nil {
@@ -393,16 +394,16 @@ func runOps(ctx context.Context, g *collective.Group, ep *p2p.Endpoint, rank, n 
 	}
 	// p2p: a ring of tagged sends with any-source receives at rank 0.
 	msg := pat(100_000, rank)
-	if err := ep.Send(ctx, (rank+1)%n, collective.UserTag(42), msg); err != nil {
+	if err := ep.Send(ctx, (rank+1)%n, wire.UserTag(42), msg); err != nil {
 		return err
 	}
 	in := make([]byte, len(msg))
 	src := (rank - 1 + n) % n
 	from := src
 	if rank == 0 {
-		from = collective.AnySource
+		from = wire.AnySource
 	}
-	k, s, err := ep.PostRecv(from, collective.UserTag(42), in).Wait(ctx)
+	k, s, err := ep.PostRecv(from, wire.UserTag(42), in).Wait(ctx)
 	if err != nil {
 		return err
 	}

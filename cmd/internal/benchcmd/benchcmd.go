@@ -189,12 +189,12 @@ func (o *options) initiator() {
 		go func(th int) {
 			defer wg.Done()
 			base := uint64(th) * perThread
-			slots := perThread / o.blockSize
+			blocks := perThread / o.blockSize
 			reqs := make([]engine.TransferRequest, o.batchSize)
 			next := uint64(0)
 			for time.Now().Before(stop) && !failed.Load() {
 				for i := range reqs {
-					off := base + (next%slots)*(o.blockSize)
+					off := base + (next%blocks)*(o.blockSize)
 					next++
 					reqs[i] = engine.TransferRequest{Opcode: op, Source: memview.Addr(local) + uintptr(off), TargetID: seg, TargetOffset: remote.Addr + off, Length: o.blockSize}
 				}
@@ -236,12 +236,12 @@ func (o *options) initiator() {
 func (o *options) baseline() {
 	size := max(o.bufferSize, o.blockSize)
 	src, dst := anon(size), anon(size)
-	slots := size / o.blockSize
+	blocks := size / o.blockSize
 	dur := time.Duration(o.duration * float64(time.Second))
 	var n uint64
 	start := time.Now()
 	for i := uint64(0); i%64 != 0 || time.Since(start) < dur; i++ {
-		off := (i % slots) * o.blockSize
+		off := (i % blocks) * o.blockSize
 		copy(dst[off:off+o.blockSize], src[off:off+o.blockSize])
 		n += o.blockSize
 	}
@@ -260,7 +260,7 @@ func (o *options) baseline() {
 		}
 		defer close(done)
 		for i := uint64(0); ; i++ {
-			off := (i % slots) * o.blockSize
+			off := (i % blocks) * o.blockSize
 			if _, err := io.ReadFull(c, dst[off:off+o.blockSize]); err != nil {
 				return
 			}
@@ -273,7 +273,7 @@ func (o *options) baseline() {
 	}
 	start = time.Now()
 	for i := uint64(0); time.Since(start) < dur; i++ {
-		off := (i % slots) * o.blockSize
+		off := (i % blocks) * o.blockSize
 		if _, err := c.Write(src[off : off+o.blockSize]); err != nil {
 			die("%v", err)
 		}

@@ -1,5 +1,5 @@
 //go:build !race
 
-package p2p_test
+package pg_test
 
 const raceDetector = false

@@ -1,0 +1,166 @@
+package pg_test
+
+// The collective algorithms over p2p endpoints, every rank in this process with its own
+// transfer engine (the composition package pg makes; p2p does not know the algorithms).
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mooncake-go/mooncake/collective"
+	"github.com/mooncake-go/mooncake/collective/reduce"
+	"github.com/mooncake-go/mooncake/engine"
+	"github.com/mooncake-go/mooncake/p2p"
+	"github.com/mooncake-go/mooncake/wire"
+)
+
+// mkEndpoints connects n p2p endpoints with opts, each over its own engine.
+func mkEndpoints(t testing.TB, n int, opts p2p.Options) []*p2p.Endpoint {
+	t.Helper()
+	eps := make([]*p2p.Endpoint, n)
+	for r := range eps {
+		eng, err := engine.New(context.Background(), engine.Config{LocalServerName: "127.0.0.1", MetadataServer: "P2PHANDSHAKE"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { eng.Close() })
+		ep, err := p2p.New(p2p.EngineFabric(eng), r, n, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ep.Close() })
+		eps[r] = ep
+	}
+	for _, a := range eps {
+		for _, b := range eps {
+			if err := a.Connect(b.Info()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return eps
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// The collective algorithms over real p2p endpoints (in-process engines).
+func TestCollectivesOverP2P(t *testing.T) {
+	for n := 1; n <= 5; n++ {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			eps := mkEndpoints(t, n, p2p.Options{Credits: 3, CellBytes: 128})
+			var wg sync.WaitGroup
+			errs := make([]error, n)
+			const count = 1001
+			for r := 0; r < n; r++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					g, err := collective.NewGroup(eps[r], r, n, 0, collective.Options{SmallBytes: 64, ChunkBytes: 200})
+					if err != nil {
+						errs[r] = err
+						return
+					}
+					ctx := ctxT(t, 20*time.Second)
+					for it := 0; it < 3; it++ {
+						buf := make([]byte, 4*count)
+						for i := 0; i < count; i++ {
+							buf[4*i] = byte(r + i)
+						}
+						if err := g.AllReduce(ctx, buf, reduce.Int32, reduce.Sum); err != nil {
+							errs[r] = err
+							return
+						}
+						for i := 0; i < count; i++ {
+							want := 0
+							for q := 0; q < n; q++ {
+								want += int(byte(q + i))
+							}
+							if got := int(buf[4*i]) | int(buf[4*i+1])<<8; got != want {
+								errs[r] = fmt.Errorf("element %d: %d want %d", i, got, want)
+								return
+							}
+						}
+						outs := make([][]byte, n)
+						for q := range outs {
+							outs[q] = make([]byte, 333)
+						}
+						if err := g.AllGather(ctx, pat(333, r), outs); err != nil {
+							errs[r] = err
+							return
+						}
+						for q := range outs {
+							if !bytes.Equal(outs[q], pat(333, q)) {
+								errs[r] = fmt.Errorf("all_gather block %d", q)
+								return
+							}
+						}
+						if err := g.Barrier(ctx); err != nil {
+							errs[r] = err
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			for r, err := range errs {
+				if err != nil {
+					t.Fatalf("rank %d: %v", r, err)
+				}
+			}
+		})
+	}
+}
+
+func TestCollectiveMismatchAndAbortOverP2P(t *testing.T) {
+	const n = 3
+	eps := mkEndpoints(t, n, p2p.Options{Credits: 2, CellBytes: 64})
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for r := 0; r < n; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g, _ := collective.NewGroup(eps[r], r, n, 0, collective.Options{})
+			ctx := ctxT(t, 10*time.Second)
+			cnt := 10
+			if r == 1 {
+				cnt = 20
+			}
+			errs[r] = g.AllReduce(ctx, make([]byte, 4*cnt), reduce.Float32, reduce.Sum)
+			if errs[r] == nil {
+				return
+			}
+			// rank 2 skips the next op: rank 0 times out, its abort ends rank 1's wait.
+			switch r {
+			case 2:
+				return
+			case 0:
+				c, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+				defer cancel()
+				ctx = c
+			}
+			errs[r] = g.AllReduce(ctx, make([]byte, 40), reduce.Float32, reduce.Sum)
+		}()
+	}
+	wg.Wait()
+	if errs[2] == nil || !strings.Contains(errs[2].Error(), "all_reduce: rank 1 has 20 float32 elements, rank 0 has 10") {
+		t.Fatalf("rank 2: %v", errs[2])
+	}
+	var ae *wire.AbortError
+	if !errors.As(errs[1], &ae) || ae.Peer != 0 || len(ae.Failed) != 1 || ae.Failed[0] != 2 {
+		t.Fatalf("rank 1: %v", errs[1])
+	}
+	if !strings.Contains(errs[0].Error(), "peer rank 2 did not answer within") {
+		t.Fatalf("rank 0: %v", errs[0])
+	}
+}
