@@ -122,3 +122,92 @@ def test_the_binding_declares_every_entry_the_package_calls_once():
     called |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and STORE_ENTRY.match(n.attr)}
     assert called, "no store entry is called anywhere: the check lost its way"
     assert sorted(called - set(declared)) == [], f"entries called but not declared in {BINDING}"
+
+
+# ---- the binding's signatures against the C side ----------------------------------------------
+
+_GO_SCALARS = {"C.int": (4, True), "C.int32_t": (4, True), "C.uint32_t": (4, False), "C.int64_t": (8, True),
+               "C.uint64_t": (8, False), "C.size_t": (8, False), "C.uint8_t": (1, False)}
+_C_SCALARS = {t[2:]: k for t, k in _GO_SCALARS.items()}
+
+
+def _go_kind(t: str, where: str):
+    """A Go cgo type as the binding must see it: "ptr" or (size, signed)."""
+    t = t.strip()
+    if t.startswith("*") or t == "unsafe.Pointer" or t.endswith("_fn"):
+        return "ptr"
+    assert t in _GO_SCALARS, f"{where}: cgo type {t!r} unknown to this test; add it to _GO_SCALARS"
+    return _GO_SCALARS[t]
+
+
+def _c_kind(decl: str, where: str):
+    """A C parameter or result declaration ("size_t size", "void *p", "void *") as a kind."""
+    if "*" in decl:
+        return "ptr"
+    words = decl.replace("const ", "").split()
+    if words in (["void"], []):
+        return None
+    t = words[0]
+    assert t in _C_SCALARS, f"{where}: C type {t!r} unknown to this test; add it to _GO_SCALARS"
+    return _C_SCALARS[t]
+
+
+def _ctypes_kind(t):
+    import ctypes
+    if t is None:
+        return None
+    if t in (ctypes.c_char_p, ctypes.c_void_p) or issubclass(t, (ctypes._Pointer, ctypes._CFuncPtr)):
+        return "ptr"
+    return ctypes.sizeof(t), t(-1).value < 0
+
+
+def exported_entries() -> dict:
+    """{entry: (return kind, [argument kinds])} of the store's //export functions in capi/*.go
+    and its C functions in capi/*.c (mc_host_alloc, mc_host_free)."""
+    out = {}
+    capi = os.path.join(ROOT, "capi")
+    for f in sorted(os.listdir(capi)):
+        if not f.endswith((".go", ".c")) or f.endswith("_test.go"):
+            continue
+        with open(os.path.join(capi, f), encoding="utf-8") as fh:
+            src = fh.read()
+        if f.endswith(".c"):
+            for m in re.finditer(r"^(\w[\w\s*]*?)\s*\b(mc_(?:store|host)_\w+)\(([^)]*)\)\s*\{", src, re.M):
+                ret, name, params = m.group(1), m.group(2), " ".join(m.group(3).split())
+                args = [_c_kind(p, f"{f}: {name}") for p in params.split(",") if p.strip() not in ("", "void")]
+                out[name] = (_c_kind(ret, f"{f}: {name}"), args)
+            continue
+        for m in re.finditer(r"^//export (mc_(?:store|host)_\w+)\nfunc \1\(([^)]*)\)\s*([^{]*)\{", src, re.M):
+            name, params, ret = m.group(1), " ".join(m.group(2).split()), m.group(3).strip()
+            kinds, pending = [], 0
+            for item in (p.strip() for p in params.split(",") if p.strip()):
+                parts = item.split(None, 1)
+                if len(parts) == 1:  # "a, b C.uint64_t": a takes b's type
+                    pending += 1
+                    continue
+                k = _go_kind(parts[1], f"{f}: {name}")
+                kinds += [k] * (pending + 1)
+                pending = 0
+            assert pending == 0, f"{f}: {name}: cannot read its parameters {params!r}"
+            out[name] = (_go_kind(ret, f"{f}: {name}") if ret else None, kinds)
+    return out
+
+
+def test_the_binding_matches_the_exported_c_entries():
+    """Every declared entry exists in capi/ with the same number of arguments, each a pointer
+    where C has one and a scalar of the same width and signedness elsewhere, and the same result
+    (a mismatch is silent memory corruption under ctypes). Uses the installed package's binding."""
+    from mooncake import _store_abi
+
+    exported = exported_entries()
+    assert len(exported) >= 50, f"found only {len(exported)} //export store entries in capi/"
+    bad = {}
+    for name, (res, args) in _store_abi.SIGNATURES.items():
+        if name not in exported:
+            bad[name] = "not exported by capi/"
+            continue
+        want_res, want_args = exported[name]
+        got = (_ctypes_kind(res), [_ctypes_kind(a) for a in args])
+        if got != (want_res, want_args):
+            bad[name] = f"binding {got} != capi {(want_res, want_args)}"
+    assert bad == {}

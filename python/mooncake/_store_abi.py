@@ -9,7 +9,7 @@ thread's last error, and the marshalling of keys, buffers and configs into C arg
 modules (``mooncake.store`` and its ``_store_*`` parts) import these names and never ctypes.
 
 Each family's table lists its entries with their signatures in the order of their C arguments
-(``capi/include/mooncake_store.h``); a change of a C entry changes its line here, and nothing
+(``capi/include/mooncake_store.h``; ``mc_host_*`` in ``mooncake.h``); a change of a C entry changes its line here, and nothing
 else declares one (tests/test_python_layout.py checks that).
 """
 
@@ -108,9 +108,8 @@ def _batch_alloc(ctx, i, n):
 _batch_alloc_c = _BATCH_ALLOC_FN(_batch_alloc)
 
 
-
 # ---- signatures, by family ------------------------------------------------------------------
-# name: (restype, argtypes). _cfg is a ReplicateConfig (NULL: the defaults).
+# name: (restype, argtypes). _cfg_p: a ReplicateConfig (NULL: the defaults).
 
 _cfg_p = _P(_ReplicateConfigC)
 
