@@ -21,12 +21,13 @@ Tensors: ``put_tensor`` stores a tensor (any dtype and shape, CPU or CUDA — re
 or a list/tuple/dict of tensors, in a self-describing format; ``get_tensor`` rebuilds it. The
 tensor calls (TP, parallelism, safetensors, CUDA) live in ``mooncake.store_tensor.TensorMixin``.
 
-Layout: this module is the public face: ``MooncakeDistributedStore`` is put together from mixins
-by concern, and every name below stays importable from here, as in upstream's module.
+Layout: this module is the public face. ``MooncakeDistributedStore`` is put together from mixins
+by concern, in the modules below, and every name this module had before the split is still
+importable from it (``__module__`` of the public ones is still ``mooncake.store``).
 
 ====================  ========================================================================
 ``_store_abi``        the binding: libmooncake.so's ``mc_store_*`` signatures (by family), C
-                      structs, callbacks, error codes, last error (the store's only ctypes user)
+                      structs, callbacks, error codes, last error (the one place they live)
 ``_store_types``      ReplicateConfig, SoftPinAction, ObjectDataType
 ``_store_setup``      parse_size; setup, setup_dummy, close, health_check (SetupMixin)
 ``_store_data``       put, upsert, get, queries, removal (DataMixin)
