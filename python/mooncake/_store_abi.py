@@ -1,0 +1,299 @@
+"""``mooncake._store_abi``: the store's binding to libmooncake.so, and the only module that
+speaks ctypes for it.
+
+Everything C about the store lives here: the library (loaded once by ``mooncake._native``, the
+loader the engine uses too), the argtypes/restype of every ``mc_store_*`` entry (``SIGNATURES``,
+one table per family, applied on first use by ``_lib()``), the C structs (``_ReplicateConfigC``),
+the callback types of the allocating gets, the error codes and the reading of the calling
+thread's last error, and the marshalling of keys, buffers and configs into C arguments. The API
+modules (``mooncake.store`` and its ``_store_*`` parts) import these names and never ctypes.
+
+Each family's table lists its entries with their signatures in the order of their C arguments
+(``capi/include/mooncake_store.h``; ``mc_host_*`` in ``mooncake.h``); a change of a C entry changes its line here, and nothing
+else declares one (tests/test_python_layout.py checks that).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import threading
+from typing import Sequence, Union
+
+from . import _native
+
+# C types the API modules build arguments with (they import these names, not ctypes).
+_u64 = ctypes.c_uint64
+_i32 = ctypes.c_int32
+_i64 = ctypes.c_int64
+_u8 = ctypes.c_uint8
+_P = ctypes.POINTER
+_cs = ctypes.c_char_p
+_vp = ctypes.c_void_p
+_int = ctypes.c_int
+byref = ctypes.byref
+string_buffer = ctypes.create_string_buffer
+
+
+# ---- errors and structs ----------------------------------------------------------------------
+
+class ErrorCode:
+    """Mooncake Store error codes (negative; 0 is OK)."""
+    OK = 0
+    INTERNAL_ERROR = -1
+    BUFFER_OVERFLOW = -10
+    SEGMENT_NOT_FOUND = -101
+    NO_AVAILABLE_HANDLE = -200
+    INVALID_KEY = -400
+    INVALID_PARAMS = -600
+    REPLICA_IS_NOT_READY = -703
+    OBJECT_NOT_FOUND = -704
+    OBJECT_ALREADY_EXISTS = -705
+    OBJECT_HAS_LEASE = -706
+    LEASE_EXPIRED = -707
+    REPLICA_NOT_FOUND = -710
+    OBJECT_REPLICA_BUSY = -714
+    TRANSFER_FAIL = -800
+    RPC_FAIL = -900
+    RPC_TIMEOUT = -901
+
+
+class _ReplicateConfigC(ctypes.Structure):
+    _fields_ = [("replica_num", _i32), ("with_soft_pin", _i32), ("with_hard_pin", _i32),
+                ("preferred_segments", _cs), ("soft_pin_action", _i32), ("has_soft_pin_ttl", _i32),
+                ("soft_pin_ttl_ms", _u64), ("prefer_alloc_in_same_node", _i32)]
+
+
+# ---- callbacks of the allocating gets -----------------------------------------------------
+
+# get: the library calls back with the value's size and copies straight into a new bytes object
+# (PyBytes_FromStringAndSize(NULL, n), filled before anyone else sees it) — one allocation and one
+# copy, instead of a malloc'd buffer copied again by string_at.
+_ALLOC_FN = ctypes.CFUNCTYPE(_vp, _vp, _u64)
+_new_bytes = ctypes.pythonapi.PyBytes_FromStringAndSize
+_new_bytes.restype = ctypes.py_object
+_new_bytes.argtypes = [_vp, ctypes.c_ssize_t]
+_BYTES_DATA = bytes.__basicsize__ - 1  # offset of ob_sval in a bytes object
+_get_slot = threading.local()
+
+
+def _fresh_bytes(n):
+    """A new bytes of n bytes, to be filled before anyone else sees it, and its data's address;
+    (None, None) when there is no memory for it."""
+    try:
+        b = _new_bytes(None, n)
+    except MemoryError:
+        return None, None
+    return b, id(b) + _BYTES_DATA
+
+
+def _get_alloc(ctx, n):
+    _get_slot.value, addr = _fresh_bytes(n)
+    return addr
+
+
+_get_alloc_c = _ALLOC_FN(_get_alloc)
+
+# get_batch: the same, once per key (i), into the list the call is filling.
+_BATCH_ALLOC_FN = ctypes.CFUNCTYPE(_vp, _vp, _i32, _u64)
+
+
+def _batch_alloc(ctx, i, n):
+    b, addr = _fresh_bytes(n)
+    if b is not None:
+        _get_slot.batch[i] = b
+    return addr
+
+
+_batch_alloc_c = _BATCH_ALLOC_FN(_batch_alloc)
+
+
+# ---- signatures, by family ------------------------------------------------------------------
+# name: (restype, argtypes). _cfg_p: a ReplicateConfig (NULL: the defaults).
+
+_cfg_p = _P(_ReplicateConfigC)
+
+# Lifecycle: create, set up (positional, JSON, as a dummy client), close, health, identity.
+LIFECYCLE = {
+    "mc_store_create": (_int, [_P(_u64)]),
+    "mc_store_setup": (_int, [_u64, _cs, _cs, _u64, _u64, _cs, _cs, _cs]),
+    "mc_store_setup_json": (_int, [_u64, _cs]),
+    "mc_store_setup_dummy": (_int, [_u64, _u64, _u64, _cs]),
+    "mc_store_close": (_int, [_u64]),
+    "mc_store_health_check": (_int, [_u64]),
+    "mc_store_get_hostname": (_int, [_u64, _cs, _i32]),
+}
+
+# Put: one value, a value in parts, from registered memory, batches.
+PUT = {
+    "mc_store_put": (_int, [_u64, _cs, _vp, _u64, _cfg_p]),
+    "mc_store_put_parts": (_int, [_u64, _cs, _P(_vp), _P(_u64), _i32, _cfg_p]),
+    "mc_store_put_from": (_int, [_u64, _cs, _u64, _u64, _cfg_p]),
+    "mc_store_batch_put": (_int, [_u64, _P(_cs), _P(_vp), _P(_u64), _i32, _cfg_p, _P(_i32)]),
+    "mc_store_batch_put_from": (_int, [_u64, _P(_cs), _P(_u64), _P(_u64), _i32, _cfg_p, _P(_i32)]),
+    "mc_store_batch_put_from_buffers": (_int, [_u64, _P(_cs), _i32, _P(_i32), _P(_u64), _P(_u64), _cfg_p, _P(_i32)]),
+}
+
+# Upsert: the put family's shapes, inserting or replacing.
+UPSERT = {
+    "mc_store_upsert": (_int, [_u64, _cs, _vp, _u64, _cfg_p]),
+    "mc_store_upsert_parts": (_int, [_u64, _cs, _P(_vp), _P(_u64), _i32, _cfg_p]),
+    "mc_store_upsert_from": (_int, [_u64, _cs, _u64, _u64, _cfg_p]),
+    "mc_store_batch_upsert": (_int, [_u64, _P(_cs), _P(_vp), _P(_u64), _i32, _cfg_p, _P(_i32)]),
+    "mc_store_batch_upsert_from": (_int, [_u64, _P(_cs), _P(_u64), _P(_u64), _i32, _cfg_p, _P(_i32)]),
+}
+
+# Get: into library memory (freed with mc_store_free), through an allocator callback, into
+# caller buffers.
+GET = {
+    "mc_store_get": (_int, [_u64, _cs, _P(_vp), _P(_u64)]),
+    "mc_store_get_with": (_int, [_u64, _cs, _ALLOC_FN, _vp, _P(_u64)]),
+    "mc_store_get_into": (_i64, [_u64, _cs, _u64, _u64]),
+    "mc_store_get_into_buffers": (_i64, [_u64, _cs, _i32, _P(_u64), _P(_u64)]),
+    "mc_store_batch_get": (_int, [_u64, _P(_cs), _i32, _P(_vp), _P(_u64), _P(_i32)]),
+    "mc_store_batch_get_with": (_int, [_u64, _P(_cs), _i32, _BATCH_ALLOC_FN, _vp, _P(_u64), _P(_i32)]),
+    "mc_store_batch_get_into": (_int, [_u64, _P(_cs), _P(_u64), _P(_u64), _i32, _P(_i64)]),
+    "mc_store_free": (None, [_vp]),
+}
+
+# Ranged reads: direct, and session-based (snapshots, templates, plans).
+RANGED = {
+    "mc_store_get_ranges": (_int, [_u64, _cs, _i32, _P(_u64), _P(_u64), _P(_u64), _P(_i64)]),
+    "mc_store_snapshot_prepare": (_int, [_u64, _P(_cs), _i32, _P(_u64)]),
+    "mc_store_snapshot_free": (_int, [_u64]),
+    "mc_store_snapshot_get_ranges": (_int, [_u64, _u64, _i32, _P(_cs), _vp, _vp, _vp, _vp, _i32, _vp]),
+    "mc_store_range_template_create": (_int, [_vp, _i64, _vp, _i64, _vp, _i64, _P(_u64)]),
+    "mc_store_range_template_free": (_int, [_u64]),
+    "mc_store_range_plan_create": (_int, [_vp, _i64, _P(_cs), _i32, _vp, _i64, _P(_u64), _P(_u64), _P(_u64)]),
+    "mc_store_range_plan_free": (_int, [_u64]),
+    "mc_store_snapshot_read_templates": (_int, [_u64, _u64, _vp, _i64, _vp, _i64, _vp, _i64, _P(_cs), _i32, _vp,
+                                                _i64, _i32, _vp]),
+    "mc_store_snapshot_read_plans": (_int, [_u64, _u64, _vp, _i64, _vp, _i64, _P(_cs), _i32, _vp, _i64, _vp, _i32,
+                                            _vp]),
+}
+
+# Queries and removal.
+QUERY_REMOVE = {
+    "mc_store_get_size": (_i64, [_u64, _cs]),
+    "mc_store_is_exist": (_int, [_u64, _cs]),
+    "mc_store_batch_is_exist": (_int, [_u64, _P(_cs), _i32, _P(_i32)]),
+    "mc_store_remove": (_int, [_u64, _cs, _i32]),
+    "mc_store_batch_remove": (_int, [_u64, _P(_cs), _i32, _i32, _P(_i32)]),
+    "mc_store_remove_by_regex": (_i64, [_u64, _cs, _i32]),
+    "mc_store_remove_all": (_i64, [_u64]),
+    "mc_store_remove_all_ex": (_i64, [_u64, _i32]),
+}
+
+# Replicas and storage tiers.
+REPLICAS = {
+    "mc_store_replica_desc": (_int, [_u64, _cs, _cs, _i32]),
+    "mc_store_batch_replica_clear": (_int, [_u64, _P(_cs), _i32, _cs, _P(_i32)]),
+    "mc_store_tier_stats": (_int, [_u64, _cs, _i32]),
+    "mc_store_enable_ssd_offload": (_int, [_u64, _cs]),
+    "mc_store_offload_rpc_read_count": (_int, [_u64, _P(_u64)]),
+}
+
+# Memory: registered buffers, extra segments, the library's host allocator.
+MEMORY = {
+    "mc_store_register_buffer": (_int, [_u64, _u64, _u64]),
+    "mc_store_unregister_buffer": (_int, [_u64, _u64]),
+    "mc_store_mount_segment": (_int, [_u64, _cs, _u64, _u64, _cs, _i32]),
+    "mc_store_allocate_and_mount_segment": (_int, [_u64, _u64, _P(_u64), _cs, _i32]),
+    "mc_store_unmount_segments": (_int, [_u64, _P(_cs), _i32, _i32, ctypes.c_uint32]),
+    "mc_host_alloc": (_vp, [ctypes.c_size_t]),
+    "mc_host_free": (None, [_vp]),
+}
+
+FAMILIES = {"lifecycle": LIFECYCLE, "put": PUT, "upsert": UPSERT, "get": GET, "ranged": RANGED,
+            "query_remove": QUERY_REMOVE, "replicas": REPLICAS, "memory": MEMORY}
+SIGNATURES = {name: sig for family in FAMILIES.values() for name, sig in family.items()}
+
+_setup_done = False
+_setup_lock = threading.Lock()
+
+
+def _lib():
+    """The library, with every store entry's signature set (on the first call)."""
+    global _setup_done
+    l = _native.lib()
+    if not _setup_done:
+        with _setup_lock:
+            if not _setup_done:
+                for name, (res, args) in SIGNATURES.items():
+                    f = getattr(l, name)
+                    f.restype = res
+                    f.argtypes = args
+                _setup_done = True
+    return l
+
+
+# ---- the calling thread's last error ------------------------------------------------------------
+
+def last_error() -> str:
+    """The message of the calling thread's last failed call."""
+    return _native.last_error()
+
+
+_LIB_MSG = re.compile(r"^mooncake store: (.*?)(?: \([A-Z_]+, -?\d+\))?$", re.S)
+
+
+def _lib_message() -> str:
+    """The calling thread's last error without the library's prefix and code suffix."""
+    msg = last_error()
+    m = _LIB_MSG.match(msg)
+    return m.group(1) if m else msg
+
+
+# ---- arguments --------------------------------------------------------------------------------
+
+def _key(k: Union[str, bytes]) -> bytes:
+    if isinstance(k, bytes):
+        return k
+    if not isinstance(k, str):
+        raise TypeError(f"key must be str, not {type(k).__name__}")
+    return k.encode("utf-8")
+
+
+def _keys(keys: Sequence[Union[str, bytes]]):
+    enc = [_key(k) for k in keys]
+    return (_cs * max(len(enc), 1))(*enc), enc
+
+
+def _buffer(v) -> tuple:
+    """(address, length, keepalive) of a bytes-like value without copying where possible."""
+    if isinstance(v, bytes):
+        return ctypes.cast(ctypes.c_char_p(v), _vp).value or 0, len(v), v
+    mv = memoryview(v)
+    if not mv.contiguous:
+        b = mv.tobytes()
+        return ctypes.cast(ctypes.c_char_p(b), _vp).value or 0, len(b), b
+    mv = mv.cast("B")
+    n = mv.nbytes
+    if n == 0:
+        return 0, 0, mv
+    if mv.readonly:
+        b = mv.tobytes()
+        return ctypes.cast(ctypes.c_char_p(b), _vp).value or 0, n, b
+    arr = (ctypes.c_char * n).from_buffer(mv)
+    return ctypes.addressof(arr), n, (arr, mv)
+
+
+
+def _cfg(config):
+    """A ReplicateConfig as the C argument (NULL for None: the defaults)."""
+    return ctypes.byref(config._c()) if config is not None else None
+
+
+def _free_value(ptr: int) -> None:
+    """Frees a value the library allocated (mc_store_get, mc_store_batch_get)."""
+    _lib().mc_store_free(ptr)
+
+
+def _host_alloc_addr() -> int:
+    """The address of the library's host allocator, ``void *mc_host_alloc(size_t)``."""
+    return ctypes.cast(_lib().mc_host_alloc, _vp).value or 0
+
+
+def _host_free_addr() -> int:
+    """The address of ``void mc_host_free(void *)``, which frees what mc_host_alloc returned."""
+    return ctypes.cast(_lib().mc_host_free, _vp).value or 0
