@@ -18,10 +18,10 @@ import (
 // mc_store_put, mc_store_get, mc_store_is_exist and mc_store_remove (store/client's Put, Get,
 // Exists and Remove), and the removals by pattern.
 //
-// Their convention: codes[i] (when not NULL) gets item i's status, 0 or a negative code; the
-// call returns 0 when every item succeeded, else the first failing item's code with that
-// failure's message as the last error. A call that cannot run at all (unknown handle, bad
-// arrays) returns that error's code and gives it to every item.
+// Their convention (the C ABI's for batches): codes[i] gets item i's status, 0 or a negative
+// code, and the first failure's message is kept as the last error; the call returns 0 when it
+// ran, even if items failed. A call that cannot run at all (unknown handle, bad arrays) returns
+// that error's code and gives it to every item too.
 
 // request is a C item array converted: the items to send, the C index of each, and an error
 // per C item (set for an item that could not be converted; the others' come from the call).
@@ -80,16 +80,23 @@ func (r *request) merge(errs []error) {
 	}
 }
 
-// itemCodes writes each item's code to codes (when not NULL) and returns the call's status:
-// 0, or the first failure's code, its message kept as the last error.
+// itemCodes writes each item's code to codes, keeps the first failure's message as the last
+// error, and returns 0: the call ran.
 func itemCodes(errs []error, codes *C.int32_t) C.int {
-	if codes != nil {
-		out := unsafe.Slice(codes, len(errs))
-		for i, err := range errs {
-			out[i] = C.int32_t(int32(api.CodeOf(err)))
-		}
+	out := unsafe.Slice(codes, len(errs))
+	for i, err := range errs {
+		out[i] = C.int32_t(int32(api.CodeOf(err)))
 	}
-	return serr(firstErr(errs))
+	serr(firstErr(errs))
+	return 0
+}
+
+// needCodes is the error of a call on n items without the array for their codes.
+func needCodes[T any](n C.int32_t, codes *T) error {
+	if n > 0 && codes == nil {
+		return api.Errorf(api.INVALID_PARAMS, "the array for the %d items' codes is NULL", int(n))
+	}
+	return nil
 }
 
 // failAll reports err, a call that could not run, for the call and for each of its n items
@@ -125,6 +132,9 @@ func sizesOrCodes(got []uint64, errs []error, results *C.int64_t) error {
 //export mc_store_put
 func mc_store_put(h C.uint64_t, items *C.mc_store_item, n C.int32_t, cfgp *C.mc_replicate_config, flags C.uint32_t, codes *C.int32_t) C.int {
 	c, err := storeClient(h)
+	if err == nil {
+		err = needCodes(n, codes)
+	}
 	var opts client.PutOptions
 	if err == nil {
 		opts.Config, err = replicateConfig(cfgp)
@@ -150,6 +160,9 @@ func mc_store_put(h C.uint64_t, items *C.mc_store_item, n C.int32_t, cfgp *C.mc_
 //export mc_store_get
 func mc_store_get(h C.uint64_t, items *C.mc_store_item, n C.int32_t, alloc C.mc_store_alloc_fn, actx unsafe.Pointer, sizes *C.uint64_t, codes *C.int32_t) C.int {
 	c, err := storeClient(h)
+	if err == nil {
+		err = needCodes(n, codes)
+	}
 	var r *request
 	if err == nil {
 		r, err = cRequest(items, n, alloc != nil)
@@ -211,14 +224,15 @@ func mc_store_malloc(ctx unsafe.Pointer, i C.int32_t, n C.uint64_t) unsafe.Point
 //export mc_store_is_exist
 func mc_store_is_exist(h C.uint64_t, keys **C.char, n C.int32_t, results *C.int64_t) C.int {
 	c, ks, err := batchArgs(h, keys, n)
-	if err == nil && n > 0 && results == nil {
-		err = api.Errorf(api.INVALID_PARAMS, "results is NULL")
+	if err == nil {
+		err = needCodes(n, results)
 	}
 	if err != nil {
 		return failAll(err, results, n)
 	}
 	sizes, errs := c.Exists(context.Background(), ks)
-	return serr(sizesOrCodes(sizes, errs, results))
+	serr(sizesOrCodes(sizes, errs, results))
+	return 0
 }
 
 // mc_store_remove removes keys; force removes leased and hard-pinned ones too.
@@ -226,6 +240,9 @@ func mc_store_is_exist(h C.uint64_t, keys **C.char, n C.int32_t, results *C.int6
 //export mc_store_remove
 func mc_store_remove(h C.uint64_t, keys **C.char, n C.int32_t, force C.int32_t, codes *C.int32_t) C.int {
 	c, ks, err := batchArgs(h, keys, n)
+	if err == nil {
+		err = needCodes(n, codes)
+	}
 	if err != nil {
 		return failAll(err, codes, n)
 	}

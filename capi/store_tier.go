@@ -95,7 +95,7 @@ func mc_store_get_ranges(h C.uint64_t, key *C.char, n C.int32_t, srcs, dsts, siz
 		frags[i] = client.Range{Src: uint64(ss[i]), Dst: uintptr(ds[i]), Size: uint64(ls[i])}
 	}
 	got, errs := c.GetRanges(context.Background(), k, frags)
-	serr(sizesOrCodes(got, errs, results)) // the call ran: 0, the first failure kept as the last error
+	serr(sizesOrCodes(got, errs, results)) // the first failure kept as the last error
 	return 0
 }
 

@@ -1,7 +1,8 @@
 """The store's data calls of the C ABI (capi/include/mooncake_store.h) called as a C program
 would: mc_store_put / mc_store_get / mc_store_is_exist / mc_store_remove with item arrays,
-their per-item codes and return values, through ctypes declarations of their own (not the
-Python package's binding)."""
+their per-item codes and return values (0 when the call ran, <0 when it could not run, given
+to every item too), through ctypes declarations of their own (not the Python package's
+binding)."""
 
 from __future__ import annotations
 
@@ -107,11 +108,12 @@ def keys(*ks):
 def test_put_items_and_exact_codes(lib, h):
     rc, codes = put(lib, h, Items(("p", [buf(b"ab"), buf(b""), buf(b"cde")]), ("empty", []), (None, [buf(b"x")]),
                                   ("null", [(0, 4)]), ("q", [buf(b"queue")])))
-    assert (rc, codes) == (INVALID_PARAMS, [OK, INVALID_PARAMS, INVALID_KEY, INVALID_PARAMS, OK])
+    assert (rc, codes) == (0, [OK, INVALID_PARAMS, INVALID_KEY, INVALID_PARAMS, OK])
     assert "value size is 0" in _native.last_error()  # the first failure's message
-    # one item, no codes array: the return value is the item's status
+    # one item (the single-key path); no codes array is refused
     one = Items(("single", [buf(b"one")]))
-    assert lib.mc_store_put(h, one.arr, 1, None, 0, None) == 0
+    assert lib.mc_store_put(h, one.arr, 1, None, 0, None) == INVALID_PARAMS
+    assert put(lib, h, one) == (0, [OK])
     rc, sizes, codes = get(lib, h, Items(("p", [buf(b"\0" * 8)]), ("q", [buf(b"\0" * 2), buf(b"\0" * 3)]), ("single", [buf(b"\0" * 3)])))
     assert (rc, sizes, codes) == (0, [5, 5, 3], [OK, OK, OK])
 
@@ -133,11 +135,11 @@ def test_get_into_buffers_mixed(lib, h):
     big, p1, p2, small = buf(b"\0" * 10), buf(b"\0" * 2), buf(b"\0" * 4), buf(b"\0" * 3)
     rc, sizes, codes = get(lib, h, Items(("a", [big]), ("missing", [buf(b"\0")]), ("b", [small]), ("b", [p1, p2]), ("a", []), ("a", [(0, 5)])))
     assert codes == [OK, OBJECT_NOT_FOUND, BUFFER_OVERFLOW, OK, INVALID_PARAMS, INVALID_PARAMS]
-    assert rc == OBJECT_NOT_FOUND and sizes == [5, 0, 0, 6, 0, 0]
+    assert rc == 0 and sizes == [5, 0, 0, 6, 0, 0]
     assert big.raw[:5] == b"alpha" and p1.raw + p2.raw == b"bravo!"
     # one item: the same codes through the single-key path
     for item, code in [(("missing", [big]), OBJECT_NOT_FOUND), (("b", [small]), BUFFER_OVERFLOW), (("a", []), INVALID_PARAMS)]:
-        assert get(lib, h, Items(item))[0::2] == (code, [code])
+        assert get(lib, h, Items(item))[0::2] == (0, [code])
 
 
 def test_get_with_allocators(lib, h):
@@ -145,7 +147,7 @@ def test_get_with_allocators(lib, h):
     # mc_store_malloc: item i's memory at ctx[i]
     outs = (_vp * 3)()
     rc, sizes, codes = get(lib, h, Items(("y", []), ("missing", []), ("x", [])), ctypes.cast(lib.mc_store_malloc, _vp), ctypes.cast(outs, _vp))
-    assert (rc, sizes, codes) == (OBJECT_NOT_FOUND, [4, 0, 2], [OK, OBJECT_NOT_FOUND, OK])
+    assert (rc, sizes, codes) == (0, [4, 0, 2], [OK, OBJECT_NOT_FOUND, OK])
     assert outs[1] is None and ctypes.string_at(outs[0], 4) == b"yyyy" and ctypes.string_at(outs[2], 2) == b"xx"
     for p in outs:
         if p:
@@ -164,7 +166,7 @@ def test_get_with_allocators(lib, h):
     fn = ALLOC_FN(alloc)
     rc, sizes, codes = get(lib, h, Items(("x", []), ("missing", []), ("y", []), ("y", [])), ctypes.cast(fn, _vp))
     assert calls == [(0, 2), (2, 4), (3, 4)]
-    assert (rc, sizes, codes) == (OBJECT_NOT_FOUND, [2, 0, 0, 4], [OK, OBJECT_NOT_FOUND, INTERNAL_ERROR, OK])
+    assert (rc, sizes, codes) == (0, [2, 0, 0, 4], [OK, OBJECT_NOT_FOUND, INTERNAL_ERROR, OK])
     assert [(i, b.raw) for i, b in keep] == [(0, b"xx"), (3, b"yyyy")]
     # buffers and an allocator in one item: refused for that item
     assert get(lib, h, Items(("x", [buf(b"\0" * 2)]), ("y", [])), ctypes.cast(fn, _vp))[2] == [INVALID_PARAMS, OK]
@@ -195,9 +197,9 @@ def test_exist_and_remove(lib, h):
     # e1 is leased by a get: a plain remove refuses it
     assert get(lib, h, Items(("e1", [buf(b"\0" * 3)])))[0] == 0
     codes = (_i32 * 3)()
-    assert lib.mc_store_remove(h, keys("e2", "missing", "e1"), 3, 0, codes) == OBJECT_NOT_FOUND
+    assert lib.mc_store_remove(h, keys("e2", "missing", "e1"), 3, 0, codes) == 0
     assert list(codes) == [OK, OBJECT_NOT_FOUND, OBJECT_HAS_LEASE]
-    assert lib.mc_store_remove(h, keys("e1"), 1, 0, None) == OBJECT_HAS_LEASE
+    assert lib.mc_store_remove(h, keys("e1"), 1, 0, codes) == 0 and codes[0] == OBJECT_HAS_LEASE
     assert lib.mc_store_remove_all(h, 1) == 0  # keep_held: the leased key stays
     assert lib.mc_store_remove_all(h, 0) == 1
     assert lib.mc_store_is_exist(h, keys("e1", "e2"), 2, res) == 0 and list(res[:2]) == [0, 0]
@@ -214,6 +216,8 @@ def test_calls_that_cannot_run(lib, h):
     assert lib.mc_store_put(h, None, 2, None, 0, codes) == INVALID_PARAMS
     assert lib.mc_store_put(h, items.arr, -1, None, 0, None) == INVALID_PARAMS
     assert lib.mc_store_remove(bad, keys("k"), 1, 0, codes) == INVALID_PARAMS and codes[0] == INVALID_PARAMS
+    assert lib.mc_store_get(h, items.arr, 2, None, None, sizes, None) == INVALID_PARAMS
+    assert lib.mc_store_is_exist(h, keys("k"), 1, None) == INVALID_PARAMS
     # an empty request does nothing
     assert lib.mc_store_put(h, None, 0, None, 0, None) == 0
     assert lib.mc_store_get(h, None, 0, None, None, None, None) == 0

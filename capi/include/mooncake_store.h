@@ -74,10 +74,10 @@ int mc_store_unregister_buffer(uint64_t store, uint64_t addr);
  * remove, batch_remove are all these four). One item or key takes the master's single-key path;
  * several go to the master as one batch.
  *
- * Return convention: codes[i] (may be NULL) gets item i's status, 0 or <0; the call returns 0
- * when every item succeeded, else the first failing item's code, with that failure's message in
- * mooncake_last_error(). A call that cannot run at all (unknown handle, NULL arrays, n < 0)
- * returns that code and gives it to every item. */
+ * Return convention (as for every batch call): codes[i] gets item i's status, 0 or <0, and
+ * mooncake_last_error() the first failure's message; the call returns 0 when it ran, even if
+ * items failed, and <0 when it could not run at all (unknown handle, NULL arrays, n < 0), giving
+ * that code to every codes[i] too. So for one item, codes[0] is its status either way. */
 
 /* One object of a request: its key and its value's memory as nparts buffers (addrs[k], lens[k])
  * in order. A NULL key (INVALID_KEY) or a NULL buffer of non-zero length (INVALID_PARAMS) fails
@@ -116,10 +116,10 @@ int mc_store_get(uint64_t store, const mc_store_item *items, int32_t n, mc_store
 void *mc_store_malloc(void *ctx, int32_t i, uint64_t len);
 void mc_store_free(void *p);
 
-/* Queries and removal. mc_store_is_exist: results[i] = keys[i]'s value size (> 0; values are
- * never empty) when it is stored, 0 when it is not, or <0; returns 0 or the first error's code.
- * mc_store_remove: codes[i] per key (OBJECT_NOT_FOUND, OBJECT_HAS_LEASE for a leased or
- * hard-pinned key unless force); the return convention above. */
+/* Queries and removal, with the return convention above. mc_store_is_exist: results[i] =
+ * keys[i]'s value size (> 0; values are never empty) when it is stored, 0 when it is not, or <0.
+ * mc_store_remove: codes[i] per key (OBJECT_NOT_FOUND; OBJECT_HAS_LEASE for a leased or
+ * hard-pinned key unless force). */
 int mc_store_is_exist(uint64_t store, const char *const *keys, int32_t n, int64_t *results);
 int mc_store_remove(uint64_t store, const char *const *keys, int32_t n, int32_t force,
                     int32_t *codes);
