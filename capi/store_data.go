@@ -31,14 +31,22 @@ type request struct {
 	errs  []error
 }
 
-// cRequest converts n C items; with alloc (a get with an allocator) items must have no parts.
-func cRequest(p *C.mc_store_item, n C.int32_t, alloc bool) (*request, error) {
+// What a request's items hold: a value to put, buffers to get into, nothing (a get with an
+// allocator).
+const (
+	putItems = iota
+	getIntoItems
+	getAllocItems
+)
+
+// cRequest converts n C items of a request of that kind.
+func cRequest(p *C.mc_store_item, n C.int32_t, kind int) (*request, error) {
 	if n < 0 || (n > 0 && p == nil) {
 		return nil, api.Errorf(api.INVALID_PARAMS, "bad item array (n=%d)", int(n))
 	}
 	r := &request{errs: make([]error, int(n))}
 	for i, ci := range unsafe.Slice(p, int(n)) {
-		it, err := cItem(&ci, i, alloc)
+		it, err := cItem(&ci, i, kind)
 		if err != nil {
 			r.errs[i] = err
 			continue
@@ -50,7 +58,7 @@ func cRequest(p *C.mc_store_item, n C.int32_t, alloc bool) (*request, error) {
 }
 
 // cItem converts C item i: its key, and its parts as slices over the caller's memory.
-func cItem(ci *C.mc_store_item, i int, alloc bool) (client.Item, error) {
+func cItem(ci *C.mc_store_item, i int, kind int) (client.Item, error) {
 	if ci.key == nil {
 		return client.Item{}, api.Errorf(api.INVALID_KEY, "item %d: key is NULL", i)
 	}
@@ -59,16 +67,21 @@ func cItem(ci *C.mc_store_item, i int, alloc bool) (client.Item, error) {
 	switch {
 	case n < 0 || (n > 0 && (ci.addrs == nil || ci.lens == nil)):
 		return client.Item{}, api.Errorf(api.INVALID_PARAMS, "item %d (%q): bad part arrays (nparts=%d)", i, key, n)
-	case n > 0 && alloc:
+	case n > 0 && kind == getAllocItems:
 		return client.Item{}, api.Errorf(api.INVALID_PARAMS, "item %d (%q): buffers and an allocator: give one or the other", i, key)
 	}
 	addrs, lens := unsafe.Slice(ci.addrs, n), unsafe.Slice(ci.lens, n)
 	parts := make([][]byte, n)
+	room := 0
 	for k := range parts {
 		if addrs[k] == 0 && lens[k] > 0 {
 			return client.Item{}, api.Errorf(api.INVALID_PARAMS, "item %d (%q): buffer %d is NULL", i, key, k)
 		}
 		parts[k] = memview.Bytes(uintptr(addrs[k]), int(lens[k]))
+		room += len(parts[k])
+	}
+	if kind == getIntoItems && room == 0 {
+		return client.Item{}, api.Errorf(api.INVALID_PARAMS, "item %d (%q): no buffer to read the value into", i, key)
 	}
 	return client.Item{Key: key, Parts: parts}, nil
 }
@@ -144,7 +157,7 @@ func mc_store_put(h C.uint64_t, items *C.mc_store_item, n C.int32_t, cfgp *C.mc_
 	}
 	var r *request
 	if err == nil {
-		r, err = cRequest(items, n, false)
+		r, err = cRequest(items, n, putItems)
 	}
 	if err != nil {
 		return failAll(err, codes, n)
@@ -165,7 +178,11 @@ func mc_store_get(h C.uint64_t, items *C.mc_store_item, n C.int32_t, alloc C.mc_
 	}
 	var r *request
 	if err == nil {
-		r, err = cRequest(items, n, alloc != nil)
+		kind := getIntoItems
+		if alloc != nil {
+			kind = getAllocItems
+		}
+		r, err = cRequest(items, n, kind)
 	}
 	var out []C.uint64_t
 	if sizes != nil && n > 0 {

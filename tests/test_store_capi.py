@@ -30,7 +30,10 @@ ALLOC_FN = ctypes.CFUNCTYPE(_vp, _vp, _i32, _u64)
 
 @pytest.fixture(scope="module")
 def lib():
-    l = _native.lib()
+    # A CDLL of its own (the same loaded library): its function objects carry these argtypes,
+    # not the package binding's.
+    _native.lib()
+    l = ctypes.CDLL(_native.lib_path())
     for name, res, args in [
         ("mc_store_create", ctypes.c_int, [_P(_u64)]),
         ("mc_store_setup", ctypes.c_int, [_u64, _cs, _cs, _u64, _u64, _cs, _cs, _cs]),

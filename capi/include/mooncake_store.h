@@ -100,7 +100,8 @@ int mc_store_put(uint64_t store, const mc_store_item *items, int32_t n,
                  const mc_replicate_config *cfg, uint32_t flags, int32_t *codes);
 
 /* Get: reads each item's value. Without alloc (NULL) into the item's parts in order, which must
- * hold it (BUFFER_OVERFLOW otherwise; larger is fine; an item with no buffer is INVALID_PARAMS).
+ * hold it (BUFFER_OVERFLOW otherwise; larger is fine; an item with no buffer, or only empty ones,
+ * is INVALID_PARAMS without asking the master).
  * With alloc, into memory from alloc(ctx, i, size) (NULL: give item i up, INTERNAL_ERROR), called
  * on the calling thread in item order once the master has answered, before any value is read,
  * once per item found; items then have no parts (nparts 0). This lets a binding fill its own
