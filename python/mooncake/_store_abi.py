@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import re
+import struct
 import threading
 from typing import Sequence, Union
 
@@ -67,8 +68,15 @@ class _ReplicateConfigC(ctypes.Structure):
 
 
 class _ItemC(ctypes.Structure):
-    """``mc_store_item``: a key and its value's memory as nparts (address, length) buffers."""
-    _fields_ = [("key", _cs), ("addrs", _P(_u64)), ("lens", _P(_u64)), ("nparts", _i32)]
+    """``mc_store_item``: a key and its value's memory as nparts (address, length) buffers. The
+    two arrays' pointers are set as addresses (void *: the same layout as uint64_t *)."""
+    _fields_ = [("key", _cs), ("addrs", _vp), ("lens", _vp), ("nparts", _i32)]
+
+
+# An array of items is packed in one go (struct is several times faster than filling ctypes
+# structs): the key's address, the two arrays' addresses, nparts and the padding.
+_ITEM = "QQQi4x"
+assert struct.calcsize(_ITEM) == ctypes.sizeof(_ItemC) and struct.calcsize(_ITEM * 2) == 2 * ctypes.sizeof(_ItemC)
 
 
 MC_STORE_UPSERT = 1
@@ -127,8 +135,8 @@ LIFECYCLE = {
 # Data: put and get of items (one entry each for any number of items), and library memory for
 # gets (mc_store_malloc, freed with mc_store_free).
 DATA = {
-    "mc_store_put": (_int, [_u64, _P(_ItemC), _i32, _cfg_p, ctypes.c_uint32, _P(_i32)]),
-    "mc_store_get": (_int, [_u64, _P(_ItemC), _i32, _vp, _vp, _P(_u64), _P(_i32)]),
+    "mc_store_put": (_int, [_u64, _vp, _i32, _cfg_p, ctypes.c_uint32, _P(_i32)]),
+    "mc_store_get": (_int, [_u64, _vp, _i32, _vp, _vp, _P(_u64), _P(_i32)]),
     "mc_store_malloc": (_vp, [_vp, _i32, _u64]),
     "mc_store_free": (None, [_vp]),
 }
@@ -282,26 +290,66 @@ MALLOC = "malloc"  # get into library memory (freed with mc_store_free)
 _malloc_fn = []
 
 
+class _Scratch:
+    """One thread's C arguments of a call on one key with at most one buffer (the common call),
+    reused from call to call instead of built anew: a call never nests on a thread."""
+
+    def __init__(self):
+        self.part = (_u64 * 2)()  # the buffer's address and length
+        self.item = _ItemC(None, ctypes.addressof(self.part), ctypes.addressof(self.part) + 8, 0)
+        self.code = (_i32 * 1)()
+        self.size = (_u64 * 1)()
+        self.key = (_cs * 1)()
+        self.res = (_i64 * 1)()
+
+    def one(self, key, parts):
+        """The item of key with parts (at most one (address, length) pair)."""
+        it = self.item
+        it.key = _key(key)
+        if parts:
+            self.part[0], self.part[1] = int(parts[0][0]) & _U64, int(parts[0][1]) & _U64
+            it.nparts = 1
+        else:
+            it.nparts = 0
+        return it
+
+
+_tls = threading.local()
+
+
+def _scratch(keys, parts) -> "_Scratch | None":
+    """This thread's scratch arguments when the call is on one key with at most one buffer."""
+    if len(keys) != 1 or (parts is not None and len(parts[0]) > 1):
+        return None
+    try:
+        return _tls.s
+    except AttributeError:
+        _tls.s = _Scratch()
+        return _tls.s
+
+
+_U64 = (1 << 64) - 1
+
+
 def _items(keys, parts):
-    """C items: keys[i] with the buffers parts[i] ((address, length) pairs; none when parts is
-    None). Returns the array and what keeps the memory it points to alive."""
-    n = len(keys)
-    arr = (_ItemC * n)()
-    keep = [arr]
-    for i, k in enumerate(keys):
-        it = arr[i]
-        kb = _key(k)
-        keep.append(kb)
-        it.key = kb
-        ps = parts[i] if parts is not None else ()
-        m = len(ps)
-        if m:
-            a = (_u64 * m)(*[int(p[0]) for p in ps])
-            l = (_u64 * m)(*[int(p[1]) for p in ps])
-            keep += (a, l)
-            it.addrs, it.lens = a, l
-        it.nparts = m
-    return arr, keep
+    """C items (an mc_store_item array, packed): keys[i] with the buffers parts[i] ((address,
+    length) pairs; none when parts is None). Returns the array and what keeps alive the memory
+    it points to. A key's address is its bytes object's data (NUL-terminated)."""
+    enc = [_key(k) for k in keys]
+    vals = []
+    if parts is None:
+        for k in enc:
+            vals += (id(k) + _BYTES_DATA, 0, 0, 0)
+        return struct.pack(_ITEM * len(enc), *vals), enc
+    flat = [p for ps in parts for p in ps]
+    a = struct.pack("%dQ" % len(flat), *[int(p[0]) & _U64 for p in flat])
+    l = struct.pack("%dQ" % len(flat), *[int(p[1]) & _U64 for p in flat])
+    pa, pl = id(a) + _BYTES_DATA, id(l) + _BYTES_DATA
+    for k, ps in zip(enc, parts):
+        vals += (id(k) + _BYTES_DATA, pa, pl, len(ps))
+        pa += 8 * len(ps)
+        pl += 8 * len(ps)
+    return struct.pack(_ITEM * len(enc), *vals), (enc, a, l)
 
 
 def put(h: int, keys, parts, config, upsert: bool = False) -> list:
@@ -310,9 +358,14 @@ def put(h: int, keys, parts, config, upsert: bool = False) -> list:
     n = len(keys)
     if n == 0:
         return []
+    flags = MC_STORE_UPSERT if upsert else 0
+    s = _scratch(keys, parts)
+    if s is not None:
+        _lib().mc_store_put(h, byref(s.one(keys[0], parts[0])), 1, _cfg(config), flags, s.code)
+        return [s.code[0]]
     arr, keep = _items(keys, parts)
     codes = (_i32 * n)()
-    _lib().mc_store_put(h, arr, n, _cfg(config), MC_STORE_UPSERT if upsert else 0, codes)
+    _lib().mc_store_put(h, arr, n, _cfg(config), flags, codes)
     return list(codes)
 
 
@@ -324,13 +377,17 @@ def get(h: int, keys, parts=None, memory=None):
     n = len(keys)
     if n == 0:
         return [], []
-    arr, keep = _items(keys, parts)
-    sizes = (_u64 * n)()
-    codes = (_i32 * n)()
+    s = _scratch(keys, parts)
+    if s is not None:
+        arr, sizes, codes = byref(s.one(keys[0], parts and parts[0])), s.size, s.code
+    else:
+        arr, keep = _items(keys, parts)
+        sizes = (_u64 * n)()
+        codes = (_i32 * n)()
     l = _lib()
     if memory is None:
         l.mc_store_get(h, arr, n, None, None, sizes, codes)
-        return list(sizes), list(codes)
+        return sizes[:n], codes[:n]
     if memory == BYTES:
         vals = [None] * n
         slot = _get_slot
@@ -341,20 +398,20 @@ def get(h: int, keys, parts=None, memory=None):
             slot.batch = None
         # bytes made for an item that then failed hold no value
         return [v if c == 0 and v is not None and len(v) == z else None
-                for v, c, z in zip(vals, codes, sizes)], list(codes)
+                for v, c, z in zip(vals, codes, sizes)], codes[:n]
     if not _malloc_fn:
         _malloc_fn.append(ctypes.cast(l.mc_store_malloc, _vp).value)
     outs = (_vp * n)()
     l.mc_store_get(h, arr, n, _malloc_fn[0], ctypes.cast(outs, _vp), sizes, codes)
     res = []
-    for p, c, z in zip(outs, codes, sizes):
+    for p, c, z in zip(outs, codes[:n], sizes[:n]):
         if c == 0 and p:
             res.append((p, z))
             continue
         if p:
             l.mc_store_free(p)
         res.append(None)
-    return res, list(codes)
+    return res, codes[:n]
 
 
 def is_exist(h: int, keys) -> list:
@@ -363,10 +420,15 @@ def is_exist(h: int, keys) -> list:
     n = len(keys)
     if n == 0:
         return []
-    karr, keep = _keys(keys)
-    out = (_i64 * n)()
+    s = _scratch(keys, None)
+    if s is not None:
+        s.key[0] = _key(keys[0])
+        karr, out = s.key, s.res
+    else:
+        karr, keep = _keys(keys)
+        out = (_i64 * n)()
     _lib().mc_store_is_exist(h, karr, n, out)
-    return list(out)
+    return out[:n]
 
 
 def remove(h: int, keys, force: bool) -> list:
@@ -374,10 +436,15 @@ def remove(h: int, keys, force: bool) -> list:
     n = len(keys)
     if n == 0:
         return []
-    karr, keep = _keys(keys)
-    out = (_i32 * n)()
+    s = _scratch(keys, None)
+    if s is not None:
+        s.key[0] = _key(keys[0])
+        karr, out = s.key, s.code
+    else:
+        karr, keep = _keys(keys)
+        out = (_i32 * n)()
     _lib().mc_store_remove(h, karr, n, int(bool(force)), out)
-    return list(out)
+    return out[:n]
 
 
 def remove_all(h: int, keep_held: bool) -> int:
