@@ -99,15 +99,14 @@ typedef struct mc_store_item {
 int mc_store_put(uint64_t store, const mc_store_item *items, int32_t n,
                  const mc_replicate_config *cfg, uint32_t flags, int32_t *codes);
 
-/* Get: reads each item's value. Without alloc (NULL) into the item's parts in order, which must
- * hold it (BUFFER_OVERFLOW otherwise; larger is fine; an item with no buffer, or only empty ones,
- * is INVALID_PARAMS without asking the master).
- * With alloc, into memory from alloc(ctx, i, size) (NULL: give item i up, INTERNAL_ERROR), called
- * on the calling thread in item order once the master has answered, before any value is read,
- * once per item found; items then have no parts (nparts 0). This lets a binding fill its own
- * result objects (a Python bytes, a Rust Vec) with one copy. Memory alloc gave for an item that
- * then failed is still the caller's and holds no value. sizes[i] (may be NULL) gets item i's
- * size, 0 when it failed. */
+/* Get: reads each item's value; sizes[i] (may be NULL) gets item i's size, 0 when it failed.
+ * Without alloc (NULL): into the item's parts in order, which must hold it (BUFFER_OVERFLOW
+ * otherwise; larger is fine; an item with no buffer bytes is INVALID_PARAMS without asking the
+ * master). With alloc: into memory from alloc(ctx, i, size) (NULL: give item i up,
+ * INTERNAL_ERROR), called on the calling thread in item order once the master has answered,
+ * before any value is read, once per item found; items then have no parts (nparts 0). This lets
+ * a binding fill its own result objects (a Python bytes, a Rust Vec) with one copy. Memory alloc
+ * gave for an item that then failed is still the caller's and holds no value. */
 typedef void *(*mc_store_alloc_fn)(void *ctx, int32_t i, uint64_t len);
 int mc_store_get(uint64_t store, const mc_store_item *items, int32_t n, mc_store_alloc_fn alloc,
                  void *ctx, uint64_t *sizes, int32_t *codes);
