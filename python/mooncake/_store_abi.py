@@ -414,37 +414,34 @@ def get(h: int, keys, parts=None, memory=None):
     return res, codes[:n]
 
 
-def is_exist(h: int, keys) -> list:
-    """mc_store_is_exist: per key its value's size (> 0) when it is stored, 0 when it is not, or
-    a negative code."""
-    n = len(keys)
-    if n == 0:
-        return []
+def _key_args(keys, wide: bool):
+    """The C key array of a call on keys and its per-key result array (int64 when wide, else
+    int32); this thread's scratch ones for one key. Returns them and what keeps the keys alive."""
     s = _scratch(keys, None)
     if s is not None:
         s.key[0] = _key(keys[0])
-        karr, out = s.key, s.res
-    else:
-        karr, keep = _keys(keys)
-        out = (_i64 * n)()
-    _lib().mc_store_is_exist(h, karr, n, out)
-    return out[:n]
+        return s.key, (s.res if wide else s.code), None
+    karr, keep = _keys(keys)
+    return karr, ((_i64 if wide else _i32) * len(keys))(), keep
+
+
+def is_exist(h: int, keys) -> list:
+    """mc_store_is_exist: per key its value's size (> 0) when it is stored, 0 when it is not, or
+    a negative code."""
+    if not keys:
+        return []
+    karr, out, keep = _key_args(keys, True)
+    _lib().mc_store_is_exist(h, karr, len(keys), out)
+    return out[:len(keys)]
 
 
 def remove(h: int, keys, force: bool) -> list:
     """mc_store_remove: one code per key; force removes leased and hard-pinned keys too."""
-    n = len(keys)
-    if n == 0:
+    if not keys:
         return []
-    s = _scratch(keys, None)
-    if s is not None:
-        s.key[0] = _key(keys[0])
-        karr, out = s.key, s.code
-    else:
-        karr, keep = _keys(keys)
-        out = (_i32 * n)()
-    _lib().mc_store_remove(h, karr, n, int(bool(force)), out)
-    return out[:n]
+    karr, out, keep = _key_args(keys, False)
+    _lib().mc_store_remove(h, karr, len(keys), int(bool(force)), out)
+    return out[:len(keys)]
 
 
 def remove_all(h: int, keep_held: bool) -> int:
