@@ -200,7 +200,8 @@ def test_the_binding_matches_the_exported_c_entries():
     from mooncake import _store_abi
 
     exported = exported_entries()
-    assert len(exported) >= 50, f"found only {len(exported)} //export store entries in capi/"
+    # 35 mc_store_* (one entry per data family since issue 37) and mc_host_alloc/free
+    assert len(exported) >= 37, f"found only {len(exported)} //export store entries in capi/"
     bad = {}
     for name, (res, args) in _store_abi.SIGNATURES.items():
         if name not in exported:

@@ -4,9 +4,10 @@
  * contribute). Status: 0 ok, negative Mooncake store error codes (OBJECT_NOT_FOUND -704,
  * INVALID_KEY -400, NO_AVAILABLE_HANDLE -200, OBJECT_HAS_LEASE -706, RPC_FAIL -900, ...), with the
  * message in mooncake_last_error(). Keys are NUL-terminated UTF-8, 1..4096 bytes. A put of a key
- * that already exists succeeds without rewriting it (write-once); an upsert replaces it. Buffer addresses are plain
- * integers (uint64_t) like in the engine section. Every call may block on the network for at
- * most its RPC timeout (10 s) plus the transfer timeout; none holds a lock of the caller's.
+ * that already exists succeeds without rewriting it (write-once); an upsert replaces it. Buffer
+ * addresses are plain integers (uint64_t) like in the engine section. Every call may block on the
+ * network for at most its RPC timeout (10 s) plus the transfer timeout; none holds a lock of the
+ * caller's.
  */
 #ifndef MOONCAKE_STORE_H
 #define MOONCAKE_STORE_H
@@ -63,81 +64,76 @@ int mc_store_health_check(uint64_t store);
 /* Copies the segment name ("host:port") into buf; returns its full length (or <0). */
 int mc_store_get_hostname(uint64_t store, char *buf, int32_t buflen);
 
-/* Zero-copy buffers for put_from / get_into. */
+/* Zero-copy buffers: a part of an item (below) lying inside a registered buffer moves straight
+ * between it and the replicas, without the staging buffer. */
 int mc_store_register_buffer(uint64_t store, uint64_t addr, uint64_t len);
 int mc_store_unregister_buffer(uint64_t store, uint64_t addr);
 
-/* Put. */
-int mc_store_put(uint64_t store, const char *key, const void *data, uint64_t len,
-                 const mc_replicate_config *cfg);
-int mc_store_put_parts(uint64_t store, const char *key, const void *const *parts,
-                       const uint64_t *lens, int32_t n, const mc_replicate_config *cfg);
-int mc_store_put_from(uint64_t store, const char *key, uint64_t addr, uint64_t len,
-                      const mc_replicate_config *cfg);
-/* results[i] gets each key's status; the call returns 0 when the batch ran (even if some keys
- * failed) and <0 when it could not run at all. */
-int mc_store_batch_put(uint64_t store, const char *const *keys, const void *const *datas,
-                       const uint64_t *lens, int32_t n, const mc_replicate_config *cfg,
-                       int32_t *results);
-int mc_store_batch_put_from(uint64_t store, const char *const *keys, const uint64_t *addrs,
-                            const uint64_t *lens, int32_t n, const mc_replicate_config *cfg,
-                            int32_t *results);
-/* Upsert: like the puts above, but a key that exists gets the new value (insert or replace).
- * The master swaps the versions when the new one is completely written: a reader sees the whole
- * old value or the whole new one, and a failed upsert leaves the old value in place. */
-int mc_store_upsert(uint64_t store, const char *key, const void *data, uint64_t len,
-                    const mc_replicate_config *cfg);
-int mc_store_upsert_parts(uint64_t store, const char *key, const void *const *parts,
-                          const uint64_t *lens, int32_t n, const mc_replicate_config *cfg);
-int mc_store_upsert_from(uint64_t store, const char *key, uint64_t addr, uint64_t len,
-                         const mc_replicate_config *cfg);
-int mc_store_batch_upsert(uint64_t store, const char *const *keys, const void *const *datas,
-                          const uint64_t *lens, int32_t n, const mc_replicate_config *cfg,
-                          int32_t *results);
-int mc_store_batch_upsert_from(uint64_t store, const char *const *keys, const uint64_t *addrs,
-                               const uint64_t *lens, int32_t n, const mc_replicate_config *cfg,
-                               int32_t *results);
+/* Data calls: one entry per family for any number of items or keys (upstream's put, put_parts,
+ * put_from, batch_put_from, upsert*, get*, batch_get*, is_exist, batch_is_exist, get_size,
+ * remove, batch_remove are all these four). One item or key takes the master's single-key path;
+ * several go to the master as one batch.
+ *
+ * Return convention (as for every batch call): codes[i] gets item i's status, 0 or <0, and
+ * mooncake_last_error() the first failure's message; the call returns 0 when it ran, even if
+ * items failed, and <0 when it could not run at all (unknown handle, NULL arrays, n < 0), giving
+ * that code to every codes[i] too. So for one item, codes[0] is its status either way. */
 
-/* Get. mc_store_get returns the value in malloc'd memory (*out, *len; free it with
- * mc_store_free; NULL/0 for an empty result). mc_store_get_into copies into the caller's buffer
- * and returns the bytes read or <0 (BUFFER_OVERFLOW -10 when it is too small). */
-int mc_store_get(uint64_t store, const char *key, uint8_t **out, uint64_t *len);
-int64_t mc_store_get_into(uint64_t store, const char *key, uint64_t addr, uint64_t len);
-/* mc_store_get_with reads key into memory from alloc(ctx, size) (NULL: give up), called once
- * the size is known (not for an empty value); *len gets the size. 0 or a negative code. */
-typedef void *(*mc_store_alloc_fn)(void *ctx, uint64_t len);
-int mc_store_get_with(uint64_t store, const char *key, mc_store_alloc_fn alloc, void *ctx, uint64_t *len);
-/* Per key: outs[i]/lens[i] (malloc'd, free each with mc_store_free) and results[i] status. */
-int mc_store_batch_get(uint64_t store, const char *const *keys, int32_t n, uint8_t **outs,
-                       uint64_t *lens, int32_t *results);
-/* mc_store_batch_get_with is mc_store_get_with for a batch: alloc(ctx, i, size) gives keys[i]'s
- * memory (NULL: give that key up), called on the calling thread in key order before any value is
- * read, not for an empty value; lens[i] gets the size, results[i] 0 or <0. */
-typedef void *(*mc_store_batch_alloc_fn)(void *ctx, int32_t i, uint64_t len);
-int mc_store_batch_get_with(uint64_t store, const char *const *keys, int32_t n,
-                            mc_store_batch_alloc_fn alloc, void *ctx, uint64_t *lens,
-                            int32_t *results);
-/* results[i]: bytes read or <0. */
-int mc_store_batch_get_into(uint64_t store, const char *const *keys, const uint64_t *addrs,
-                            const uint64_t *lens, int32_t n, int64_t *results);
+/* One object of a request: its key and its value's memory as nparts buffers (addrs[k], lens[k])
+ * in order. A NULL key (INVALID_KEY) or a NULL buffer of non-zero length (INVALID_PARAMS) fails
+ * that item only. */
+typedef struct mc_store_item {
+  const char *key;
+  const uint64_t *addrs;
+  const uint64_t *lens;
+  int32_t nparts;
+} mc_store_item;
+
+/* Put: stores each item's value, the concatenation of its parts (empty parts are skipped; an
+ * empty value is INVALID_PARAMS), with cfg's placement. A key that already exists is left as
+ * it is and its item succeeds (write-once), unless flags has MC_STORE_UPSERT: then it gets the
+ * new value (insert or replace), the master swapping the versions when the new one is
+ * completely written (a reader sees the whole old value or the whole new one; a failed upsert
+ * leaves the old value in place). Other flag bits are INVALID_PARAMS. */
+#define MC_STORE_UPSERT 1u
+int mc_store_put(uint64_t store, const mc_store_item *items, int32_t n,
+                 const mc_replicate_config *cfg, uint32_t flags, int32_t *codes);
+
+/* Get: reads each item's value; sizes[i] (may be NULL) gets item i's size, 0 when it failed.
+ * Without alloc (NULL): into the item's parts in order, which must hold it (BUFFER_OVERFLOW
+ * otherwise; larger is fine; an item with no buffer bytes is INVALID_PARAMS without asking the
+ * master). With alloc: into memory from alloc(ctx, i, size) (NULL: give item i up,
+ * INTERNAL_ERROR), called on the calling thread in item order once the master has answered,
+ * before any value is read, once per item found; items then have no parts (nparts 0). This lets
+ * a binding fill its own result objects (a Python bytes, a Rust Vec) with one copy. Memory alloc
+ * gave for an item that then failed is still the caller's and holds no value. */
+typedef void *(*mc_store_alloc_fn)(void *ctx, int32_t i, uint64_t len);
+int mc_store_get(uint64_t store, const mc_store_item *items, int32_t n, mc_store_alloc_fn alloc,
+                 void *ctx, uint64_t *sizes, int32_t *codes);
+/* An mc_store_alloc_fn over malloc: ctx is an array of n void* (set them to NULL first) that
+ * gets item i's memory at index i; free each non-NULL one with mc_store_free, also for an item
+ * that failed. */
+void *mc_store_malloc(void *ctx, int32_t i, uint64_t len);
 void mc_store_free(void *p);
+
+/* Queries and removal, with the return convention above. mc_store_is_exist: results[i] =
+ * keys[i]'s value size (> 0; values are never empty) when it is stored, 0 when it is not, or <0.
+ * mc_store_remove: codes[i] per key (OBJECT_NOT_FOUND; OBJECT_HAS_LEASE for a leased or
+ * hard-pinned key unless force). */
+int mc_store_is_exist(uint64_t store, const char *const *keys, int32_t n, int64_t *results);
+int mc_store_remove(uint64_t store, const char *const *keys, int32_t n, int32_t force,
+                    int32_t *codes);
+int64_t mc_store_remove_by_regex(uint64_t store, const char *pattern, int32_t force); /* count */
+/* Removes every key of the store's tenant; returns how many or <0. keep_held != 0 leaves the
+ * keys a plain remove would refuse (leased, hard-pinned). */
+int64_t mc_store_remove_all(uint64_t store, int32_t keep_held);
+
 /* Ranged reads: n fragments of key's value under one lease, fragment i = sizes[i] bytes from
  * offset srcs[i] of the value to address dsts[i], which must lie in a buffer registered with
  * mc_store_register_buffer (bounds checked); results[i] = bytes read or <0. Needs a memory
  * replica. Returns 0 when it ran. */
 int mc_store_get_ranges(uint64_t store, const char *key, int32_t n, const uint64_t *srcs,
                         const uint64_t *dsts, const uint64_t *sizes, int64_t *results);
-/* Reads key's value into n buffers in order; returns the value's size or <0
- * (BUFFER_OVERFLOW when the buffers are too small). */
-int64_t mc_store_get_into_buffers(uint64_t store, const char *key, int32_t n,
-                                  const uint64_t *addrs, const uint64_t *sizes);
-/* Stores, for each of nkeys keys, the concatenation of its counts[i] buffers (addrs/sizes list
- * every key's buffers one key after another); results[i] per key. */
-int mc_store_batch_put_from_buffers(uint64_t store, const char *const *keys, int32_t nkeys,
-                                    const int32_t *counts, const uint64_t *addrs,
-                                    const uint64_t *sizes, const mc_replicate_config *cfg,
-                                    int32_t *results);
-
 /* Session-based ranged reads (upstream's RangedReadSnapshot). mc_store_snapshot_prepare queries
  * the replicas of n keys once (granting read leases; missing keys allowed) and returns a snapshot
  * handle in *out; a batch that starts when half the lease has passed queries again. Free it with
@@ -178,17 +174,6 @@ int mc_store_snapshot_read_plans(uint64_t store, uint64_t snapshot, const uint64
                                  const int64_t *tcounts, int64_t ntc, const uint64_t *translations,
                                  int32_t allow_staging, uint8_t *ok);
 
-/* Queries and removal. */
-int64_t mc_store_get_size(uint64_t store, const char *key);      /* bytes or <0 */
-int mc_store_is_exist(uint64_t store, const char *key);          /* 1, 0 or <0 */
-int mc_store_batch_is_exist(uint64_t store, const char *const *keys, int32_t n, int32_t *results);
-int mc_store_remove(uint64_t store, const char *key, int32_t force);
-int mc_store_batch_remove(uint64_t store, const char *const *keys, int32_t n, int32_t force,
-                          int32_t *results);
-int64_t mc_store_remove_by_regex(uint64_t store, const char *pattern, int32_t force); /* count */
-int64_t mc_store_remove_all(uint64_t store);                                          /* count */
-/* keep_held != 0 leaves the keys a plain remove would refuse (leased, hard-pinned). */
-int64_t mc_store_remove_all_ex(uint64_t store, int32_t keep_held);                    /* count */
 /* Drops this client's copies of keys on segment ("host:port"; NULL or "" = every copy, the
  * whole object); cleared[i] = 1 for a key cleared, 0 for one skipped (leased, being written,
  * another client's, missing). Returns how many were cleared or <0. */
@@ -208,6 +193,21 @@ int mc_store_allocate_and_mount_segment(uint64_t store, uint64_t size, uint64_t 
                                         char *idbuf, int32_t buflen);
 int mc_store_unmount_segments(uint64_t store, const char *const *ids, int32_t n, int32_t free,
                               uint32_t grace_seconds);
+
+/* Storage tiers. mc_store_replica_desc copies a JSON array describing where key's copies live
+ * ([{"tier":"memory"|"disk"|"local_disk","segment_name":...,"path":...,"offset":...,"size":...,
+ * "status":...}]) into buf; mc_store_tier_stats this client's tier counters as JSON (disk_reads,
+ * offloaded, offload_failed, promoted, root_fs_dir, offload_rpc_reads, offload_dir). Both return
+ * the JSON's full length (or <0). */
+int mc_store_replica_desc(uint64_t store, const char *key, char *buf, int32_t buflen);
+int mc_store_tier_stats(uint64_t store, char *buf, int32_t buflen);
+/* SSD offload (client-local disk) at the next mc_store_setup of the handle: path is the offload
+ * directory (NULL or "": MOONCAKE_OFFLOAD_FILE_STORAGE_PATH); the other MOONCAKE_OFFLOAD_* knobs
+ * are read now. Call it between mc_store_create and mc_store_setup. */
+int mc_store_enable_ssd_offload(uint64_t store, const char *path);
+/* *out = how many gets this client served by asking another client to read its local disk
+ * (upstream's get_offload_rpc_read_count). */
+int mc_store_offload_rpc_read_count(uint64_t store, uint64_t *out);
 
 #ifdef __cplusplus
 }

@@ -3,10 +3,12 @@ speaks ctypes for it.
 
 Everything C about the store lives here: the library (loaded once by ``mooncake._native``, the
 loader the engine uses too), the argtypes/restype of every ``mc_store_*`` entry (``SIGNATURES``,
-one table per family, applied on first use by ``_lib()``), the C structs (``_ReplicateConfigC``),
-the callback types of the allocating gets, the error codes and the reading of the calling
-thread's last error, and the marshalling of keys, buffers and configs into C arguments. The API
-modules (``mooncake.store`` and its ``_store_*`` parts) import these names and never ctypes.
+one table per family, applied on first use by ``_lib()``), the C structs (``_ReplicateConfigC``,
+``_ItemC``), the allocator of the gets into bytes, the error codes and the reading of the calling
+thread's last error, the marshalling of keys, buffers and configs into C arguments, and the data
+calls' binding functions, one per family (``put``, ``get``, ``is_exist``, ``remove``,
+``remove_all``: every put, upsert, get, query and removal method is a thin call into one). The
+API modules (``mooncake.store`` and its ``_store_*`` parts) import these names and never ctypes.
 
 Each family's table lists its entries with their signatures in the order of their C arguments
 (``capi/include/mooncake_store.h``; ``mc_host_*`` in ``mooncake.h``); a change of a C entry changes its line here, and nothing
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import re
+import struct
 import threading
 from typing import Sequence, Union
 
@@ -64,12 +67,27 @@ class _ReplicateConfigC(ctypes.Structure):
                 ("soft_pin_ttl_ms", _u64), ("prefer_alloc_in_same_node", _i32)]
 
 
-# ---- callbacks of the allocating gets -----------------------------------------------------
+class _ItemC(ctypes.Structure):
+    """``mc_store_item``: a key and its value's memory as nparts (address, length) buffers. The
+    two arrays' pointers are set as addresses (void *: the same layout as uint64_t *)."""
+    _fields_ = [("key", _cs), ("addrs", _vp), ("lens", _vp), ("nparts", _i32)]
 
-# get: the library calls back with the value's size and copies straight into a new bytes object
-# (PyBytes_FromStringAndSize(NULL, n), filled before anyone else sees it) — one allocation and one
-# copy, instead of a malloc'd buffer copied again by string_at.
-_ALLOC_FN = ctypes.CFUNCTYPE(_vp, _vp, _u64)
+
+# An array of items is packed in one go (struct is several times faster than filling ctypes
+# structs): the key's address, the two arrays' addresses, nparts and the padding.
+_ITEM = "QQQi4x"
+assert struct.calcsize(_ITEM) == ctypes.sizeof(_ItemC) and struct.calcsize(_ITEM * 2) == 2 * ctypes.sizeof(_ItemC)
+
+
+MC_STORE_UPSERT = 1
+
+
+# ---- the allocator of the gets into new bytes ---------------------------------------------
+
+# get / get_batch: the library calls back with item i's size and copies straight into a new bytes
+# object (PyBytes_FromStringAndSize(NULL, n), filled before anyone else sees it) — one allocation
+# and one copy, instead of a malloc'd buffer copied again by string_at.
+_ALLOC_FN = ctypes.CFUNCTYPE(_vp, _vp, _i32, _u64)
 _new_bytes = ctypes.pythonapi.PyBytes_FromStringAndSize
 _new_bytes.restype = ctypes.py_object
 _new_bytes.argtypes = [_vp, ctypes.c_ssize_t]
@@ -87,25 +105,15 @@ def _fresh_bytes(n):
     return b, id(b) + _BYTES_DATA
 
 
-def _get_alloc(ctx, n):
-    _get_slot.value, addr = _fresh_bytes(n)
-    return addr
-
-
-_get_alloc_c = _ALLOC_FN(_get_alloc)
-
-# get_batch: the same, once per key (i), into the list the call is filling.
-_BATCH_ALLOC_FN = ctypes.CFUNCTYPE(_vp, _vp, _i32, _u64)
-
-
-def _batch_alloc(ctx, i, n):
+def _bytes_alloc(ctx, i, n):
     b, addr = _fresh_bytes(n)
     if b is not None:
         _get_slot.batch[i] = b
     return addr
 
 
-_batch_alloc_c = _BATCH_ALLOC_FN(_batch_alloc)
+_bytes_alloc_c = _ALLOC_FN(_bytes_alloc)
+_BYTES_ALLOC = ctypes.cast(_bytes_alloc_c, _vp).value
 
 
 # ---- signatures, by family ------------------------------------------------------------------
@@ -124,35 +132,12 @@ LIFECYCLE = {
     "mc_store_get_hostname": (_int, [_u64, _cs, _i32]),
 }
 
-# Put: one value, a value in parts, from registered memory, batches.
-PUT = {
-    "mc_store_put": (_int, [_u64, _cs, _vp, _u64, _cfg_p]),
-    "mc_store_put_parts": (_int, [_u64, _cs, _P(_vp), _P(_u64), _i32, _cfg_p]),
-    "mc_store_put_from": (_int, [_u64, _cs, _u64, _u64, _cfg_p]),
-    "mc_store_batch_put": (_int, [_u64, _P(_cs), _P(_vp), _P(_u64), _i32, _cfg_p, _P(_i32)]),
-    "mc_store_batch_put_from": (_int, [_u64, _P(_cs), _P(_u64), _P(_u64), _i32, _cfg_p, _P(_i32)]),
-    "mc_store_batch_put_from_buffers": (_int, [_u64, _P(_cs), _i32, _P(_i32), _P(_u64), _P(_u64), _cfg_p, _P(_i32)]),
-}
-
-# Upsert: the put family's shapes, inserting or replacing.
-UPSERT = {
-    "mc_store_upsert": (_int, [_u64, _cs, _vp, _u64, _cfg_p]),
-    "mc_store_upsert_parts": (_int, [_u64, _cs, _P(_vp), _P(_u64), _i32, _cfg_p]),
-    "mc_store_upsert_from": (_int, [_u64, _cs, _u64, _u64, _cfg_p]),
-    "mc_store_batch_upsert": (_int, [_u64, _P(_cs), _P(_vp), _P(_u64), _i32, _cfg_p, _P(_i32)]),
-    "mc_store_batch_upsert_from": (_int, [_u64, _P(_cs), _P(_u64), _P(_u64), _i32, _cfg_p, _P(_i32)]),
-}
-
-# Get: into library memory (freed with mc_store_free), through an allocator callback, into
-# caller buffers.
-GET = {
-    "mc_store_get": (_int, [_u64, _cs, _P(_vp), _P(_u64)]),
-    "mc_store_get_with": (_int, [_u64, _cs, _ALLOC_FN, _vp, _P(_u64)]),
-    "mc_store_get_into": (_i64, [_u64, _cs, _u64, _u64]),
-    "mc_store_get_into_buffers": (_i64, [_u64, _cs, _i32, _P(_u64), _P(_u64)]),
-    "mc_store_batch_get": (_int, [_u64, _P(_cs), _i32, _P(_vp), _P(_u64), _P(_i32)]),
-    "mc_store_batch_get_with": (_int, [_u64, _P(_cs), _i32, _BATCH_ALLOC_FN, _vp, _P(_u64), _P(_i32)]),
-    "mc_store_batch_get_into": (_int, [_u64, _P(_cs), _P(_u64), _P(_u64), _i32, _P(_i64)]),
+# Data: put and get of items (one entry each for any number of items), and library memory for
+# gets (mc_store_malloc, freed with mc_store_free).
+DATA = {
+    "mc_store_put": (_int, [_u64, _vp, _i32, _cfg_p, ctypes.c_uint32, _P(_i32)]),
+    "mc_store_get": (_int, [_u64, _vp, _i32, _vp, _vp, _P(_u64), _P(_i32)]),
+    "mc_store_malloc": (_vp, [_vp, _i32, _u64]),
     "mc_store_free": (None, [_vp]),
 }
 
@@ -174,14 +159,10 @@ RANGED = {
 
 # Queries and removal.
 QUERY_REMOVE = {
-    "mc_store_get_size": (_i64, [_u64, _cs]),
-    "mc_store_is_exist": (_int, [_u64, _cs]),
-    "mc_store_batch_is_exist": (_int, [_u64, _P(_cs), _i32, _P(_i32)]),
-    "mc_store_remove": (_int, [_u64, _cs, _i32]),
-    "mc_store_batch_remove": (_int, [_u64, _P(_cs), _i32, _i32, _P(_i32)]),
+    "mc_store_is_exist": (_int, [_u64, _P(_cs), _i32, _P(_i64)]),
+    "mc_store_remove": (_int, [_u64, _P(_cs), _i32, _i32, _P(_i32)]),
     "mc_store_remove_by_regex": (_i64, [_u64, _cs, _i32]),
-    "mc_store_remove_all": (_i64, [_u64]),
-    "mc_store_remove_all_ex": (_i64, [_u64, _i32]),
+    "mc_store_remove_all": (_i64, [_u64, _i32]),
 }
 
 # Replicas and storage tiers.
@@ -204,7 +185,7 @@ MEMORY = {
     "mc_host_free": (None, [_vp]),
 }
 
-FAMILIES = {"lifecycle": LIFECYCLE, "put": PUT, "upsert": UPSERT, "get": GET, "ranged": RANGED,
+FAMILIES = {"lifecycle": LIFECYCLE, "data": DATA, "ranged": RANGED,
             "query_remove": QUERY_REMOVE, "replicas": REPLICAS, "memory": MEMORY}
 SIGNATURES = {name: sig for family in FAMILIES.values() for name, sig in family.items()}
 
@@ -285,7 +266,7 @@ def _cfg(config):
 
 
 def _free_value(ptr: int) -> None:
-    """Frees a value the library allocated (mc_store_get, mc_store_batch_get)."""
+    """Frees a value the library allocated (a get into library memory)."""
     _lib().mc_store_free(ptr)
 
 
@@ -297,3 +278,173 @@ def _host_alloc_addr() -> int:
 def _host_free_addr() -> int:
     """The address of ``void mc_host_free(void *)``, which frees what mc_host_alloc returned."""
     return ctypes.cast(_lib().mc_host_free, _vp).value or 0
+
+
+# ---- the data calls: one binding function per family ------------------------------------------
+# Each takes keys (and the items' memory as (address, length) pairs), makes its one C call and
+# returns one result per item. A call that cannot run gives its code to every item (the C side
+# fills the per-item arrays then too), so the results alone tell each item's fate.
+
+BYTES = "bytes"    # get into new bytes objects
+MALLOC = "malloc"  # get into library memory (freed with mc_store_free)
+_malloc_fn = []
+
+
+class _Scratch:
+    """One thread's C arguments of a call on one key with at most one buffer (the common call),
+    reused from call to call instead of built anew: a call never nests on a thread."""
+
+    def __init__(self):
+        self.part = (_u64 * 2)()  # the buffer's address and length
+        self.item = _ItemC(None, ctypes.addressof(self.part), ctypes.addressof(self.part) + 8, 0)
+        self.code = (_i32 * 1)()
+        self.size = (_u64 * 1)()
+        self.key = (_cs * 1)()
+        self.res = (_i64 * 1)()
+
+    def one(self, key, parts):
+        """The item of key with parts (at most one (address, length) pair)."""
+        it = self.item
+        it.key = _key(key)
+        if parts:
+            self.part[0], self.part[1] = int(parts[0][0]) & _U64, int(parts[0][1]) & _U64
+            it.nparts = 1
+        else:
+            it.nparts = 0
+        return it
+
+
+_tls = threading.local()
+
+
+def _scratch(keys, parts) -> "_Scratch | None":
+    """This thread's scratch arguments when the call is on one key with at most one buffer."""
+    if len(keys) != 1 or (parts is not None and len(parts[0]) > 1):
+        return None
+    try:
+        return _tls.s
+    except AttributeError:
+        _tls.s = _Scratch()
+        return _tls.s
+
+
+_U64 = (1 << 64) - 1
+
+
+def _items(keys, parts):
+    """C items (an mc_store_item array, packed): keys[i] with the buffers parts[i] ((address,
+    length) pairs; none when parts is None). Returns the array and what keeps alive the memory
+    it points to. A key's address is its bytes object's data (NUL-terminated)."""
+    enc = [_key(k) for k in keys]
+    vals = []
+    if parts is None:
+        for k in enc:
+            vals += (id(k) + _BYTES_DATA, 0, 0, 0)
+        return struct.pack(_ITEM * len(enc), *vals), enc
+    flat = [p for ps in parts for p in ps]
+    a = struct.pack("%dQ" % len(flat), *[int(p[0]) & _U64 for p in flat])
+    l = struct.pack("%dQ" % len(flat), *[int(p[1]) & _U64 for p in flat])
+    pa, pl = id(a) + _BYTES_DATA, id(l) + _BYTES_DATA
+    for k, ps in zip(enc, parts):
+        vals += (id(k) + _BYTES_DATA, pa, pl, len(ps))
+        pa += 8 * len(ps)
+        pl += 8 * len(ps)
+    return struct.pack(_ITEM * len(enc), *vals), (enc, a, l)
+
+
+def put(h: int, keys, parts, config, upsert: bool = False) -> list:
+    """mc_store_put: stores keys[i] as the concatenation of the buffers parts[i] (write-once, or
+    replacing with upsert); one code per item."""
+    n = len(keys)
+    if n == 0:
+        return []
+    flags = MC_STORE_UPSERT if upsert else 0
+    s = _scratch(keys, parts)
+    if s is not None:
+        _lib().mc_store_put(h, byref(s.one(keys[0], parts[0])), 1, _cfg(config), flags, s.code)
+        return [s.code[0]]
+    arr, keep = _items(keys, parts)
+    codes = (_i32 * n)()
+    _lib().mc_store_put(h, arr, n, _cfg(config), flags, codes)
+    return list(codes)
+
+
+def get(h: int, keys, parts=None, memory=None):
+    """mc_store_get: reads keys[i] into the buffers parts[i] or, with memory, into new memory of
+    that kind: BYTES (a bytes per item) or MALLOC (library memory). Returns (results, codes): per
+    item its code, and its size (into buffers), its bytes or its (address, size) (MALLOC: free it
+    with mc_store_free) — None for an item that failed with memory (MALLOC memory freed here)."""
+    n = len(keys)
+    if n == 0:
+        return [], []
+    s = _scratch(keys, parts)
+    if s is not None:
+        arr, sizes, codes = byref(s.one(keys[0], parts and parts[0])), s.size, s.code
+    else:
+        arr, keep = _items(keys, parts)
+        sizes = (_u64 * n)()
+        codes = (_i32 * n)()
+    l = _lib()
+    if memory is None:
+        l.mc_store_get(h, arr, n, None, None, sizes, codes)
+        return sizes[:n], codes[:n]
+    if memory == BYTES:
+        vals = [None] * n
+        slot = _get_slot
+        slot.batch = vals
+        try:
+            l.mc_store_get(h, arr, n, _BYTES_ALLOC, None, sizes, codes)
+        finally:
+            slot.batch = None
+        # bytes made for an item that then failed hold no value
+        return [v if c == 0 and v is not None and len(v) == z else None
+                for v, c, z in zip(vals, codes, sizes)], codes[:n]
+    if not _malloc_fn:
+        _malloc_fn.append(ctypes.cast(l.mc_store_malloc, _vp).value)
+    outs = (_vp * n)()
+    l.mc_store_get(h, arr, n, _malloc_fn[0], ctypes.cast(outs, _vp), sizes, codes)
+    res = []
+    for p, c, z in zip(outs, codes[:n], sizes[:n]):
+        if c == 0 and p:
+            res.append((p, z))
+            continue
+        if p:
+            l.mc_store_free(p)
+        res.append(None)
+    return res, codes[:n]
+
+
+def _key_args(keys, wide: bool):
+    """The C key array of a call on keys and its per-key result array (int64 when wide, else
+    int32); this thread's scratch ones for one key. Returns them and what keeps the keys alive."""
+    s = _scratch(keys, None)
+    if s is not None:
+        s.key[0] = _key(keys[0])
+        return s.key, (s.res if wide else s.code), None
+    karr, keep = _keys(keys)
+    return karr, ((_i64 if wide else _i32) * len(keys))(), keep
+
+
+def is_exist(h: int, keys) -> list:
+    """mc_store_is_exist: per key its value's size (> 0) when it is stored, 0 when it is not, or
+    a negative code."""
+    if not keys:
+        return []
+    karr, out, keep = _key_args(keys, True)
+    _lib().mc_store_is_exist(h, karr, len(keys), out)
+    return out[:len(keys)]
+
+
+def remove(h: int, keys, force: bool) -> list:
+    """mc_store_remove: one code per key; force removes leased and hard-pinned keys too."""
+    if not keys:
+        return []
+    karr, out, keep = _key_args(keys, False)
+    _lib().mc_store_remove(h, karr, len(keys), int(bool(force)), out)
+    return out[:len(keys)]
+
+
+def remove_all(h: int, keep_held: bool) -> int:
+    """mc_store_remove_all: how many keys of the store's tenant were removed, or a negative code;
+    keep_held leaves those a plain remove would refuse (leased, hard-pinned)."""
+    return _lib().mc_store_remove_all(h, int(bool(keep_held)))

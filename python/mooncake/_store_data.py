@@ -7,8 +7,8 @@ from __future__ import annotations
 import logging
 from typing import List, Optional, Sequence
 
-from ._store_abi import (ErrorCode, _batch_alloc_c, _buffer, _cfg, _get_alloc_c, _get_slot, _i32, _i64, _key, _keys,
-                         _lib, _u64, _vp, byref)
+from . import _store_abi as _abi
+from ._store_abi import ErrorCode, _buffer, _lib
 from ._store_memory import BufferHandle
 from ._store_types import ReplicateConfig
 
@@ -30,26 +30,17 @@ class DataMixin:
         return 0
 
     # ---- put ----
+    # Every put and upsert is one item list through _abi.put (mc_store_put); a value is its
+    # buffers as (address, length) pairs.
+    def _put_one(self, what: str, key: str, bufs, config: Optional[ReplicateConfig], upsert: bool) -> int:
+        rc = self._refuse(what, config)
+        return rc or _abi.put(self._h, [key], [bufs], config, upsert)[0]
+
     def put(self, key: str, value, config: Optional[ReplicateConfig] = None) -> int:
-        rc = self._refuse("put", config)
-        if rc:
-            return rc
-        addr, n, keep = _buffer(value)
-        return _lib().mc_store_put(self._h, _key(key), addr, n, _cfg(config))
+        return self._put_one("put", key, [_buffer(value)], config, False)
 
     def put_parts(self, key: str, *parts, config: Optional[ReplicateConfig] = None) -> int:
-        return self._put_parts(key, [_buffer(p) for p in parts], config)
-
-    def _put_parts(self, key, bufs, config, upsert: bool = False) -> int:
-        rc = self._refuse("upsert_parts" if upsert else "put_parts", config)
-        if rc:
-            return rc
-        n = len(bufs)
-        ptrs = (_vp * max(n, 1))(*[b[0] for b in bufs])
-        lens = (_u64 * max(n, 1))(*[b[1] for b in bufs])
-        l = _lib()
-        fn = l.mc_store_upsert_parts if upsert else l.mc_store_put_parts
-        return fn(self._h, _key(key), ptrs, lens, n, _cfg(config))
+        return self._put_one("put_parts", key, [_buffer(p) for p in parts], config, False)
 
     def put_batch(self, keys: Sequence[str], values: Sequence, config: Optional[ReplicateConfig] = None) -> int:
         """Puts values[i] under keys[i]; 0 when every put succeeded, else the first failure's code."""
@@ -59,30 +50,19 @@ class DataMixin:
         return next((r for r in res if r != 0), 0)
 
     def _batch_put(self, keys, values, config, upsert: bool = False):
+        what = "upsert_batch" if upsert else "put_batch"
         if len(keys) != len(values):
-            what = "upsert_batch" if upsert else "put_batch"
             raise ValueError(f"{what}: {len(keys)} keys but {len(values)} values")
-        rc = self._refuse("upsert_batch" if upsert else "put_batch", config, len(keys))
+        rc = self._refuse(what, config, len(keys))
         if rc:
             return rc
-        n = len(keys)
-        karr, keep_k = _keys(keys)
-        bufs = [_buffer(v) for v in values]
-        ptrs = (_vp * max(n, 1))(*[b[0] for b in bufs])
-        lens = (_u64 * max(n, 1))(*[b[1] for b in bufs])
-        out = (_i32 * max(n, 1))()
-        l = _lib()
-        fn = l.mc_store_batch_upsert if upsert else l.mc_store_batch_put
-        rc = fn(self._h, karr, ptrs, lens, n, _cfg(config), out)
-        if rc != 0:
-            return rc
-        return list(out[:n])
+        return _abi.put(self._h, keys, [[_buffer(v)] for v in values], config, upsert)
 
     def put_from(self, key: str, buffer_ptr: int, size: int, config: Optional[ReplicateConfig] = None) -> int:
         """Stores ``size`` bytes at ``buffer_ptr`` (zero-copy when registered with register_buffer)."""
         if config is not None and not config._groups_ok(1):
             return self._refuse("put_from", config)
-        return _lib().mc_store_put_from(self._h, _key(key), int(buffer_ptr), int(size), _cfg(config))
+        return _abi.put(self._h, [key], [[(buffer_ptr, size)]], config)[0]
 
     def batch_put_from(self, keys: Sequence[str], buffer_ptrs: Sequence[int], sizes: Sequence[int],
                        config: Optional[ReplicateConfig] = None) -> List[int]:
@@ -96,15 +76,7 @@ class DataMixin:
             return [ErrorCode.INVALID_PARAMS] * n
         if config is not None and not config._groups_ok(n):
             return [self._refuse("batch_put_from", config, n)] * n
-        karr, keep = _keys(keys)
-        out = (_i32 * max(n, 1))()
-        l = _lib()
-        fn = l.mc_store_batch_upsert_from if upsert else l.mc_store_batch_put_from
-        rc = fn(self._h, karr, (_u64 * max(n, 1))(*map(int, buffer_ptrs)),
-                (_u64 * max(n, 1))(*map(int, sizes)), n, _cfg(config), out)
-        if rc != 0:
-            return [rc] * n
-        return list(out[:n])
+        return _abi.put(self._h, keys, [[b] for b in zip(buffer_ptrs, sizes)], config, upsert)
 
     # ---- upsert: insert or replace ----
     # The master keeps the old value readable while the new one is written and swaps them when
@@ -112,21 +84,17 @@ class DataMixin:
     # failed upsert leaves the old value in place.
     def upsert(self, key: str, value, config: Optional[ReplicateConfig] = None) -> int:
         """Stores value under key, replacing the key's value when it exists. 0 or a negative code."""
-        rc = self._refuse("upsert", config)
-        if rc:
-            return rc
-        addr, n, keep = _buffer(value)
-        return _lib().mc_store_upsert(self._h, _key(key), addr, n, _cfg(config))
+        return self._put_one("upsert", key, [_buffer(value)], config, True)
 
     def upsert_parts(self, key: str, *parts, config: Optional[ReplicateConfig] = None) -> int:
         """upsert of the concatenation of parts (bytes-like objects)."""
-        return self._put_parts(key, [_buffer(p) for p in parts], config, upsert=True)
+        return self._put_one("upsert_parts", key, [_buffer(p) for p in parts], config, True)
 
     def upsert_from(self, key: str, buffer_ptr: int, size: int, config: Optional[ReplicateConfig] = None) -> int:
         """upsert of ``size`` bytes at ``buffer_ptr`` (zero-copy when registered)."""
         if config is not None and not config._groups_ok(1):
             return self._refuse("upsert_from", config)
-        return _lib().mc_store_upsert_from(self._h, _key(key), int(buffer_ptr), int(size), _cfg(config))
+        return _abi.put(self._h, [key], [[(buffer_ptr, size)]], config, True)[0]
 
     def upsert_batch(self, keys: Sequence[str], values: Sequence, config: Optional[ReplicateConfig] = None) -> int:
         """upsert of values[i] under keys[i]; 0 when every one succeeded, else the first failure's code."""
@@ -141,18 +109,13 @@ class DataMixin:
         return self._batch_put_from(keys, buffer_ptrs, sizes, config, True)
 
     # ---- get ----
+    # Every get is one item list through _abi.get (mc_store_get): into new bytes, library memory
+    # or the caller's buffers.
     def get(self, key: str) -> bytes:
         """The value of key, or b"" when it is missing or cannot be read."""
         if self._refuse("get"):
             return b""
-        n = _u64()
-        slot = _get_slot
-        slot.value = None
-        rc = _lib().mc_store_get_with(self._h, _key(key), _get_alloc_c, None, byref(n))
-        b, slot.value = slot.value, None
-        if rc != 0 or b is None or n.value != len(b):
-            return b""
-        return b
+        return _abi.get(self._h, [key], memory=_abi.BYTES)[0][0] or b""
 
     def get_batch(self, keys: Sequence[str]) -> List[bytes]:
         n = len(keys)
@@ -160,40 +123,17 @@ class DataMixin:
             return []
         if self._refuse("get_batch"):
             return [b""] * n
-        karr, keep = _keys(keys)
-        lens = (_u64 * n)()
-        res = (_i32 * n)()
-        vals: List[bytes] = [b""] * n
-        slot = _get_slot
-        slot.batch = vals
-        try:
-            rc = _lib().mc_store_batch_get_with(self._h, karr, n, _batch_alloc_c, None, lens, res)
-        finally:
-            slot.batch = None
-        if rc != 0:
-            return [b""] * n
-        for i in range(n):
-            if res[i] != 0 or len(vals[i]) != lens[i]:
-                vals[i] = b""  # failed after its bytes were made: they hold no value
-        return vals
+        return [v or b"" for v in _abi.get(self._h, keys, memory=_abi.BYTES)[0]]
 
     def get_into(self, key: str, buffer_ptr: int, size: int) -> int:
         """Reads key into the buffer; bytes read or a negative code."""
-        return _lib().mc_store_get_into(self._h, _key(key), int(buffer_ptr), int(size))
+        return _sizes_or_codes(*_abi.get(self._h, [key], [[(buffer_ptr, size)]]))[0]
 
     def batch_get_into(self, keys: Sequence[str], buffer_ptrs: Sequence[int], sizes: Sequence[int]) -> List[int]:
         n = len(keys)
         if len(buffer_ptrs) != n or len(sizes) != n:
             return [ErrorCode.INVALID_PARAMS] * n
-        if n == 0:
-            return []
-        karr, keep = _keys(keys)
-        out = (_i64 * n)()
-        rc = _lib().mc_store_batch_get_into(self._h, karr, (_u64 * n)(*map(int, buffer_ptrs)),
-                                            (_u64 * n)(*map(int, sizes)), n, out)
-        if rc != 0:
-            return [rc] * n
-        return list(out)
+        return _sizes_or_codes(*_abi.get(self._h, keys, [[b] for b in zip(buffer_ptrs, sizes)]))
 
     # ---- zero-copy buffers over library memory ----
     def get_buffer(self, key: str) -> Optional["BufferHandle"]:
@@ -202,12 +142,7 @@ class DataMixin:
         (and every view of it) is gone. None when the key is missing or unreadable."""
         if self._refuse("get_buffer"):
             return None
-        out = _vp()
-        n = _u64()
-        rc = _lib().mc_store_get(self._h, _key(key), byref(out), byref(n))
-        if rc != 0 or not out.value:
-            return None
-        return BufferHandle._wrap(out.value, n.value)
+        return self.batch_get_buffer([key])[0]
 
     def batch_get_buffer(self, keys: Sequence[str]) -> List[Optional["BufferHandle"]]:
         """get_buffer for several keys; None for each key missing."""
@@ -216,22 +151,7 @@ class DataMixin:
             return []
         if self._refuse("batch_get_buffer"):
             return [None] * n
-        karr, keep = _keys(keys)
-        outs = (_vp * n)()
-        lens = (_u64 * n)()
-        res = (_i32 * n)()
-        l = _lib()
-        if l.mc_store_batch_get(self._h, karr, n, outs, lens, res) != 0:
-            return [None] * n
-        handles: List[Optional[BufferHandle]] = []
-        for i in range(n):
-            if res[i] == 0 and outs[i]:
-                handles.append(BufferHandle._wrap(outs[i], lens[i]))
-            else:
-                if outs[i]:
-                    l.mc_store_free(outs[i])
-                handles.append(None)
-        return handles
+        return [BufferHandle._wrap(*m) if m else None for m in _abi.get(self._h, keys, memory=_abi.MALLOC)[0]]
 
     # ---- multi-buffer transfers ----
     def batch_put_from_multi_buffers(self, keys: Sequence[str], all_buffer_ptrs: Sequence[Sequence[int]],
@@ -248,26 +168,7 @@ class DataMixin:
             return []
         if config is not None and not config._groups_ok(n):
             return [self._refuse("batch_put_from_multi_buffers", config, n)] * n
-        counts = []
-        addrs: List[int] = []
-        sizes: List[int] = []
-        bad = set()
-        for i in range(n):
-            if len(all_buffer_ptrs[i]) != len(all_sizes[i]):
-                bad.add(i)
-                counts.append(0)
-                continue
-            counts.append(len(all_sizes[i]))
-            addrs.extend(map(int, all_buffer_ptrs[i]))
-            sizes.extend(map(int, all_sizes[i]))
-        karr, keep = _keys(keys)
-        t = max(len(addrs), 1)
-        out = (_i32 * n)()
-        rc = _lib().mc_store_batch_put_from_buffers(self._h, karr, n, (_i32 * n)(*counts), (_u64 * t)(*addrs),
-                                                    (_u64 * t)(*sizes), _cfg(config), out)
-        if rc != 0:
-            return [rc] * n
-        return [ErrorCode.INVALID_PARAMS if i in bad else out[i] for i in range(n)]
+        return _multi(keys, all_buffer_ptrs, all_sizes, lambda ks, ps: _abi.put(self._h, ks, ps, config))
 
     def batch_get_into_multi_buffers(self, keys: Sequence[str], all_buffer_ptrs: Sequence[Sequence[int]],
                                      all_sizes: Sequence[Sequence[int]],
@@ -281,17 +182,8 @@ class DataMixin:
             log.error("batch_get_into_multi_buffers: %d keys, %d buffer lists, %d size lists", n,
                       len(all_buffer_ptrs), len(all_sizes))
             return [ErrorCode.INVALID_PARAMS] * n
-        l = _lib()
-        out = []
-        for key, ptrs, sizes in zip(keys, all_buffer_ptrs, all_sizes):
-            m = len(ptrs)
-            if len(sizes) != m:
-                out.append(ErrorCode.INVALID_PARAMS)
-                continue
-            t = max(m, 1)
-            out.append(l.mc_store_get_into_buffers(self._h, _key(key), m, (_u64 * t)(*map(int, ptrs)),
-                                                   (_u64 * t)(*map(int, sizes))))
-        return out
+        return _multi(keys, all_buffer_ptrs, all_sizes,
+                      lambda ks, ps: _sizes_or_codes(*_abi.get(self._h, ks, ps)))
 
     def put_from_with_metadata(self, key: str, buffer_ptr: int, metadata_buffer_ptr: int, size: int,
                                metadata_size: int, config: Optional[ReplicateConfig] = None) -> int:
@@ -306,42 +198,31 @@ class DataMixin:
             return 0
         if config is not None and not config._groups_ok(1):
             return self._refuse("put_from_with_metadata", config)
-        bufs = [(int(metadata_buffer_ptr), int(metadata_size), None), (int(buffer_ptr), int(size), None)]
+        bufs = [(int(metadata_buffer_ptr), int(metadata_size)), (int(buffer_ptr), int(size))]
         bufs = [b for b in bufs if b[1] > 0]
         if any(b[0] == 0 for b in bufs):
             log.error("put_from_with_metadata: a NULL buffer")
             return ErrorCode.INVALID_PARAMS
-        n = len(bufs)
-        return _lib().mc_store_put_parts(self._h, _key(key), (_vp * n)(*[b[0] for b in bufs]),
-                                         (_u64 * n)(*[b[1] for b in bufs]), n, _cfg(config))
+        return _abi.put(self._h, [key], [bufs], config)[0]
 
     # ---- queries and removal ----
+    # is_exist, batch_is_exist and get_size are one call (_abi.is_exist: sizes, 0 for a missing
+    # key); remove and batch_remove another (_abi.remove).
     def is_exist(self, key: str) -> int:
-        return _lib().mc_store_is_exist(self._h, _key(key))
+        return self.batch_is_exist([key])[0]
 
     def batch_is_exist(self, keys: Sequence[str]) -> List[int]:
-        n = len(keys)
-        if n == 0:
-            return []
-        karr, keep = _keys(keys)
-        out = (_i32 * n)()
-        rc = _lib().mc_store_batch_is_exist(self._h, karr, n, out)
-        return [rc] * n if rc != 0 else list(out)
+        return [r if r < 0 else int(r > 0) for r in _abi.is_exist(self._h, keys)]
 
     def get_size(self, key: str) -> int:
-        return _lib().mc_store_get_size(self._h, _key(key))
+        r = _abi.is_exist(self._h, [key])[0]
+        return r if r != 0 else ErrorCode.OBJECT_NOT_FOUND
 
     def remove(self, key: str, force: bool = False) -> int:
-        return _lib().mc_store_remove(self._h, _key(key), int(bool(force)))
+        return _abi.remove(self._h, [key], force)[0]
 
     def batch_remove(self, keys: Sequence[str], force: bool = False) -> List[int]:
-        n = len(keys)
-        if n == 0:
-            return []
-        karr, keep = _keys(keys)
-        out = (_i32 * n)()
-        rc = _lib().mc_store_batch_remove(self._h, karr, n, int(bool(force)), out)
-        return [rc] * n if rc != 0 else list(out)
+        return _abi.remove(self._h, keys, force)
 
     def remove_by_regex(self, regex_pattern: Optional[str] = None, force: bool = False, *,
                         pattern: Optional[str] = None) -> int:
@@ -358,4 +239,20 @@ class DataMixin:
         keys a plain remove would refuse (leased to a reader, hard-pinned), as upstream's
         ``remove_all(force=False)``; ``force=True`` or no argument (upstream's older
         ``remove_all()``) removes them too. Puts in progress are left alone."""
-        return _lib().mc_store_remove_all_ex(self._h, int(force is False))
+        return _abi.remove_all(self._h, force is False)
+
+
+def _sizes_or_codes(sizes, codes) -> List[int]:
+    """Per item of a get into buffers: the bytes read, or its negative code."""
+    return [c or z for z, c in zip(sizes, codes)]
+
+
+def _multi(keys, all_buffer_ptrs, all_sizes, call) -> List[int]:
+    """call(keys, parts) on the keys whose buffer and size lists match (their buffers as
+    (address, length) pairs); INVALID_PARAMS for the others."""
+    good = [i for i in range(len(keys)) if len(all_buffer_ptrs[i]) == len(all_sizes[i])]
+    out = [ErrorCode.INVALID_PARAMS] * len(keys)
+    res = call([keys[i] for i in good], [list(zip(all_buffer_ptrs[i], all_sizes[i])) for i in good])
+    for i, r in zip(good, res):
+        out[i] = r
+    return out

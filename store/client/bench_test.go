@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"testing"
-
-	"github.com/mooncake-go/mooncake/store/api"
 )
 
 // BenchmarkPutGet measures put+get+remove through an in-process master (one host: shm path).
@@ -21,13 +19,13 @@ func BenchmarkPutGet(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				key := fmt.Sprint("k", i)
-				if err := a.Put(ctx, key, val, api.ReplicateConfig{}); err != nil {
+				if err := a.PutValue(ctx, key, val, PutOptions{}); err != nil {
 					b.Fatal(err)
 				}
-				if _, err := a.Get(ctx, key); err != nil {
+				if _, err := a.GetValue(ctx, key); err != nil {
 					b.Fatal(err)
 				}
-				a.Remove(ctx, key, true)
+				a.Remove(ctx, []string{key}, true)
 			}
 		})
 	}
@@ -40,8 +38,8 @@ func BenchmarkRPC(b *testing.B) {
 	ctx := context.Background()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := a.Exists(ctx, "nope"); err != nil {
-			b.Fatal(err)
+		if _, errs := a.Exists(ctx, []string{"nope"}); errs[0] != nil {
+			b.Fatal(errs[0])
 		}
 	}
 }

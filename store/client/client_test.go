@@ -94,35 +94,35 @@ func testPutGetAcrossClients(t *testing.T, base Config) *Client {
 	for _, n := range []int{1, 4096, 3<<20 + 17} {
 		key := fmt.Sprintf("k%d", n)
 		val := pattern(n, byte(n))
-		if err := a.Put(ctx, key, val, api.ReplicateConfig{ReplicaNum: 2}); err != nil {
+		if err := a.PutValue(ctx, key, val, PutOptions{Config: api.ReplicateConfig{ReplicaNum: 2}}); err != nil {
 			t.Fatalf("put %d: %v", n, err)
 		}
 		for _, c := range []*Client{a, b} {
-			got, err := c.Get(ctx, key)
+			got, err := c.GetValue(ctx, key)
 			if err != nil || !bytes.Equal(got, val) {
 				t.Fatalf("get %d: err %v equal %v", n, err, bytes.Equal(got, val))
 			}
 		}
 	}
 	// write-once
-	if err := b.Put(ctx, "k1", []byte("other"), api.ReplicateConfig{}); err != nil {
+	if err := b.PutValue(ctx, "k1", []byte("other"), PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := a.Get(ctx, "k1"); !bytes.Equal(got, pattern(1, 1)) {
+	if got, _ := a.GetValue(ctx, "k1"); !bytes.Equal(got, pattern(1, 1)) {
 		t.Fatal("existing key rewritten")
 	}
 	// parts, batch
-	if err := a.PutParts(ctx, "parts", [][]byte{[]byte("ab"), nil, []byte("cde")}, api.ReplicateConfig{}); err != nil {
+	if err := a.Put(ctx, []Item{{Key: "parts", Parts: [][]byte{[]byte("ab"), nil, []byte("cde")}}}, PutOptions{})[0]; err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := b.Get(ctx, "parts"); string(got) != "abcde" {
+	if got, _ := b.GetValue(ctx, "parts"); string(got) != "abcde" {
 		t.Fatalf("parts got %q", got)
 	}
-	errs := b.BatchPut(ctx, []string{"b1", "b2", ""}, [][]byte{[]byte("one"), []byte("two"), []byte("x")}, api.ReplicateConfig{})
+	errs := b.Put(ctx, []Item{value("b1", "one"), value("b2", "two"), value("", "x")}, PutOptions{})
 	if errs[0] != nil || errs[1] != nil || !api.Is(errs[2], api.INVALID_KEY) {
 		t.Fatalf("batch put %v", errs)
 	}
-	vals, gerrs := a.BatchGet(ctx, []string{"b1", "missing", "b2"})
+	vals, gerrs := getValues(ctx, a, []string{"b1", "missing", "b2"})
 	if string(vals[0]) != "one" || string(vals[2]) != "two" || !api.Is(gerrs[1], api.OBJECT_NOT_FOUND) {
 		t.Fatalf("batch get %q %v", vals, gerrs)
 	}
@@ -133,30 +133,27 @@ func testPutGetAcrossClients(t *testing.T, base Config) *Client {
 	if err := a.RegisterBuffer(addr0, uint64(len(user))); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.PutFrom(ctx, "zc", addr0, 1<<20, api.ReplicateConfig{PreferredSegments: []string{b.Hostname()}}); err != nil {
+	if err := a.PutValue(ctx, "zc", user, PutOptions{Config: api.ReplicateConfig{PreferredSegments: []string{b.Hostname()}}}); err != nil {
 		t.Fatal(err)
 	}
 	out := make([]byte, 1<<20)
-	n, err := a.GetInto(ctx, "zc", memview.Addr(out), uint64(len(out)))
-	if err != nil || n != 1<<20 || !bytes.Equal(out, user) {
-		t.Fatalf("get_into %d %v", n, err)
+	n, gerrs := a.Get(ctx, []Item{{Key: "zc", Parts: [][]byte{out}}}, GetOptions{})
+	if gerrs[0] != nil || n[0] != 1<<20 || !bytes.Equal(out, user) {
+		t.Fatalf("get_into %d %v", n[0], gerrs[0])
 	}
-	if _, err := a.GetInto(ctx, "zc", memview.Addr(out), 10); !api.Is(err, api.BUFFER_OVERFLOW) {
-		t.Fatalf("small buffer: %v", err)
+	if _, gerrs := a.Get(ctx, []Item{{Key: "zc", Parts: [][]byte{out[:10]}}}, GetOptions{}); !api.Is(gerrs[0], api.BUFFER_OVERFLOW) {
+		t.Fatalf("small buffer: %v", gerrs[0])
 	}
 	if err := a.UnregisterBuffer(addr0); err != nil {
 		t.Fatal(err)
 	}
-	if sz, err := b.Size(ctx, "zc"); err != nil || sz != 1<<20 {
-		t.Fatalf("size %d %v", sz, err)
+	if sz, errs := b.Exists(ctx, []string{"zc"}); errs[0] != nil || sz[0] != 1<<20 {
+		t.Fatalf("size %d %v", sz[0], errs[0])
 	}
-	if ok, _ := b.Exists(ctx, "zc"); !ok {
-		t.Fatal("exists false")
-	}
-	if err := b.Remove(ctx, "zc", false); !api.Is(err, api.OBJECT_HAS_LEASE) {
+	if err := b.Remove(ctx, []string{"zc"}, false)[0]; !api.Is(err, api.OBJECT_HAS_LEASE) {
 		t.Fatalf("remove leased: %v", err)
 	}
-	if err := b.Remove(ctx, "zc", true); err != nil {
+	if err := b.Remove(ctx, []string{"zc"}, true)[0]; err != nil {
 		t.Fatal(err)
 	}
 	if n, err := a.RemoveByRegex(ctx, "^b[0-9]$", true); err != nil || n != 2 {
@@ -165,10 +162,10 @@ func testPutGetAcrossClients(t *testing.T, base Config) *Client {
 	if n, err := a.RemoveAll(ctx, false); err != nil || n < 3 {
 		t.Fatalf("remove all %d %v", n, err)
 	}
-	if _, err := a.Get(ctx, "k1"); !api.Is(err, api.OBJECT_NOT_FOUND) {
+	if _, err := a.GetValue(ctx, "k1"); !api.Is(err, api.OBJECT_NOT_FOUND) {
 		t.Fatalf("get after remove_all: %v", err)
 	}
-	if err := a.Put(ctx, "huge", make([]byte, 17<<20), api.ReplicateConfig{}); !api.Is(err, api.NO_AVAILABLE_HANDLE) {
+	if err := a.PutValue(ctx, "huge", make([]byte, 17<<20), PutOptions{}); !api.Is(err, api.NO_AVAILABLE_HANDLE) {
 		t.Fatalf("value larger than any segment: %v", err)
 	}
 	return a
@@ -185,15 +182,15 @@ func TestReplicaSurvivesClose(t *testing.T) {
 	a := newClient(t, addr, 8<<20)
 	b := newClient(t, addr, 8<<20)
 	ctx := context.Background()
-	a.Put(ctx, "two", []byte("replicated"), api.ReplicateConfig{ReplicaNum: 2})
-	a.Put(ctx, "onA", []byte("local"), api.ReplicateConfig{PreferredSegments: []string{a.Hostname()}})
+	a.PutValue(ctx, "two", []byte("replicated"), PutOptions{Config: api.ReplicateConfig{ReplicaNum: 2}})
+	a.PutValue(ctx, "onA", []byte("local"), PutOptions{Config: api.ReplicateConfig{PreferredSegments: []string{a.Hostname()}}})
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := b.Get(ctx, "two"); err != nil || string(got) != "replicated" {
+	if got, err := b.GetValue(ctx, "two"); err != nil || string(got) != "replicated" {
 		t.Fatalf("replica lost with the other client: %q %v", got, err)
 	}
-	if _, err := b.Get(ctx, "onA"); !api.Is(err, api.OBJECT_NOT_FOUND) {
+	if _, err := b.GetValue(ctx, "onA"); !api.Is(err, api.OBJECT_NOT_FOUND) {
 		t.Fatalf("object only on a closed client still listed: %v", err)
 	}
 }
@@ -233,9 +230,31 @@ func TestRemountAfterExpiry(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if err := a.Put(ctx, "after", []byte("x"), api.ReplicateConfig{}); err != nil {
+	if err := a.PutValue(ctx, "after", []byte("x"), PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// value is an item of one part.
+func value(key, v string) Item { return Item{Key: key, Parts: [][]byte{[]byte(v)}} }
+
+// getValues reads keys into new Go memory with one Get; nil where a key failed.
+func getValues(ctx context.Context, c *Client, keys []string) ([][]byte, []error) {
+	items := make([]Item, len(keys))
+	for i, k := range keys {
+		items[i].Key = k
+	}
+	vals := make([][]byte, len(keys))
+	_, errs := c.Get(ctx, items, GetOptions{Alloc: func(i int, n uint64) ([]byte, error) {
+		vals[i] = make([]byte, n)
+		return vals[i], nil
+	}})
+	for i, err := range errs {
+		if err != nil {
+			vals[i] = nil
+		}
+	}
+	return vals, errs
 }
 
 func startMasterB(b *testing.B) (*master.Server, string)       { return startMaster(b) }

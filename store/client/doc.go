@@ -13,9 +13,9 @@
 //     PutEnd — or PutRevoke on any failure, so a failed or interrupted put is never visible) and
 //     gets by asking the master for replicas (granting a lease) and reading the best one: the
 //     local segment, then any same-host segment (a memcpy through MapRemote), then tcp;
-//   - upserts the same way (the master swaps versions at PutEnd), reads byte ranges and
-//     scatters/gathers values over several buffers (ranges.go), and mounts more segments than
-//     the first (segments.go: a mapped file or more shared memory);
+//   - upserts the same way (the master swaps versions at PutEnd), reads byte ranges
+//     (ranges.go), and mounts more segments than the first (segments.go: a mapped file or more
+//     shared memory);
 //   - reads ranges in sessions (ranges_snapshot.go: a Snapshot queries a set of keys once and
 //     serves batches from those descriptors while the master's read lease holds, querying again
 //     at half the lease; ranges_plan.go: RangeTemplate and RangePlan, geometry checked once and
@@ -24,6 +24,17 @@
 //     them (after a client_ttl expiry or a master restart);
 //   - talks to the master through store/api with a per-call timeout, so a master that is down
 //     gives a clear RPC_FAIL/RPC_TIMEOUT error, never a hang.
+//
+// Data calls are requests of items (an [Item] is a key and its value's memory in parts): [Client.Put]
+// and [Client.Get] take any number of items with [PutOptions] (replication, upsert) or
+// [GetOptions] (an allocator instead of the items' own buffers), and [Client.Exists] and
+// [Client.Remove] any number of keys. One item takes the single-key master calls, several one
+// batch call; each item gets its own error. A part lying in a buffer registered with
+// [Client.RegisterBuffer] is transferred without staging (zero copy).
+//
+// Files: client.go (configuration, New), lifecycle.go (heartbeat, health, Close), buffers.go
+// (registered buffers), transfer.go (moving bytes to and from a replica), put.go, get.go and
+// read.go (the data requests), keys.go (exists, removal, tenant keys).
 //
 // The Client uses a transfer engine through the small [Engine] interface that *engine.Engine
 // satisfies; in a process with the C library that is the process-wide engine. Every error is

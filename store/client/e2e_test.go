@@ -115,15 +115,15 @@ func TestEndToEndProcesses(t *testing.T) {
 	defer me.Close()
 
 	both := pattern(5<<20+3, 1)
-	if err := me.Put(ctx, "both", both, api.ReplicateConfig{ReplicaNum: 2}); err != nil {
+	if err := me.PutValue(ctx, "both", both, PutOptions{Config: api.ReplicateConfig{ReplicaNum: 2}}); err != nil {
 		t.Fatal(err)
 	}
 	only1 := pattern(100_000, 2)
-	if err := me.Put(ctx, "only1", only1, api.ReplicateConfig{PreferredSegments: []string{s1[1]}}); err != nil {
+	if err := me.PutValue(ctx, "only1", only1, PutOptions{Config: api.ReplicateConfig{PreferredSegments: []string{s1[1]}}}); err != nil {
 		t.Fatal(err)
 	}
 	for key, want := range map[string][]byte{"both": both, "only1": only1} {
-		got, err := me.Get(ctx, key)
+		got, err := me.GetValue(ctx, key)
 		if err != nil || !bytes.Equal(got, want) {
 			t.Fatalf("get %s: %v", key, err)
 		}
@@ -145,11 +145,11 @@ func TestEndToEndProcesses(t *testing.T) {
 	c1.cmd.Process.Kill()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		ok, err := me.Exists(ctx, "only1")
-		if err != nil {
-			t.Fatal(err)
+		sizes, errs := me.Exists(ctx, []string{"only1"})
+		if errs[0] != nil {
+			t.Fatal(errs[0])
 		}
-		if !ok {
+		if sizes[0] == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -157,7 +157,7 @@ func TestEndToEndProcesses(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	got, err := me.Get(ctx, "both")
+	got, err := me.GetValue(ctx, "both")
 	if err != nil || !bytes.Equal(got, both) {
 		t.Fatalf("surviving replica unreadable: %v", err)
 	}

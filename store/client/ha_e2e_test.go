@@ -169,7 +169,7 @@ func failoverRun(t *testing.T, bin, eps, cluster string, n int) failoverFigures 
 			defer wg.Done()
 			for i := range work {
 				t0 := time.Now()
-				err := c.Put(context.Background(), fmt.Sprintf("%s-%05d", cluster, i), haValue(i), api.ReplicateConfig{ReplicaNum: 1})
+				err := c.PutValue(context.Background(), fmt.Sprintf("%s-%05d", cluster, i), haValue(i), PutOptions{Config: api.ReplicateConfig{ReplicaNum: 1}})
 				lat[i] = time.Since(t0)
 				if err != nil {
 					failed[i] = err
@@ -232,7 +232,7 @@ func failoverRun(t *testing.T, bin, eps, cluster string, n int) failoverFigures 
 		for j, i := range part {
 			keys[j] = fmt.Sprintf("%s-%05d", cluster, i)
 		}
-		vals, errs := c.BatchGet(ctx, keys)
+		vals, errs := getValues(ctx, c, keys)
 		for j, i := range part {
 			if want := haValue(i); errs[j] != nil || !bytes.Equal(vals[j], want) {
 				t.Errorf("get %s: %v (got %d bytes, want %d, equal %v)", keys[j], errs[j], len(vals[j]), len(want), bytes.Equal(vals[j], want))
@@ -312,13 +312,13 @@ func TestHASplitBrain(t *testing.T) {
 	b := startHAMaster(t, bin, eps, "sb", haLeaseTTL)
 	c := newHAClient(t, eps, "sb", 16<<20)
 	ctx := context.Background()
-	if err := c.Put(ctx, "before", []byte("x"), api.ReplicateConfig{}); err != nil {
+	if err := c.PutValue(ctx, "before", []byte("x"), PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	a.p.cmd.Process.Signal(syscall.SIGSTOP)
 	b.waitServing(t, 20*time.Second)
 	time.Sleep(haLeaseTTL)
-	if err := c.Put(ctx, "after", []byte("y"), api.ReplicateConfig{}); err != nil {
+	if err := c.PutValue(ctx, "after", []byte("y"), PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -417,7 +417,7 @@ func TestHAEtcdMemberKilled(t *testing.T) {
 			etcd.Kill(0)
 		}
 		t0 := time.Now()
-		if err := c.Put(ctx, fmt.Sprintf("ek-%d", i), haValue(i), api.ReplicateConfig{}); err != nil {
+		if err := c.PutValue(ctx, fmt.Sprintf("ek-%d", i), haValue(i), PutOptions{}); err != nil {
 			t.Fatalf("put %d: %v", i, err)
 		}
 		maxLat = max(maxLat, time.Since(t0))
@@ -432,7 +432,7 @@ func TestHAEtcdMemberKilled(t *testing.T) {
 		t.Logf("leadership moved to the standby during the etcd election; service continued")
 	}
 	for i := range 600 {
-		got, err := c.Get(ctx, fmt.Sprintf("ek-%d", i))
+		got, err := c.GetValue(ctx, fmt.Sprintf("ek-%d", i))
 		if err != nil || !bytes.Equal(got, haValue(i)) {
 			t.Fatalf("get %d: %v", i, err)
 		}

@@ -110,7 +110,7 @@ func offloadWorkingSet(t *testing.T, bins [2]string) {
 	ctx := context.Background()
 	const n, size = 256, 256 << 10 // 64 MiB against 16 MiB of memory
 	for i := range n {
-		if err := oc.me.Put(ctx, fmt.Sprintf("o%03d", i), tierValue(i, size), api.ReplicateConfig{}); err != nil {
+		if err := oc.me.PutValue(ctx, fmt.Sprintf("o%03d", i), tierValue(i, size), PutOptions{}); err != nil {
 			t.Fatalf("put %d: %v", i, err)
 		}
 	}
@@ -135,7 +135,7 @@ func offloadWorkingSet(t *testing.T, bins [2]string) {
 		t.Fatalf("only %d of %d objects live only on local disk", localOnly, n)
 	}
 	for i := range n {
-		got, err := oc.me.Get(ctx, fmt.Sprintf("o%03d", i))
+		got, err := oc.me.GetValue(ctx, fmt.Sprintf("o%03d", i))
 		if err != nil || !bytes.Equal(got, tierValue(i, size)) {
 			t.Fatalf("get o%03d: %v", i, err)
 		}
@@ -158,7 +158,7 @@ func offloadWorkingSet(t *testing.T, bins [2]string) {
 	}
 	// Promotion: make room below the watermark, then hit a disk-only object.
 	for i := n / 2; i < n; i++ {
-		if err := oc.me.Remove(ctx, fmt.Sprintf("o%03d", i), true); err != nil {
+		if err := oc.me.Remove(ctx, []string{fmt.Sprintf("o%03d", i)}, true)[0]; err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -166,7 +166,7 @@ func offloadWorkingSet(t *testing.T, bins [2]string) {
 		t.Fatalf("first local-only object %s is in the removed half", key)
 	}
 	for range 2 {
-		got, err := oc.me.Get(ctx, key)
+		got, err := oc.me.GetValue(ctx, key)
 		if err != nil || !bytes.Equal(got, tierValue(idx, size)) {
 			t.Fatalf("get %s: %v", key, err)
 		}
@@ -175,7 +175,7 @@ func offloadWorkingSet(t *testing.T, bins [2]string) {
 		t.Fatalf("after two disk hits %s has %d memory and %d local-disk replicas, want 1 and 1", key, mem, local)
 	}
 	before := oc.me.OffloadRPCReadCount()
-	got, err := oc.me.Get(ctx, key)
+	got, err := oc.me.GetValue(ctx, key)
 	if err != nil || !bytes.Equal(got, tierValue(idx, size)) {
 		t.Fatalf("get %s after promotion: %v", key, err)
 	}
@@ -209,9 +209,9 @@ func offloadWorkingSet(t *testing.T, bins [2]string) {
 		t.Fatalf("second ranged read of a local-disk-only object: %v, want REPLICA_NOT_FOUND", errs[0])
 	}
 	whole := [][]byte{make([]byte, size/2), make([]byte, size-size/2)}
-	if n, err := oc.me.GetIntoBuffers(ctx, key, []uintptr{memview.Addr(whole[0]), memview.Addr(whole[1])}, []uint64{size / 2, size - size/2}); err != nil ||
-		n != size || !bytes.Equal(append(whole[0], whole[1]...), want) {
-		t.Fatalf("get_into_buffers of a local-disk-only object: %d %v", n, err)
+	if n, errs := oc.me.Get(ctx, []Item{{Key: key, Parts: whole}}, GetOptions{}); errs[0] != nil ||
+		n[0] != size || !bytes.Equal(append(whole[0], whole[1]...), want) {
+		t.Fatalf("get_into_buffers of a local-disk-only object: %d %v", n[0], errs[0])
 	}
 	oc.me.UnregisterBuffer(memview.Addr(out))
 	if mem, local, _ := oc.kinds(key); mem != 1 || local != 1 {
@@ -227,7 +227,7 @@ func offloadHolderKilled(t *testing.T, bins [2]string) {
 	ctx := context.Background()
 	const n, size = 160, 256 << 10
 	for i := range n {
-		if err := oc.me.Put(ctx, fmt.Sprintf("x%03d", i), tierValue(i, size), api.ReplicateConfig{}); err != nil {
+		if err := oc.me.PutValue(ctx, fmt.Sprintf("x%03d", i), tierValue(i, size), PutOptions{}); err != nil {
 			t.Fatalf("put %d: %v", i, err)
 		}
 	}
@@ -240,7 +240,7 @@ func offloadHolderKilled(t *testing.T, bins [2]string) {
 	oc.clients[0].cmd.Wait()
 	ok, failed := 0, 0
 	for i := range n {
-		got, err := oc.me.Get(ctx, fmt.Sprintf("x%03d", i))
+		got, err := oc.me.GetValue(ctx, fmt.Sprintf("x%03d", i))
 		switch {
 		case err == nil && bytes.Equal(got, tierValue(i, size)):
 			ok++
@@ -264,7 +264,7 @@ func offloadHolderKilled(t *testing.T, bins [2]string) {
 	for {
 		notFound, good, other := 0, 0, 0
 		for i := range n {
-			got, err := oc.me.Get(ctx, fmt.Sprintf("x%03d", i))
+			got, err := oc.me.GetValue(ctx, fmt.Sprintf("x%03d", i))
 			switch {
 			case err == nil && !bytes.Equal(got, tierValue(i, size)):
 				t.Fatalf("get x%03d returned wrong bytes", i)
@@ -328,7 +328,7 @@ func offloadFailover(t *testing.T, bins [2]string) {
 	reader := newHAClient(t, eps, "ssdha", 0)
 	const n, size = 96, 256 << 10
 	for i := range n {
-		if err := reader.Put(ctx, fmt.Sprintf("s%03d", i), tierValue(i, size), api.ReplicateConfig{}); err != nil {
+		if err := reader.PutValue(ctx, fmt.Sprintf("s%03d", i), tierValue(i, size), PutOptions{}); err != nil {
 			t.Fatalf("put %d: %v", i, err)
 		}
 	}
@@ -371,12 +371,12 @@ func offloadFailover(t *testing.T, bins [2]string) {
 		}
 	}
 	for i := n; i < n+32; i++ {
-		if err := reader.Put(ctx, fmt.Sprintf("s%03d", i), tierValue(i, size), api.ReplicateConfig{}); err != nil {
+		if err := reader.PutValue(ctx, fmt.Sprintf("s%03d", i), tierValue(i, size), PutOptions{}); err != nil {
 			t.Fatalf("put %d after the failover: %v", i, err)
 		}
 	}
 	for i := range n + 32 {
-		got, err := reader.Get(ctx, fmt.Sprintf("s%03d", i))
+		got, err := reader.GetValue(ctx, fmt.Sprintf("s%03d", i))
 		if err != nil || !bytes.Equal(got, tierValue(i, size)) {
 			t.Fatalf("get s%03d after the failover: %v", i, err)
 		}
@@ -392,7 +392,7 @@ func offloadCopyAfterPut(t *testing.T, bins [2]string) {
 	ctx := context.Background()
 	const n, size = 192, 256 << 10
 	for i := range n {
-		if err := oc.me.Put(ctx, fmt.Sprintf("c%03d", i), tierValue(i, size), api.ReplicateConfig{}); err != nil {
+		if err := oc.me.PutValue(ctx, fmt.Sprintf("c%03d", i), tierValue(i, size), PutOptions{}); err != nil {
 			t.Fatalf("put %d: %v", i, err)
 		}
 	}
@@ -421,7 +421,7 @@ func offloadCopyAfterPut(t *testing.T, bins [2]string) {
 		t.Fatalf("%d objects in memory and on disk, %d only on disk: want some of each", both, localOnly)
 	}
 	for i := range n {
-		got, err := oc.me.Get(ctx, fmt.Sprintf("c%03d", i))
+		got, err := oc.me.GetValue(ctx, fmt.Sprintf("c%03d", i))
 		if err != nil || !bytes.Equal(got, tierValue(i, size)) {
 			t.Fatalf("get c%03d: %v", i, err)
 		}

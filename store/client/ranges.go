@@ -9,8 +9,9 @@ import (
 	"github.com/mooncake-go/mooncake/store/api"
 )
 
-// Ranged reads and multi-buffer transfers (upstream's get_into_ranges,
-// batch_get_into_multi_buffers and batch_put_from_multi_buffers).
+// Ranged reads (upstream's get_into_ranges). Multi-buffer transfers (upstream's
+// batch_get_into_multi_buffers and batch_put_from_multi_buffers) are Get and Put of items with
+// several parts.
 
 // Range is one fragment of a ranged read: Size bytes at offset Src of the value, copied to the
 // local address Dst.
@@ -104,119 +105,6 @@ func (c *Client) readRange(ctx context.Context, key string, size uint64, mem []a
 		}
 	}
 	return fmt.Errorf("get %s: %w", quote(key), last)
-}
-
-// GetIntoBuffers reads key's value into the buffers in order (the first len(dsts[0]) bytes to
-// the first, ...) and returns the value's size. The buffers must hold the whole value.
-func (c *Client) GetIntoBuffers(ctx context.Context, key string, addrs []uintptr, sizes []uint64) (uint64, error) {
-	if len(addrs) != len(sizes) {
-		return 0, api.Errorf(api.INVALID_PARAMS, "get %s: %d buffers but %d sizes", quote(key), len(addrs), len(sizes))
-	}
-	key, err := c.tkey(key)
-	if err != nil {
-		return 0, err
-	}
-	g, start, err := c.replicas(ctx, key)
-	if err != nil {
-		return 0, err
-	}
-	var total uint64
-	for _, s := range sizes {
-		total += s
-	}
-	if total < g.Size {
-		return 0, api.Errorf(api.BUFFER_OVERFLOW, "get %s: the %d-byte value does not fit %d bytes of buffers", quote(key), g.Size, total)
-	}
-	var mem []api.Replica
-	for _, r := range c.orderReplicas(g.Replicas) {
-		if !r.IsFile() {
-			mem = append(mem, r)
-		}
-	}
-	if len(mem) == 0 {
-		// a disk-only object: read it whole, then scatter
-		whole := make([]byte, g.Size)
-		if err := c.readInto(ctx, key, g, start, buf{b: whole}); err != nil {
-			return 0, err
-		}
-		var off uint64
-		for i, a := range addrs {
-			n := min(sizes[i], g.Size-off)
-			copy(memview.Bytes(a, int(n)), whole[off:off+n])
-			if off += n; off == g.Size {
-				break
-			}
-		}
-		return g.Size, nil
-	}
-	var off uint64
-	for i, a := range addrs {
-		if off == g.Size {
-			break
-		}
-		n := min(sizes[i], g.Size-off)
-		if n == 0 {
-			continue
-		}
-		if a == 0 {
-			return 0, api.Errorf(api.INVALID_PARAMS, "get %s: buffer %d is NULL", quote(key), i)
-		}
-		dst := buf{b: memview.Bytes(a, int(n)), registered: c.registered(a, n)}
-		var last error
-		for _, r := range mem {
-			rr := r
-			rr.Addr += off
-			rr.Size = n
-			if last = c.transfer(ctx, false, dst, rr); last == nil {
-				break
-			}
-		}
-		if last != nil {
-			return 0, fmt.Errorf("get %s: %w", quote(key), last)
-		}
-		off += n
-	}
-	if ttl := leaseTTL(g); ttl > 0 && sinceOver(start, ttl) {
-		return 0, api.Errorf(api.LEASE_EXPIRED, "get %s: the read took longer than the %v lease; the data may have been replaced", quote(key), ttl)
-	}
-	return g.Size, nil
-}
-
-// BatchPutFromBuffers stores, for each key, the concatenation of its buffers (zero-copy where
-// registered); one error (or nil) per key.
-func (c *Client) BatchPutFromBuffers(ctx context.Context, keys []string, addrs [][]uintptr, sizes [][]uint64, cfg api.ReplicateConfig) []error {
-	if len(addrs) != len(keys) || len(sizes) != len(keys) {
-		return fill(len(keys), api.Errorf(api.INVALID_PARAMS, "%d keys, %d buffer lists, %d size lists", len(keys), len(addrs), len(sizes)))
-	}
-	bufs := make([][]buf, len(keys))
-	errs := make([]error, len(keys))
-	for i := range keys {
-		if len(addrs[i]) != len(sizes[i]) {
-			errs[i] = api.Errorf(api.INVALID_PARAMS, "put %s: %d buffers but %d sizes", quote(keys[i]), len(addrs[i]), len(sizes[i]))
-			continue
-		}
-		for j, a := range addrs[i] {
-			if a == 0 && sizes[i][j] > 0 {
-				errs[i] = api.Errorf(api.INVALID_PARAMS, "put %s: buffer %d is NULL", quote(keys[i]), j)
-				break
-			}
-			bufs[i] = append(bufs[i], buf{b: memview.Bytes(a, int(sizes[i][j])), registered: c.registered(a, sizes[i][j])})
-		}
-	}
-	var okKeys []string
-	var okBufs [][]buf
-	var idx []int
-	for i := range keys {
-		if errs[i] == nil {
-			okKeys = append(okKeys, keys[i])
-			okBufs = append(okBufs, bufs[i])
-			idx = append(idx, i)
-		}
-	}
-	for j, e := range c.batchPut(ctx, okKeys, okBufs, cfg, false) {
-		errs[idx[j]] = e
-	}
-	return errs
 }
 
 func leaseTTL(g *api.GetReplicaListResponse) time.Duration {

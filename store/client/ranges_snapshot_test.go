@@ -51,7 +51,7 @@ func TestSnapshotRanges(t *testing.T) {
 			v1, v2 := pattern(3<<20+5, 1), pattern(4096, 2)
 			cfg := api.ReplicateConfig{PreferredSegments: []string{owner.Hostname()}}
 			for k, v := range map[string][]byte{"k1": v1, "k2": v2} {
-				if err := owner.Put(ctx, k, v, cfg); err != nil {
+				if err := owner.PutValue(ctx, k, v, PutOptions{Config: cfg}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -111,7 +111,7 @@ func TestSnapshotRanges(t *testing.T) {
 
 			// upsert: the snapshot's lease keeps the old copy, a plain read sees the new one
 			newer := bytes.Repeat([]byte{'q'}, len(v2))
-			if err := owner.Upsert(ctx, "k2", newer, cfg); err != nil {
+			if err := owner.PutValue(ctx, "k2", newer, PutOptions{Config: cfg, Upsert: true}); err != nil {
 				t.Fatal(err)
 			}
 			got, errs = snap.GetRanges(ctx, []RangeGroup{{Key: "k2", Frags: []Range{frag(out, 0, 0, 4096)}}}, false)
@@ -136,7 +136,7 @@ func TestSnapshotLease(t *testing.T) {
 	reader := newClient(t, addr, 8<<20)
 	ctx := context.Background()
 	old := pattern(1000, 3)
-	if err := owner.Put(ctx, "a", old, api.ReplicateConfig{}); err != nil {
+	if err := owner.PutValue(ctx, "a", old, PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	out := registeredBuf(t, reader, 1000, 0)
@@ -146,10 +146,10 @@ func TestSnapshotLease(t *testing.T) {
 		return errs[0][0]
 	}
 	newer := pattern(1000, 4)
-	if err := owner.Upsert(ctx, "a", newer, api.ReplicateConfig{}); err != nil {
+	if err := owner.PutValue(ctx, "a", newer, PutOptions{Upsert: true}); err != nil {
 		t.Fatal(err)
 	}
-	if err := owner.Put(ctx, "later", newer, api.ReplicateConfig{}); err != nil {
+	if err := owner.PutValue(ctx, "later", newer, PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
@@ -251,7 +251,7 @@ func TestSnapshotTemplatesAndPlans(t *testing.T) {
 	ctx := context.Background()
 	vals := map[string][]byte{"p0-a": pattern(8192, 5), "p0-b": pattern(8192, 6), "p1-a": pattern(8192, 7), "p1-b": pattern(8192, 8)}
 	for k, v := range vals {
-		if err := owner.Put(ctx, k, v, api.ReplicateConfig{}); err != nil {
+		if err := owner.PutValue(ctx, k, v, PutOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -393,7 +393,7 @@ func TestSnapshotStaging(t *testing.T) {
 	ctx := context.Background()
 	const n, size = 16, 256 << 10
 	for i := range n {
-		if err := reader.Put(ctx, fmt.Sprintf("s%d", i), pattern(size, byte(i)), api.ReplicateConfig{}); err != nil {
+		if err := reader.PutValue(ctx, fmt.Sprintf("s%d", i), pattern(size, byte(i)), PutOptions{}); err != nil {
 			t.Fatalf("put %d: %v", i, err)
 		}
 	}

@@ -144,7 +144,7 @@ func g3WorkingSetLargerThanMemory(t *testing.T, bins [2]string) {
 		go func() {
 			defer wg.Done()
 			for i := w; i < n; i += 4 {
-				if err := tc.me.Put(ctx, fmt.Sprintf("k%04d", i), tierValue(i, size), api.ReplicateConfig{}); err != nil {
+				if err := tc.me.PutValue(ctx, fmt.Sprintf("k%04d", i), tierValue(i, size), PutOptions{}); err != nil {
 					errs <- fmt.Errorf("put %d: %w", i, err)
 					return
 				}
@@ -163,7 +163,7 @@ func g3WorkingSetLargerThanMemory(t *testing.T, bins [2]string) {
 			for {
 				select {
 				case i := <-written:
-					got, err := tc.me.Get(ctx, fmt.Sprintf("k%04d", i))
+					got, err := tc.me.GetValue(ctx, fmt.Sprintf("k%04d", i))
 					if err != nil || !bytes.Equal(got, tierValue(i, size)) {
 						errs <- fmt.Errorf("concurrent get %d: %v (equal=%v)", i, err, bytes.Equal(got, tierValue(i, size)))
 						return
@@ -187,7 +187,7 @@ func g3WorkingSetLargerThanMemory(t *testing.T, bins [2]string) {
 	lost := 0
 	onDisk := 0
 	for i := range n {
-		got, err := tc.me.Get(ctx, fmt.Sprintf("k%04d", i))
+		got, err := tc.me.GetValue(ctx, fmt.Sprintf("k%04d", i))
 		if err != nil || !bytes.Equal(got, tierValue(i, size)) {
 			lost++
 			t.Errorf("get k%04d: %v", i, err)
@@ -224,12 +224,12 @@ func g3WorkingSetLargerThanMemory(t *testing.T, bins [2]string) {
 	}
 	f.WriteAt([]byte{0xde, 0xad, 0xbe, 0xef}, reps[0].Offset+4096+1000)
 	f.Close()
-	if _, err := tc.me.Get(ctx, victims[0]); api.CodeOf(err) != api.CHECKSUM_MISMATCH {
+	if _, err := tc.me.GetValue(ctx, victims[0]); api.CodeOf(err) != api.CHECKSUM_MISMATCH {
 		t.Errorf("get of a corrupt file: %v, want CHECKSUM_MISMATCH", err)
 	}
 	// A deleted file.
 	os.Remove(filepath.Join(tc.root, reps[1].Path))
-	if _, err := tc.me.Get(ctx, victims[1]); api.CodeOf(err) != api.FILE_NOT_FOUND {
+	if _, err := tc.me.GetValue(ctx, victims[1]); api.CodeOf(err) != api.FILE_NOT_FOUND {
 		t.Errorf("get of a deleted file: %v, want FILE_NOT_FOUND", err)
 	}
 	// A batch get of every object of the two damaged files (read with one open and one preadv
@@ -243,7 +243,7 @@ func g3WorkingSetLargerThanMemory(t *testing.T, bins [2]string) {
 			batch, want = append(batch, key), append(want, i)
 		}
 	}
-	vals, berrs := tc.me.BatchGet(ctx, batch)
+	vals, berrs := getValues(ctx, tc.me, batch)
 	shared := 0
 	for j, key := range batch {
 		switch r, _ := diskOnly(tc.replicas(key)); {
@@ -269,7 +269,7 @@ func g3WorkingSetLargerThanMemory(t *testing.T, bins [2]string) {
 	for i := range n {
 		key := fmt.Sprintf("k%04d", i)
 		if r, ok := diskOnly(tc.replicas(key)); ok && r.Path == reps[2].Path {
-			if err := tc.me.Remove(ctx, key, true); err != nil {
+			if err := tc.me.Remove(ctx, []string{key}, true)[0]; err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -299,7 +299,7 @@ func g3CapacityExhausted(t *testing.T, bins [2]string) {
 	stored := 0
 	var perr error
 	for i := range 64 {
-		if perr = tc.me.Put(ctx, fmt.Sprintf("c%03d", i), tierValue(i, size), api.ReplicateConfig{}); perr != nil {
+		if perr = tc.me.PutValue(ctx, fmt.Sprintf("c%03d", i), tierValue(i, size), PutOptions{}); perr != nil {
 			break
 		}
 		stored++
@@ -314,7 +314,7 @@ func g3CapacityExhausted(t *testing.T, bins [2]string) {
 		t.Errorf("no refusal counted")
 	}
 	for i := range stored {
-		got, err := tc.me.Get(ctx, fmt.Sprintf("c%03d", i))
+		got, err := tc.me.GetValue(ctx, fmt.Sprintf("c%03d", i))
 		if err != nil || !bytes.Equal(got, tierValue(i, size)) {
 			t.Fatalf("get c%03d: %v", i, err)
 		}
@@ -330,7 +330,7 @@ func g3ClientKilledDuringOffload(t *testing.T, bins [2]string) {
 	ctx := context.Background()
 	const n, size = 160, 256 << 10
 	for i := range n {
-		if err := tc.me.Put(ctx, fmt.Sprintf("x%03d", i), tierValue(i, size), api.ReplicateConfig{}); err != nil {
+		if err := tc.me.PutValue(ctx, fmt.Sprintf("x%03d", i), tierValue(i, size), PutOptions{}); err != nil {
 			t.Fatalf("put %d: %v", i, err)
 		}
 	}
@@ -344,7 +344,7 @@ func g3ClientKilledDuringOffload(t *testing.T, bins [2]string) {
 	// Keep moves going and kill a client in the middle of them.
 	go func() {
 		for i := n; i < n+40; i++ {
-			tc.me.Put(ctx, fmt.Sprintf("x%03d", i), tierValue(i, size), api.ReplicateConfig{})
+			tc.me.PutValue(ctx, fmt.Sprintf("x%03d", i), tierValue(i, size), PutOptions{})
 		}
 	}()
 	time.Sleep(150 * time.Millisecond)
@@ -353,7 +353,7 @@ func g3ClientKilledDuringOffload(t *testing.T, bins [2]string) {
 	lost := 0
 	for i := range n + 40 {
 		key := fmt.Sprintf("x%03d", i)
-		got, err := tc.me.Get(ctx, key)
+		got, err := tc.me.GetValue(ctx, key)
 		switch {
 		case err == nil && bytes.Equal(got, tierValue(i, size)):
 		case err == nil:

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/mooncake-go/mooncake/internal/testsvc"
-	"github.com/mooncake-go/mooncake/store/api"
 )
 
 // g3Failover: two HA master processes share --root_fs_dir; objects are moved to G3 under the
@@ -30,7 +29,7 @@ func g3Failover(t *testing.T, bins [2]string) {
 	ctx := context.Background()
 	const n, size = 96, 256 << 10 // 24 MiB against 8 MiB of memory
 	for i := range n {
-		if err := reader.Put(ctx, fmt.Sprintf("h%03d", i), tierValue(i, size), api.ReplicateConfig{}); err != nil {
+		if err := reader.PutValue(ctx, fmt.Sprintf("h%03d", i), tierValue(i, size), PutOptions{}); err != nil {
 			t.Fatalf("put %d: %v", i, err)
 		}
 	}
@@ -50,19 +49,19 @@ func g3Failover(t *testing.T, bins [2]string) {
 	a.p.cmd.Process.Signal(syscall.SIGKILL)
 	b.waitServing(t, 30*time.Second)
 	for i := range n {
-		got, err := reader.Get(ctx, fmt.Sprintf("h%03d", i))
+		got, err := reader.GetValue(ctx, fmt.Sprintf("h%03d", i))
 		if err != nil || !bytes.Equal(got, tierValue(i, size)) {
 			t.Fatalf("get h%03d after the failover: %v", i, err)
 		}
 	}
 	// The new leader keeps moving objects (it knows the file generations in use).
 	for i := n; i < n+32; i++ {
-		if err := reader.Put(ctx, fmt.Sprintf("h%03d", i), tierValue(i, size), api.ReplicateConfig{}); err != nil {
+		if err := reader.PutValue(ctx, fmt.Sprintf("h%03d", i), tierValue(i, size), PutOptions{}); err != nil {
 			t.Fatalf("put %d after the failover: %v", i, err)
 		}
 	}
 	for i := range n + 32 {
-		got, err := reader.Get(ctx, fmt.Sprintf("h%03d", i))
+		got, err := reader.GetValue(ctx, fmt.Sprintf("h%03d", i))
 		if err != nil || !bytes.Equal(got, tierValue(i, size)) {
 			t.Fatalf("get h%03d: %v", i, err)
 		}

@@ -7,8 +7,6 @@ import (
 	"os"
 	"testing"
 	"time"
-
-	"github.com/mooncake-go/mooncake/store/api"
 )
 
 // g3Promotion: with --promotion_on_hit and --promotion_admission_threshold=2, the second get
@@ -18,13 +16,13 @@ func g3Promotion(t *testing.T, bins [2]string) {
 	ctx := context.Background()
 	const n, size = 96, 256 << 10
 	for i := range n {
-		if err := tc.me.Put(ctx, fmt.Sprintf("p%03d", i), tierValue(i, size), api.ReplicateConfig{}); err != nil {
+		if err := tc.me.PutValue(ctx, fmt.Sprintf("p%03d", i), tierValue(i, size), PutOptions{}); err != nil {
 			t.Fatalf("put %d: %v", i, err)
 		}
 	}
 	// Make room below the watermark so that a promotion is admitted.
 	for i := n / 2; i < n; i++ {
-		if err := tc.me.Remove(ctx, fmt.Sprintf("p%03d", i), true); err != nil {
+		if err := tc.me.Remove(ctx, []string{fmt.Sprintf("p%03d", i)}, true)[0]; err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -42,7 +40,7 @@ func g3Promotion(t *testing.T, bins [2]string) {
 	before := tc.me.TierStats()
 	timed := func() time.Duration {
 		t0 := time.Now()
-		got, err := tc.me.Get(ctx, key)
+		got, err := tc.me.GetValue(ctx, key)
 		d := time.Since(t0)
 		if err != nil || !bytes.Equal(got, tierValue(idx, size)) {
 			t.Fatalf("get %s: %v", key, err)
@@ -77,11 +75,11 @@ func g3BelowWatermark(t *testing.T, bins [2]string) {
 		for i := range n {
 			key := fmt.Sprintf("b%03d", i)
 			if round == 0 {
-				if err := tc.me.Put(ctx, key, tierValue(i, size), api.ReplicateConfig{}); err != nil {
+				if err := tc.me.PutValue(ctx, key, tierValue(i, size), PutOptions{}); err != nil {
 					t.Fatal(err)
 				}
 			}
-			got, err := tc.me.Get(ctx, key)
+			got, err := tc.me.GetValue(ctx, key)
 			if err != nil || !bytes.Equal(got, tierValue(i, size)) {
 				t.Fatalf("get %s: %v", key, err)
 			}

@@ -231,6 +231,68 @@ fn cfg_ptr(c: &Option<CConfig>) -> *const sys::mc_replicate_config {
     c.as_ref().map_or(ptr::null(), |c| &c.raw as *const _)
 }
 
+/// The items of a request in C form (`mc_store_item`: a key and its parts), with the keys and
+/// part arrays they point to.
+struct CItems {
+    raw: Vec<sys::mc_store_item>,
+    _keys: Vec<CString>,
+    _addrs: Vec<u64>,
+    _lens: Vec<u64>,
+}
+
+impl CItems {
+    /// Item i is keys[i] with the parts parts[i] ((address, length) pairs; none when parts is
+    /// shorter).
+    fn new<K: AsRef<str>>(keys: &[K], parts: &[Vec<(u64, u64)>]) -> Result<CItems> {
+        batch_len(keys.len())?;
+        let owned = keys
+            .iter()
+            .map(|k| ckey(k.as_ref()))
+            .collect::<Result<Vec<_>>>()?;
+        let addrs: Vec<u64> = parts.iter().flatten().map(|p| p.0).collect();
+        let lens: Vec<u64> = parts.iter().flatten().map(|p| p.1).collect();
+        let mut raw = Vec::with_capacity(owned.len());
+        let mut off = 0;
+        for (i, k) in owned.iter().enumerate() {
+            let np = parts.get(i).map_or(0, |p| p.len());
+            let (a, l) = if np == 0 {
+                (ptr::null(), ptr::null())
+            } else {
+                (addrs[off..].as_ptr(), lens[off..].as_ptr())
+            };
+            raw.push(sys::mc_store_item {
+                key: k.as_ptr(),
+                addrs: a,
+                lens: l,
+                nparts: batch_len(np)?,
+            });
+            off += np;
+        }
+        Ok(CItems {
+            raw,
+            _keys: owned,
+            _addrs: addrs,
+            _lens: lens,
+        })
+    }
+
+    fn len(&self) -> usize {
+        self.raw.len()
+    }
+}
+
+/// One part over a slice: its (address, length).
+fn part(b: &[u8]) -> Vec<(u64, u64)> {
+    vec![(b.as_ptr() as u64, b.len() as u64)]
+}
+
+/// The result of a call's only item.
+fn one<T>(r: Result<Vec<Result<T>>>) -> Result<T> {
+    r?.into_iter()
+        .next()
+        .unwrap_or(Err(StoreError::OperationFailed(codes::INTERNAL_ERROR)))
+}
+
 /// The store's view of its master connection, from [`MooncakeStore::health_check`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Health {
@@ -247,25 +309,9 @@ pub struct MooncakeStore {
     handle: u64,
 }
 
-/// The allocator mc_store_get_with calls once the value's size is known: reserves it in the
-/// Vec behind ctx.
-unsafe extern "C" fn alloc_vec(ctx: *mut c_void, len: u64) -> *mut c_void {
-    // SAFETY: ctx is the &mut Vec<u8> that `get` passes, alive for the whole call.
-    let v = unsafe { &mut *(ctx as *mut Vec<u8>) };
-    let n = match usize::try_from(len) {
-        Ok(n) => n,
-        Err(_) => return ptr::null_mut(),
-    };
-    v.clear();
-    if v.try_reserve_exact(n).is_err() {
-        return ptr::null_mut();
-    }
-    v.as_mut_ptr() as *mut c_void
-}
-
-/// The allocator mc_store_batch_get_with calls for key i: reserves the value's size in slot i of
-/// the Vec<Vec<u8>> behind ctx.
-unsafe extern "C" fn alloc_batch(ctx: *mut c_void, i: i32, len: u64) -> *mut c_void {
+/// The allocator mc_store_get calls for item i: reserves the value's size in slot i of the
+/// Vec<Vec<u8>> behind ctx.
+unsafe extern "C" fn alloc_vecs(ctx: *mut c_void, i: i32, len: u64) -> *mut c_void {
     // SAFETY: ctx is the &mut Vec<Vec<u8>> (one slot per key) that `batch_get` passes, alive
     // for the whole call.
     let vals = unsafe { &mut *(ctx as *mut Vec<Vec<u8>>) };
@@ -381,21 +427,8 @@ impl MooncakeStore {
     /// Stores `value` under `key` (write-once: a put of an existing key succeeds without
     /// rewriting it). `config`: `None` for one replica without pins.
     pub fn put(&self, key: &str, value: &[u8], config: Option<&ReplicateConfig>) -> Result<()> {
-        let k = ckey(key)?;
-        let c = CConfig::new(config)?;
-        // SAFETY: value is readable for its length; k and c live across the call.
-        check(
-            unsafe {
-                sys::mc_store_put(
-                    self.handle,
-                    k.as_ptr(),
-                    value.as_ptr() as *const c_void,
-                    value.len() as u64,
-                    cfg_ptr(&c),
-                )
-            }
-            .into(),
-        )
+        // SAFETY: value is readable for its length across the call.
+        one(unsafe { self.put_items(&CItems::new(&[key], &[part(value)])?, config) })
     }
 
     /// Stores the concatenation of `parts` under `key` without joining them first.
@@ -405,99 +438,118 @@ impl MooncakeStore {
         parts: &[&[u8]],
         config: Option<&ReplicateConfig>,
     ) -> Result<()> {
-        let k = ckey(key)?;
+        batch_len(parts.len())?;
+        let ps = parts
+            .iter()
+            .map(|p| (p.as_ptr() as u64, p.len() as u64))
+            .collect();
+        // SAFETY: every part is readable for its length across the call.
+        one(unsafe { self.put_items(&CItems::new(&[key], &[ps])?, config) })
+    }
+
+    /// Runs mc_store_put (write-once) on items. The outer error is for a call that could not
+    /// run; the inner results are per item.
+    ///
+    /// # Safety
+    /// Every part of every item must be readable for its length for the duration of the call.
+    unsafe fn put_items(
+        &self,
+        items: &CItems,
+        config: Option<&ReplicateConfig>,
+    ) -> Result<Vec<Result<()>>> {
         let c = CConfig::new(config)?;
-        let n = batch_len(parts.len())?;
-        let ptrs: Vec<*const c_void> = parts.iter().map(|p| p.as_ptr() as *const c_void).collect();
-        let lens: Vec<u64> = parts.iter().map(|p| p.len() as u64).collect();
-        // SAFETY: n parts, each readable for its length, alive across the call.
+        let mut res = vec![0i32; items.len()];
+        // SAFETY: the caller's contract; items, c and res (one slot per item) live across the
+        // call.
         check(
             unsafe {
-                sys::mc_store_put_parts(
+                sys::mc_store_put(
                     self.handle,
-                    k.as_ptr(),
-                    ptrs.as_ptr(),
-                    lens.as_ptr(),
-                    n,
+                    items.raw.as_ptr(),
+                    items.len() as i32,
                     cfg_ptr(&c),
+                    0,
+                    res.as_mut_ptr(),
                 )
             }
             .into(),
-        )
+        )?;
+        Ok(res.into_iter().map(|r| check(r.into())).collect())
     }
 
     /// Returns the value of `key`, read once into a Vec of exactly its size.
     pub fn get(&self, key: &str) -> Result<Vec<u8>> {
-        let k = ckey(key)?;
-        let mut v: Vec<u8> = Vec::new();
-        let mut len = 0u64;
-        // SAFETY: alloc_vec gets &mut v as ctx and returns its reserved storage, which the
-        // library fills with len bytes before returning 0.
-        let rc = unsafe {
-            sys::mc_store_get_with(
-                self.handle,
-                k.as_ptr(),
-                Some(alloc_vec),
-                &mut v as *mut Vec<u8> as *mut c_void,
-                &mut len,
-            )
-        };
-        check(rc.into())?;
-        let len = len as usize;
-        if len > v.capacity() {
-            return Err(StoreError::OperationFailed(codes::INTERNAL_ERROR));
-        }
-        // SAFETY: the library wrote len bytes into v's storage (len <= capacity).
-        unsafe { v.set_len(len) };
-        Ok(v)
+        one(self.batch_get(&[key]))
     }
 
     /// Reads `key` into `buf` and returns the value's length; `OperationFailed(BUFFER_OVERFLOW)`
     /// when `buf` is too small. Zero-copy when `buf` lies in a [`RegisteredBuffer`] (use
     /// [`RegisteredBuffer::as_mut_slice`] or [`RegisteredBuffer::get_into`]).
     pub fn get_into(&self, key: &str, buf: &mut [u8]) -> Result<usize> {
-        let k = ckey(key)?;
+        ckey(key)?;
         if buf.is_empty() {
             return Err(StoreError::InvalidArgument(
                 "get_into needs a non-empty buffer".into(),
             ));
         }
+        let items = CItems::new(&[key], &[part(buf)])?;
         // SAFETY: buf is writable for its length and exclusively borrowed across the call.
-        let n = unsafe {
-            sys::mc_store_get_into(
-                self.handle,
-                k.as_ptr(),
-                buf.as_mut_ptr() as u64,
-                buf.len() as u64,
-            )
-        };
-        check(n)?;
-        Ok(n as usize)
+        one(unsafe { self.get_items(&items, None, ptr::null_mut()) })
+    }
+
+    /// Runs mc_store_get on items: into their parts, or with alloc into memory it gives. The
+    /// outer error is for a call that could not run; per item the value's size or its error.
+    ///
+    /// # Safety
+    /// Every part of every item must be writable for its length for the duration of the call,
+    /// and alloc must be sound to call with ctx.
+    unsafe fn get_items(
+        &self,
+        items: &CItems,
+        alloc: sys::mc_store_alloc_fn,
+        ctx: *mut c_void,
+    ) -> Result<Vec<Result<usize>>> {
+        let mut sizes = vec![0u64; items.len()];
+        let mut res = vec![0i32; items.len()];
+        // SAFETY: the caller's contract; items, sizes and res (one slot per item) live across
+        // the call.
+        check(
+            unsafe {
+                sys::mc_store_get(
+                    self.handle,
+                    items.raw.as_ptr(),
+                    items.len() as i32,
+                    alloc,
+                    ctx,
+                    sizes.as_mut_ptr(),
+                    res.as_mut_ptr(),
+                )
+            }
+            .into(),
+        )?;
+        Ok(res
+            .into_iter()
+            .zip(sizes)
+            .map(|(r, n)| check(r.into()).map(|_| n as usize))
+            .collect())
     }
 
     /// The size of `key`'s value in bytes.
     pub fn get_size(&self, key: &str) -> Result<u64> {
-        let k = ckey(key)?;
-        // SAFETY: k lives across the call.
-        let n = unsafe { sys::mc_store_get_size(self.handle, k.as_ptr()) };
-        check(n)?;
-        Ok(n as u64)
+        match one(self.exist_sizes(&[key]))? {
+            0 => Err(StoreError::OperationFailed(codes::OBJECT_NOT_FOUND)),
+            n => Ok(n),
+        }
     }
 
     /// Whether `key` exists.
     pub fn is_exist(&self, key: &str) -> Result<bool> {
-        let k = ckey(key)?;
-        // SAFETY: k lives across the call.
-        let rc = unsafe { sys::mc_store_is_exist(self.handle, k.as_ptr()) };
-        check(rc.into())?;
-        Ok(rc == 1)
+        one(self.batch_is_exist(&[key]))
     }
 
     /// Removes `key`; `force` removes it even while a reader holds a lease on it.
     pub fn remove(&self, key: &str, force: bool) -> Result<()> {
-        let k = ckey(key)?;
-        // SAFETY: k lives across the call.
-        check(unsafe { sys::mc_store_remove(self.handle, k.as_ptr(), force as i32) }.into())
+        one(self.batch_remove(&[key], force))
     }
 
     /// Removes every key matching the regular expression `pattern` (RE2 syntax); returns how many.
@@ -511,8 +563,8 @@ impl MooncakeStore {
 
     /// Removes every key; returns how many.
     pub fn remove_all(&self) -> Result<u64> {
-        // SAFETY: plain value argument.
-        let n = unsafe { sys::mc_store_remove_all(self.handle) };
+        // SAFETY: plain value arguments (keep_held 0: leased and hard-pinned keys go too).
+        let n = unsafe { sys::mc_store_remove_all(self.handle, 0) };
         check(n)?;
         Ok(n as u64)
     }
@@ -529,28 +581,9 @@ impl MooncakeStore {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let (_owned, kp) = ckeys(keys)?;
-        let n = batch_len(keys.len())?;
-        let c = CConfig::new(config)?;
-        let dp: Vec<*const c_void> = values.iter().map(|v| v.as_ptr() as *const c_void).collect();
-        let lens: Vec<u64> = values.iter().map(|v| v.len() as u64).collect();
-        let mut res = vec![0i32; keys.len()];
-        // SAFETY: n keys, values and lengths, alive across the call; res has n slots.
-        check(
-            unsafe {
-                sys::mc_store_batch_put(
-                    self.handle,
-                    kp.as_ptr(),
-                    dp.as_ptr(),
-                    lens.as_ptr(),
-                    n,
-                    cfg_ptr(&c),
-                    res.as_mut_ptr(),
-                )
-            }
-            .into(),
-        )?;
-        Ok(res.into_iter().map(|r| check(r.into())).collect())
+        let parts: Vec<_> = values.iter().map(|v| part(v)).collect();
+        // SAFETY: every value is readable for its length across the call.
+        unsafe { self.put_items(&CItems::new(keys, &parts)?, config) }
     }
 
     /// Returns each key's value or error. The outer error is for a batch that could not run.
@@ -558,34 +591,23 @@ impl MooncakeStore {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let (_owned, kp) = ckeys(keys)?;
-        let n = batch_len(keys.len())?;
+        let items = CItems::new(keys, &[])?;
         let mut vals: Vec<Vec<u8>> = (0..keys.len()).map(|_| Vec::new()).collect();
-        let mut lens = vec![0u64; keys.len()];
-        let mut res = vec![0i32; keys.len()];
-        // SAFETY: n keys; vals, lens and res have n slots each; alloc_batch gets &mut vals as
-        // ctx and returns slot i's reserved storage, which the library fills with lens[i] bytes
-        // when res[i] is 0.
-        let rc = unsafe {
-            sys::mc_store_batch_get_with(
-                self.handle,
-                kp.as_ptr(),
-                n,
-                Some(alloc_batch),
+        // SAFETY: the items have no parts; alloc_vecs gets &mut vals (one slot per key) as ctx
+        // and returns slot i's reserved storage, which the library fills with the value's size
+        // when item i succeeds.
+        let got = unsafe {
+            self.get_items(
+                &items,
+                Some(alloc_vecs),
                 &mut vals as *mut Vec<Vec<u8>> as *mut c_void,
-                lens.as_mut_ptr(),
-                res.as_mut_ptr(),
             )
-        };
-        check(rc.into())?;
+        }?;
         let out = vals
             .into_iter()
-            .enumerate()
-            .map(|(i, mut v)| {
-                if res[i] != 0 {
-                    return check(res[i].into()).map(|_| Vec::new());
-                }
-                let len = lens[i] as usize;
+            .zip(got)
+            .map(|(mut v, r)| {
+                let len = r?;
                 if len > v.capacity() {
                     return Err(StoreError::OperationFailed(codes::INTERNAL_ERROR));
                 }
@@ -612,59 +634,35 @@ impl MooncakeStore {
                 "batch_get_into needs non-empty buffers".into(),
             ));
         }
-        let (_owned, kp) = ckeys(keys)?;
-        let addrs: Vec<u64> = bufs.iter_mut().map(|b| b.as_mut_ptr() as u64).collect();
-        let lens: Vec<u64> = bufs.iter().map(|b| b.len() as u64).collect();
+        let parts: Vec<_> = bufs.iter().map(|b| part(b)).collect();
         // SAFETY: every buffer is writable for its length and exclusively borrowed.
-        unsafe { self.batch_get_into_raw(&kp, &addrs, &lens) }
+        unsafe { self.get_items(&CItems::new(keys, &parts)?, None, ptr::null_mut()) }
     }
 
-    /// # Safety
-    /// Each addrs[i] must be writable for lens[i] bytes for the duration of the call.
-    unsafe fn batch_get_into_raw(
-        &self,
-        kp: &[*const c_char],
-        addrs: &[u64],
-        lens: &[u64],
-    ) -> Result<Vec<Result<usize>>> {
-        let n = batch_len(kp.len())?;
-        let mut res = vec![0i64; kp.len()];
-        // SAFETY: the caller's contract; res has n slots.
-        check(
-            unsafe {
-                sys::mc_store_batch_get_into(
-                    self.handle,
-                    kp.as_ptr(),
-                    addrs.as_ptr(),
-                    lens.as_ptr(),
-                    n,
-                    res.as_mut_ptr(),
-                )
-            }
-            .into(),
-        )?;
-        Ok(res
-            .into_iter()
-            .map(|r| check(r).map(|_| r as usize))
-            .collect())
-    }
-
-    /// Per key: whether it exists, or its error.
-    pub fn batch_is_exist<K: AsRef<str>>(&self, keys: &[K]) -> Result<Vec<Result<bool>>> {
+    /// Per key: the size of its value, 0 when it does not exist, or its error.
+    fn exist_sizes<K: AsRef<str>>(&self, keys: &[K]) -> Result<Vec<Result<u64>>> {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
         let (_owned, kp) = ckeys(keys)?;
         let n = batch_len(keys.len())?;
-        let mut res = vec![0i32; keys.len()];
+        let mut res = vec![0i64; keys.len()];
         // SAFETY: n keys; res has n slots.
         check(
-            unsafe { sys::mc_store_batch_is_exist(self.handle, kp.as_ptr(), n, res.as_mut_ptr()) }
-                .into(),
+            unsafe { sys::mc_store_is_exist(self.handle, kp.as_ptr(), n, res.as_mut_ptr()) }.into(),
         )?;
         Ok(res
             .into_iter()
-            .map(|r| check(r.into()).map(|_| r == 1))
+            .map(|r| check(r).map(|_| r as u64))
+            .collect())
+    }
+
+    /// Per key: whether it exists, or its error.
+    pub fn batch_is_exist<K: AsRef<str>>(&self, keys: &[K]) -> Result<Vec<Result<bool>>> {
+        Ok(self
+            .exist_sizes(keys)?
+            .into_iter()
+            .map(|r| r.map(|n| n > 0))
             .collect())
     }
 
@@ -679,13 +677,7 @@ impl MooncakeStore {
         // SAFETY: n keys; res has n slots.
         check(
             unsafe {
-                sys::mc_store_batch_remove(
-                    self.handle,
-                    kp.as_ptr(),
-                    n,
-                    force as i32,
-                    res.as_mut_ptr(),
-                )
+                sys::mc_store_remove(self.handle, kp.as_ptr(), n, force as i32, res.as_mut_ptr())
             }
             .into(),
         )?;
@@ -804,16 +796,7 @@ impl<'a> RegisteredBuffer<'a> {
         range: Range<usize>,
         config: Option<&ReplicateConfig>,
     ) -> Result<()> {
-        let k = ckey(key)?;
-        let (addr, len) = self.range_addr(&range)?;
-        let c = CConfig::new(config)?;
-        // SAFETY: addr..addr+len lies in this registered buffer, readable across the call.
-        check(
-            unsafe {
-                sys::mc_store_put_from(self.store.handle, k.as_ptr(), addr, len, cfg_ptr(&c))
-            }
-            .into(),
-        )
+        one(self.batch_put_from(&[key], &[range], config))
     }
 
     /// `put_from` for many keys: `keys[i]` gets bytes `ranges[i]`.
@@ -827,43 +810,16 @@ impl<'a> RegisteredBuffer<'a> {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let (_owned, kp) = ckeys(keys)?;
-        let n = batch_len(keys.len())?;
-        let (addrs, lens): (Vec<u64>, Vec<u64>) = ranges
-            .iter()
-            .map(|r| self.range_addr(r))
-            .collect::<Result<Vec<_>>>()?
-            .into_iter()
-            .unzip();
-        let c = CConfig::new(config)?;
-        let mut res = vec![0i32; keys.len()];
-        // SAFETY: every range lies in this registered buffer; res has n slots.
-        check(
-            unsafe {
-                sys::mc_store_batch_put_from(
-                    self.store.handle,
-                    kp.as_ptr(),
-                    addrs.as_ptr(),
-                    lens.as_ptr(),
-                    n,
-                    cfg_ptr(&c),
-                    res.as_mut_ptr(),
-                )
-            }
-            .into(),
-        )?;
-        Ok(res.into_iter().map(|r| check(r.into())).collect())
+        let items = self.range_items(keys, ranges)?;
+        // SAFETY: every range lies in this registered buffer, readable across the call.
+        unsafe { self.store.put_items(&items, config) }
     }
 
     /// Reads `key` into this buffer from byte `offset` on, straight into the registered
     /// memory; returns the value's length (`OperationFailed(BUFFER_OVERFLOW)` if it does not fit).
     pub fn get_into(&mut self, key: &str, offset: usize) -> Result<usize> {
-        let (addr, len) = self.range_addr(&(offset..self.len))?;
-        let k = ckey(key)?;
-        // SAFETY: addr..addr+len lies in this registered buffer, exclusively borrowed.
-        let n = unsafe { sys::mc_store_get_into(self.store.handle, k.as_ptr(), addr, len) };
-        check(n)?;
-        Ok(n as usize)
+        let range = offset..self.len;
+        one(self.batch_get_into(&[key], std::slice::from_ref(&range)))
     }
 
     /// `get_into` for many keys: `keys[i]` into bytes `ranges[i]`; per key the length or error.
@@ -876,16 +832,19 @@ impl<'a> RegisteredBuffer<'a> {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let (_owned, kp) = ckeys(keys)?;
-        let (addrs, lens): (Vec<u64>, Vec<u64>) = ranges
-            .iter()
-            .map(|r| self.range_addr(r))
-            .collect::<Result<Vec<_>>>()?
-            .into_iter()
-            .unzip();
+        let items = self.range_items(keys, ranges)?;
         // SAFETY: every range lies in this buffer, exclusively borrowed (overlapping ranges only
         // mix bytes, they cannot reach memory outside it).
-        unsafe { self.store.batch_get_into_raw(&kp, &addrs, &lens) }
+        unsafe { self.store.get_items(&items, None, ptr::null_mut()) }
+    }
+
+    /// Items of keys[i] with bytes ranges[i] of this buffer as their one part.
+    fn range_items<K: AsRef<str>>(&self, keys: &[K], ranges: &[Range<usize>]) -> Result<CItems> {
+        let parts = ranges
+            .iter()
+            .map(|r| self.range_addr(r).map(|p| vec![p]))
+            .collect::<Result<Vec<_>>>()?;
+        CItems::new(keys, &parts)
     }
 }
 
