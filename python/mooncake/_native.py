@@ -46,6 +46,24 @@ def lib() -> ctypes.CDLL:
     return _lib
 
 
+_declared: set = set()
+
+
+def declare(table: str, signatures: dict) -> ctypes.CDLL:
+    """The library with the entries of ``signatures`` ({name: (restype, argtypes)}) declared,
+    once per ``table`` (a name for the caller's table) for the whole process."""
+    l = lib()
+    if table not in _declared:
+        with _lock:
+            if table not in _declared:
+                for name, (res, args) in signatures.items():
+                    f = getattr(l, name)
+                    f.restype = res
+                    f.argtypes = args
+                _declared.add(table)
+    return l
+
+
 def last_error() -> str:
     msg = lib().mooncake_last_error()
     return msg.decode("utf-8", "replace") if msg else ""

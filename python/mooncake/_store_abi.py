@@ -92,7 +92,7 @@ _new_bytes = ctypes.pythonapi.PyBytes_FromStringAndSize
 _new_bytes.restype = ctypes.py_object
 _new_bytes.argtypes = [_vp, ctypes.c_ssize_t]
 _BYTES_DATA = bytes.__basicsize__ - 1  # offset of ob_sval in a bytes object
-_get_slot = threading.local()
+_get_scratch = threading.local()
 
 
 def _fresh_bytes(n):
@@ -108,7 +108,7 @@ def _fresh_bytes(n):
 def _bytes_alloc(ctx, i, n):
     b, addr = _fresh_bytes(n)
     if b is not None:
-        _get_slot.batch[i] = b
+        _get_scratch.batch[i] = b
     return addr
 
 
@@ -189,23 +189,9 @@ FAMILIES = {"lifecycle": LIFECYCLE, "data": DATA, "ranged": RANGED,
             "query_remove": QUERY_REMOVE, "replicas": REPLICAS, "memory": MEMORY}
 SIGNATURES = {name: sig for family in FAMILIES.values() for name, sig in family.items()}
 
-_setup_done = False
-_setup_lock = threading.Lock()
-
-
 def _lib():
     """The library, with every store entry's signature set (on the first call)."""
-    global _setup_done
-    l = _native.lib()
-    if not _setup_done:
-        with _setup_lock:
-            if not _setup_done:
-                for name, (res, args) in SIGNATURES.items():
-                    f = getattr(l, name)
-                    f.restype = res
-                    f.argtypes = args
-                _setup_done = True
-    return l
+    return _native.declare("store", SIGNATURES)
 
 
 # ---- the calling thread's last error ------------------------------------------------------------
@@ -390,12 +376,12 @@ def get(h: int, keys, parts=None, memory=None):
         return sizes[:n], codes[:n]
     if memory == BYTES:
         vals = [None] * n
-        slot = _get_slot
-        slot.batch = vals
+        scratch = _get_scratch
+        scratch.batch = vals
         try:
             l.mc_store_get(h, arr, n, _BYTES_ALLOC, None, sizes, codes)
         finally:
-            slot.batch = None
+            scratch.batch = None
         # bytes made for an item that then failed hold no value
         return [v if c == 0 and v is not None and len(v) == z else None
                 for v, c, z in zip(vals, codes, sizes)], codes[:n]

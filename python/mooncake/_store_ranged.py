@@ -266,7 +266,7 @@ class RangedReadMixin:
         keys: List[bytes] = []
         counts = array.array("q")
         srcs, dsts, sizes = array.array("Q"), array.array("Q"), array.array("Q")
-        slots = []  # (row, position in the row) of each group sent
+        places = []  # (row, position in the row) of each group sent
         for i in range(len(all_keys)):
             row: List[List[int]] = []
             for j, key in enumerate(all_keys[i]):
@@ -298,7 +298,7 @@ class RangedReadMixin:
                 dsts.extend(g_dst)
                 srcs.extend(g_src)
                 sizes.extend(g_size)
-                slots.append((len(out), len(row)))
+                places.append((len(out), len(row)))
                 row.append([])
             out.append(row)
         if not keys:
@@ -314,7 +314,7 @@ class RangedReadMixin:
                 raise ValueError(_lib_message())
             codes = [rc] * len(sizes) if rc != 0 else res.tolist()
         pos = 0
-        for (r, c), m in zip(slots, counts):
+        for (r, c), m in zip(places, counts):
             out[r][c] = codes[pos:pos + m]
             pos += m
         return out

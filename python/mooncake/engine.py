@@ -35,8 +35,6 @@ SUPPORT_INTRA_NVLINK = False
 
 _u64 = ctypes.c_uint64
 _i32 = ctypes.c_int32
-_setup_done = False
-_setup_lock = threading.Lock()
 
 
 class TransferOpcode(enum.IntEnum):
@@ -137,46 +135,40 @@ def last_error() -> str:
     return _native.last_error()
 
 
+_P = ctypes.POINTER
+_c = ctypes.c_char_p
+# Every engine entry returns an int status.
+_SIGNATURES = {name: (ctypes.c_int, args) for name, args in {
+    "mc_engine_create": [_c, _c, _c, _c, _P(_u64)],
+    "mc_engine_destroy": [_u64],
+    "mc_engine_rpc_port": [_u64],
+    "mc_engine_segment_name": [_u64, _c, _i32],
+    "mc_engine_register": [_u64, _u64, _u64, _c],
+    "mc_engine_unregister": [_u64, _u64],
+    "mc_engine_register_batch": [_u64, _P(_u64), _P(_u64), _i32, _c],
+    "mc_engine_unregister_batch": [_u64, _P(_u64), _i32],
+    "mc_engine_allocate_shared": [_u64, _u64, _P(_u64)],
+    "mc_engine_free_shared": [_u64, _u64],
+    "mc_engine_open_segment": [_u64, _c, _P(_u64)],
+    "mc_engine_first_buffer": [_u64, _u64, _P(_u64)],
+    "mc_engine_allocate_batch": [_u64, _i32, _P(_u64)],
+    "mc_engine_submit": [_u64, _u64, _i32, _P(_i32), _P(_u64), _P(_u64), _P(_u64),
+                         _P(_u64), _c, _c],
+    "mc_engine_task_status": [_u64, _u64, _i32, _P(_i32), _P(_u64)],
+    "mc_engine_batch_status": [_u64, _u64, _P(_i32)],
+    "mc_engine_wait_batch": [_u64, _u64, ctypes.c_int64, _P(_i32)],
+    "mc_engine_free_batch": [_u64, _u64],
+    "mc_engine_send_notify": [_u64, _u64, _c, _c],
+    "mc_engine_get_notifies": [_u64, _c, _i32],
+    "mc_engine_probe": [_u64, _c],
+    "mc_engine_topology": [_u64, _c, _i32],
+    "mc_engine_transport_bytes": [_u64, _c, _i32],
+}.items()}
+
+
 def _lib():
-    global _setup_done
-    l = _native.lib()
-    if not _setup_done:
-        with _setup_lock:
-            if not _setup_done:
-                P = ctypes.POINTER
-                c = ctypes.c_char_p
-                sig = {
-                    "mc_engine_create": [c, c, c, c, P(_u64)],
-                    "mc_engine_destroy": [_u64],
-                    "mc_engine_rpc_port": [_u64],
-                    "mc_engine_segment_name": [_u64, c, _i32],
-                    "mc_engine_register": [_u64, _u64, _u64, c],
-                    "mc_engine_unregister": [_u64, _u64],
-                    "mc_engine_register_batch": [_u64, P(_u64), P(_u64), _i32, c],
-                    "mc_engine_unregister_batch": [_u64, P(_u64), _i32],
-                    "mc_engine_allocate_shared": [_u64, _u64, P(_u64)],
-                    "mc_engine_free_shared": [_u64, _u64],
-                    "mc_engine_open_segment": [_u64, c, P(_u64)],
-                    "mc_engine_first_buffer": [_u64, _u64, P(_u64)],
-                    "mc_engine_allocate_batch": [_u64, _i32, P(_u64)],
-                    "mc_engine_submit": [_u64, _u64, _i32, P(_i32), P(_u64), P(_u64), P(_u64),
-                                         P(_u64), c, c],
-                    "mc_engine_task_status": [_u64, _u64, _i32, P(_i32), P(_u64)],
-                    "mc_engine_batch_status": [_u64, _u64, P(_i32)],
-                    "mc_engine_wait_batch": [_u64, _u64, ctypes.c_int64, P(_i32)],
-                    "mc_engine_free_batch": [_u64, _u64],
-                    "mc_engine_send_notify": [_u64, _u64, c, c],
-                    "mc_engine_get_notifies": [_u64, c, _i32],
-                    "mc_engine_probe": [_u64, c],
-                    "mc_engine_topology": [_u64, c, _i32],
-                    "mc_engine_transport_bytes": [_u64, c, _i32],
-                }
-                for name, args in sig.items():
-                    fn = getattr(l, name)
-                    fn.argtypes = args
-                    fn.restype = ctypes.c_int
-                _setup_done = True
-    return l
+    """The library, with every engine entry's signature set (on the first call)."""
+    return _native.declare("engine", _SIGNATURES)
 
 
 def _arr(ctype, values: Sequence[int]):

@@ -47,8 +47,8 @@ import threading
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Union  # noqa: F401  (upstream's module had them)
 
 from ._store_abi import (_ALLOC_FN, _BYTES_DATA, _LIB_MSG, _P, ErrorCode, _ItemC,  # noqa: F401
-                         _ReplicateConfigC, _buffer, _cfg, _cs, _fresh_bytes, _get_slot, _i32, _i64, _key, _keys,
-                         _lib, _lib_message, _new_bytes, _setup_done, _setup_lock, _u64, _vp, last_error)
+                         _ReplicateConfigC, _buffer, _cfg, _cs, _fresh_bytes, _get_scratch, _i32, _i64, _key, _keys,
+                         _lib, _lib_message, _new_bytes, _u64, _vp, last_error)
 from ._store_data import DataMixin
 from ._store_memory import (_MPOL_PREFERRED, _NODE_DIR, _SET_MEMPOLICY, BufferHandle,  # noqa: F401
                             MooncakeHostMemAllocator, _cpu_list, _handle_del, _handle_types, _host_alloc,
