@@ -88,15 +88,15 @@ func newErrLog() *glog.Logger {
 }
 
 // logErr logs a failure a C function returns, where it happens: the line names the exported
-// function and the line in it that returned the code, then the code and the message that
-// mooncake_last_error() gives.
+// function and the line in it that set the code, then the code (a batch call's result for its
+// first failed key) and the message that mooncake_last_error() gives.
 func logErr(err error, code C.int, msg string) {
 	s := errSeverity(err)
 	if !errLog.Enabled(s) {
 		return
 	}
 	fn, file, line := entryFrame()
-	errLog.Log(s, file, line, fmt.Sprintf("%s returned %d: %s", fn, int(code), msg))
+	errLog.Log(s, file, line, fmt.Sprintf("%s: error %d: %s", fn, int(code), msg))
 }
 
 // errSeverity is how loudly a returned error is logged, as upstream logs the same event:
