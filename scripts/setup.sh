@@ -77,6 +77,14 @@ go_toolchain() {
   go mod download
 }
 
+# has_modules MODULE...: whether the virtualenv has them all (found, not imported: quick).
+has_modules() {
+  "$VENV/bin/python" - "$@" <<'PY' 2>/dev/null
+import importlib.util, sys
+sys.exit(any(importlib.util.find_spec(m) is None for m in sys.argv[1:]))
+PY
+}
+
 # The virtualenv and what the main job imports: torch (the job), numpy, matplotlib (the plot),
 # and setuptools and wheel to build this package.
 venv() {
@@ -86,7 +94,7 @@ venv() {
     "$VENV/bin/python" -m pip install -q --upgrade pip
     new=1
   fi
-  if "$VENV/bin/python" -c "import torch, numpy, matplotlib, setuptools, wheel" 2>/dev/null; then
+  if has_modules torch numpy matplotlib setuptools wheel; then
     [ "$new" = 1 ] || skipped=1
     return
   fi
@@ -103,7 +111,7 @@ build_stamp() {
   {
     git ls-files -z --cached --others --exclude-standard | xargs -0 -r sha1sum
     go env GOVERSION
-    "$VENV/bin/python" -c "import torch; print(torch.__version__)"
+    "$VENV/bin/python" -c "import importlib.metadata as m; print(m.version('torch'))"
     echo "MOONCAKE_DEBUG_BUILD=${MOONCAKE_DEBUG_BUILD:-}"
   } | sha1sum | cut -d' ' -f1
 }
@@ -111,7 +119,7 @@ package() {
   local want
   want=$(build_stamp)
   if [ -n "$want" ] && [ -f "$stamp_file" ] && [ "$(cat "$stamp_file")" = "$want" ] &&
-     "$VENV/bin/python" -c "import mooncake.engine" 2>/dev/null; then
+     has_modules mooncake.engine; then
     skipped=1
     return
   fi
@@ -137,7 +145,7 @@ minio() {
 }
 
 pytest_pkg() {
-  if "$VENV/bin/python" -c "import pytest" 2>/dev/null; then
+  if has_modules pytest; then
     skipped=1
     return
   fi
