@@ -91,6 +91,29 @@ def test_an_unknown_log_level_is_named_and_info_used():
     assert lines[1][2:4] == ("mc_engine_create", -1), err
 
 
+# The torch shim asks mc_work_run / mc_work_test about a work its completion thread may have
+# freed meanwhile: an unknown handle is an answer there (TRACE), a failure elsewhere (mc_work_free).
+WORK = """
+import ctypes
+from mooncake import _native
+l = _native.lib()
+for f in (l.mc_work_run, l.mc_work_test, l.mc_work_free):
+    f.argtypes, f.restype = [ctypes.c_uint64], ctypes.c_int
+print(l.mc_work_run(123456789), l.mc_work_test(123456789), l.mc_work_free(123456789))
+"""
+
+
+@pytest.mark.parametrize("level", [None, "TRACE"])
+def test_a_freed_work_is_an_answer_to_the_shims_probes(level):
+    out, err = run(WORK, MC_LOG_LEVEL=level)
+    assert out == ["-600 -600 -600"], out
+    want = [("E", "pg.go", "mc_work_free", -600, "unknown work handle 123456789")]
+    if level == "TRACE":
+        want = [("I", "pg.go", fn, -600, "unknown work handle 123456789")
+                for fn in ("mc_work_run", "mc_work_test")] + want
+    assert glog_lines(err) == want, err
+
+
 # ---- the store ----------------------------------------------------------------------------------
 
 # Runs the store operations of argv[2] against the master at argv[1], writing a marker line to
