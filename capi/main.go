@@ -77,12 +77,12 @@ var errLog = newErrLog()
 
 func newErrLog() *glog.Logger {
 	v := config.LogLevel.String()
-	min, ok := glog.ParseLevel(v)
-	l := glog.New(os.Stderr, min)
+	least, ok := glog.ParseLevel(v)
+	l := glog.New(os.Stderr, least)
 	if !ok {
 		_, file, line, _ := runtime.Caller(0)
 		l.Log(glog.Warning, file, line, fmt.Sprintf("%s=%q is not one of %s; using %v",
-			config.LogLevel.Name(), v, glog.Levels, min))
+			config.LogLevel.Name(), v, glog.Levels, least))
 	}
 	return l
 }

@@ -52,7 +52,7 @@ const Levels = "TRACE, INFO, WARNING or ERROR"
 // ParseLevel reads an MC_LOG_LEVEL value: TRACE, INFO, WARNING or ERROR (upstream compares them
 // exactly; surrounding blanks are ignored here). Empty is the default, INFO. Anything else gives
 // INFO and ok false, so the caller can say the value was ignored.
-func ParseLevel(v string) (min Severity, ok bool) {
+func ParseLevel(v string) (least Severity, ok bool) {
 	switch strings.TrimSpace(v) {
 	case "":
 		return Info, true
@@ -81,17 +81,17 @@ func Format(s Severity, t time.Time, tid int, file string, line int, msg string)
 
 // Logger writes glog lines at or above a minimum severity to one writer, a line per Write.
 type Logger struct {
-	mu  sync.Mutex
-	w   io.Writer
-	min Severity
+	mu    sync.Mutex
+	w     io.Writer
+	least Severity
 }
 
-// New returns a Logger that writes the lines of severity min and above to w.
-func New(w io.Writer, min Severity) *Logger { return &Logger{w: w, min: min} }
+// New returns a Logger that writes the lines of severity least and above to w.
+func New(w io.Writer, least Severity) *Logger { return &Logger{w: w, least: least} }
 
 // Enabled reports whether a line of severity s would be written: callers that spend work on
 // a message (a stack walk for its file and line) ask first.
-func (l *Logger) Enabled(s Severity) bool { return s >= l.min }
+func (l *Logger) Enabled(s Severity) bool { return s >= l.least }
 
 // Log writes msg as a line of severity s from file:line, stamped now and with the calling
 // thread's id (a C thread that called into the library keeps its own id), when s is enabled.
