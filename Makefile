@@ -1,7 +1,12 @@
 # Mooncake in Go. The two commands a fresh machine needs:
-#   make run    set up, then run the main job: DDP training and an all_reduce sweep on
-#               mooncake-cpu and on gloo, side by side (examples/ddp_train.py), and the plot
-#   make test   set up, then run every test (Go with -race, then pytest)
+#   make run    set up what the main job needs (scripts/setup.sh: Go modules, .venv with torch
+#               and matplotlib, this package built from source), then run it: DDP training and
+#               an all_reduce sweep on mooncake-cpu and on gloo, side by side
+#               (examples/ddp_train.py), and the plot
+#   make test   set up that and the test bench (scripts/setup.sh --test: etcd, Redis,
+#               Prometheus, iproute2, openssl, MinIO, pytest, the Rust toolchain, libclang,
+#               cargo fetch), then run every test (go vet, Go with -race, pytest, cargo)
+# Set-up is idempotent and prints the time of each step.
 SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
 # Go-installed tools (MinIO for the S3 tests) live in GOPATH/bin.
@@ -12,16 +17,21 @@ PY := $(VENV)/bin/python
 # backend wait on the scheduler; try NPROC=4 on a bigger host).
 NPROC ?= 2
 
-.PHONY: setup run examples test test-go test-py lib vet bench
+.PHONY: setup setup-run run examples test test-go test-py lib vet bench
 
+# Everything (what `make test` needs; the tests' "make setup installs ..." hints mean this).
 setup:
+	./scripts/setup.sh --test
+
+# Only what the main job and the examples need.
+setup-run:
 	./scripts/setup.sh
 
-run: setup
+run: setup-run
 	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) examples/ddp_train.py
 
 # The small examples of the README (each prints one OK line per rank).
-examples: setup
+examples: setup-run
 	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) examples/allreduce.py
 	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) examples/alltoall.py
 	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) examples/p2p.py

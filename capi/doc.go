@@ -5,8 +5,9 @@
 // process-wide engine that the process group and the store share.
 //
 // Conventions: opaque uint64 handles; int status, 0 ok and negative on error; the message of the
-// last error on the calling thread from mooncake_last_error(). No Go pointer is kept by C after a
-// call returns. A process that loaded the library must not call it from a fork()ed child.
+// last error on the calling thread from mooncake_last_error(), which setErr (main.go, the one
+// place a Go error becomes a code) also logs once to stderr in glog's format, at MC_LOG_LEVEL's
+// severity and up (internal/glog). No Go pointer is kept by C after a call returns. A process that loaded the library must not call it from a fork()ed child.
 //
 // Process-group works: the shim sets mc_pg_set_held_starts and mc_pg_set_completion_hook on
 // CPU groups. An op submitted then waits until the shim either runs it on the calling thread

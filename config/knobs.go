@@ -8,6 +8,7 @@ var (
 	GoMaxProcs   = knob("MOONCAKE_GOMAXPROCS", Int, "min(NumCPU, 4) when GOMAXPROCS is unset", LibraryLoad, "Go scheduler threads of the library (GOMAXPROCS of its Go runtime)")
 	GOMAXPROCS   = knob("GOMAXPROCS", Int, "unset", LibraryLoad, "when set (and MOONCAKE_GOMAXPROCS is not), the Go runtime's own setting is kept")
 	ReduceKernel = knob("MOONCAKE_REDUCE_KERNEL", String, "the best the CPU has", LibraryLoad, "forces the reduction kernels for large inputs: go, portable, avx2 or avx512 (one the CPU has)")
+	LogLevel     = knob("MC_LOG_LEVEL", String, "INFO", LibraryLoad, "least severity of the library's glog-style stderr lines (errors its C functions return): TRACE (adds expected outcomes such as OBJECT_NOT_FOUND), INFO, WARNING or ERROR")
 )
 
 // Engine creation: read when a transfer engine is created (TransferEngine.initialize, or the

@@ -2,7 +2,10 @@
  *
  * Conventions: opaque uint64_t handles; int status, 0 ok and negative on error (Mooncake's
  * error numbers where one exists); mooncake_last_error() returns the calling thread's last
- * error message (valid until that thread's next call). No pointer the library returns or keeps
+ * error message (valid until that thread's next call), and the library also logs it once to stderr
+ * where it happens, in glog's format ("E1206 01:23:45.678901 12345 engine.go:118] mc_engine_create:
+ * error -1: ..."; MC_LOG_LEVEL=TRACE, INFO (default), WARNING or ERROR; outcomes callers test
+ * for, such as OBJECT_NOT_FOUND, only at TRACE). No pointer the library returns or keeps
  * refers to Go memory. A process that loaded the library must not call it from a fork()ed child.
  */
 #ifndef MOONCAKE_H
