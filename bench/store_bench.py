@@ -27,6 +27,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from perfdoc import write_section  # noqa: E402
 
 SIZES = [(4 << 10, "4 KiB", 4000), (1 << 20, "1 MiB", 300), (64 << 20, "64 MiB", 8)]
 
@@ -255,22 +257,6 @@ def plot(sections, path: str) -> None:
 PATHS = {"Same host (shared memory)": "same host, shm",
          "MC_FORCE_TCP=1 (tcp transport)": "`MC_FORCE_TCP=1`, tcp",
          "Two network namespaces (veth pair, tcp: the cross-host path)": "two namespaces, veth, tcp"}
-
-
-def write_section(name: str, body: str, path: str = "") -> str:
-    """Replaces what lies between the lines <!-- BEGIN name --> and <!-- END name --> of
-    docs/performance.md (or path) with body (the table of today's figures that a bench owns); the
-    rest of the file stays as it is. Returns the file's path."""
-    path = path or os.path.join(ROOT, "docs", "performance.md")
-    text = open(path).read()
-    begin, end = f"<!-- BEGIN {name} -->\n", f"<!-- END {name} -->"
-    i, j = text.find(begin), text.find(end)
-    if i < 0 or j < i or text.count(begin) != 1 or text.count(end) != 1:
-        raise SystemExit(f"{path}: expected one '{begin.strip()}' ... '{end}' section to write into")
-    text = text[:i + len(begin)] + body.strip("\n") + "\n" + text[j:]
-    with open(path, "w") as f:
-        f.write(text)
-    return path
 
 
 def doc_section(sections, scale: float) -> str:

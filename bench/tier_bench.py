@@ -39,7 +39,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
-from store_bench import binary, free_port, library, wait_line, write_section  # noqa: E402
+from perfdoc import write_section  # noqa: E402
+from store_bench import binary, free_port, library, wait_line  # noqa: E402
 
 MB = 1 << 20
 PUT_BATCH = 32  # keys per put_batch call of the put phase (several puts in flight, like get_batch)

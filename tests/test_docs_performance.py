@@ -6,11 +6,19 @@ from __future__ import annotations
 import glob
 import os
 import re
-import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC = os.path.join(ROOT, "docs", "performance.md")
-sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+
+def _perfdoc():
+    """bench/perfdoc.py, loaded by path (the benches put python/ on sys.path, which would make
+    later tests' spawned workers import the source tree instead of the installed package)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("perfdoc", os.path.join(ROOT, "bench", "perfdoc.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def bench_sections() -> dict[str, str]:
@@ -33,7 +41,7 @@ def test_every_bench_section_is_marked_once():
 
 
 def test_write_section_replaces_in_place(tmp_path):
-    from store_bench import write_section
+    write_section = _perfdoc().write_section
 
     doc = tmp_path / "performance.md"
     original = open(DOC).read()
@@ -51,7 +59,7 @@ def test_write_section_replaces_in_place(tmp_path):
 
 def test_write_section_refuses_a_file_without_markers(tmp_path):
     import pytest
-    from store_bench import write_section
+    write_section = _perfdoc().write_section
 
     doc = tmp_path / "performance.md"
     doc.write_text("# Performance\n")

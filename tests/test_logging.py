@@ -194,8 +194,8 @@ def test_store_results_are_the_same_at_every_level(store_master):
 def test_store_default_level_logs_only_the_put_without_space(store_master):
     _, logged = store_run(store_master, None)
     assert {op: lines for op, lines in logged.items() if lines} == {
-        "put": [("W", "store.go", "mc_store_put", -200, logged["put"][0][4])],
-        "batch_put": [("W", "store.go", "mc_store_batch_put", -200, logged["batch_put"][0][4])],
+        "put": [("W", "store_data.go", "mc_store_put", -200, logged["put"][0][4])],
+        "batch_put": [("W", "store_data.go", "mc_store_put", -200, logged["batch_put"][0][4])],
     }, logged
     assert "NO_AVAILABLE_HANDLE" in logged["put"][0][4], logged
     assert "NO_AVAILABLE_HANDLE" in logged["batch_put"][0][4], logged
@@ -208,13 +208,14 @@ def test_store_error_level_drops_the_warning(store_master):
 
 def test_store_trace_level_adds_the_misses_once_per_call(store_master):
     _, logged = store_run(store_master, "TRACE")
-    for op in ("get", "get_size", "remove", "batch_get"):
+    for op in ("get", "remove", "batch_get"):
         lines = logged[op]
         assert len(lines) == 1, (op, logged)
         letter, file, fn, code, msg = lines[0]
-        assert (letter, file, code) == ("I", "store.go", -704) and fn.startswith("mc_store_"), (op, lines)
+        assert (letter, file, code) == ("I", "store_data.go", -704) and fn.startswith("mc_store_"), (op, lines)
         assert "OBJECT_NOT_FOUND" in msg, (op, lines)
-    assert logged["batch_get"][0][2].startswith("mc_store_batch_get"), logged
-    assert logged["is_exist"] == [] and logged["close"] == [], logged  # not an error: 0
-    assert [line[:4] for line in logged["put"]] == [("W", "store.go", "mc_store_put", -200)], logged
-    assert [line[:4] for line in logged["batch_put"]] == [("W", "store.go", "mc_store_batch_put", -200)], logged
+    assert logged["batch_get"][0][2].startswith("mc_store_get"), logged
+    # not errors of the C call: is_exist answers 0, and get_size is is_exist's size (0: missing)
+    assert logged["is_exist"] == [] and logged["get_size"] == [] and logged["close"] == [], logged
+    assert [line[:4] for line in logged["put"]] == [("W", "store_data.go", "mc_store_put", -200)], logged
+    assert [line[:4] for line in logged["batch_put"]] == [("W", "store_data.go", "mc_store_put", -200)], logged
