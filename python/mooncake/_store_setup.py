@@ -135,10 +135,7 @@ class SetupMixin:
         code. Upstream's positional order; sizes are ints or strings ("4GB", "512MB").
 
         Also ``setup(config_dict)`` with those names as keys (and ``device_name`` /
-        ``master_server_address``, the MooncakeConfig spellings), or ``setup(MooncakeConfig)``;
-        there a bad value or an unknown key returns INVALID_PARAMS (logged, naming the key), as
-        upstream's. ``enable_client_http_server`` must be false (this client has no HTTP
-        endpoints); ``client_http_port`` is checked.
+        ``master_server_address``, the MooncakeConfig spellings), or ``setup(MooncakeConfig)``.
         ``engine`` (a TransferEngine to share) is accepted: this process has one transfer
         engine, which every store and TransferEngine in it shares anyway. ``local_buffer_size=0``
         gives a client without a local buffer: the copying calls (put, get, ...) then fail with
@@ -147,7 +144,11 @@ class SetupMixin:
         ``ssd_offload_path`` or else ``MOONCAKE_OFFLOAD_FILE_STORAGE_PATH`` (master
         ``--enable_offload``); the shared file tier (G3, the master's ``--root_fs_dir``) needs
         nothing here (docs/multi-tier.md). ``tenant_id`` names the key namespace this client
-        uses ("default": the one of clients that name none; docs/store.md)."""
+        uses ("default": the one of clients that name none; docs/store.md).
+
+        In the config forms a bad value or an unknown key returns INVALID_PARAMS (logged, naming
+        the key), as upstream's; ``enable_client_http_server`` must be false (this client has no
+        HTTP endpoints) and ``client_http_port`` is checked."""
         if isinstance(local_hostname, dict) or _is_mooncake_config(local_hostname):
             if _is_mooncake_config(local_hostname):
                 d = local_hostname.to_setup_dict()
