@@ -164,11 +164,10 @@ def test_get_session_rules(store):
     assert get(["gs/k"], [[A(dst)]], [[10]], [[0]]) == [ErrorCode.INVALID_PARAMS]
 
 
-def test_get_session_sees_one_version_and_ends_with_its_lease(start_master):
-    """A get session reads the version it was opened on while its lease holds (an upsert meanwhile
-    does not show); once the lease is over a read fails with LEASE_EXPIRED and closes the
-    session."""
-    m = start_master("--client_ttl=2", "--default_kv_lease_ttl=1000")
+def test_get_session_sees_one_version(start_master):
+    """A get session reads the version it was opened on while its lease holds: an upsert meanwhile
+    does not show, and remove is refused (the lease); a new session sees the new value."""
+    m = start_master("--client_ttl=2", "--default_kv_lease_ttl=10000")
     s = new_store(m)
     try:
         assert s.put("ver/k", b"A" * 4096) == 0
@@ -180,14 +179,28 @@ def test_get_session_sees_one_version_and_ends_with_its_lease(start_master):
         assert s.get("ver/k") == b"B" * 4096
         assert s.batch_get_into_multi_buffer_ranges(["ver/k"], [[A(dst)]], [[4096]], [[0]]) == [4096]
         assert dst.raw == b"A" * 4096
-        time.sleep(1.2)  # past the session's lease
-        assert s.batch_get_into_multi_buffer_ranges(["ver/k"], [[A(dst)]], [[4096]], [[0]]) == [
-            ErrorCode.LEASE_EXPIRED]
-        assert s.batch_get_into_multi_buffer_ranges(["ver/k"], [[A(dst)]], [[4096]], [[0]]) == [
-            ErrorCode.INVALID_PARAMS]
-        assert s.batch_get_session_start(["ver/k"]) == [0]
+        assert s.batch_get_session_start(["ver/k"]) == [0]  # replaces the session
         assert s.batch_get_into_multi_buffer_ranges(["ver/k"], [[A(dst)]], [[4096]], [[0]]) == [4096]
         assert dst.raw == b"B" * 4096
+    finally:
+        s.close()
+
+
+def test_get_session_ends_with_its_lease(start_master):
+    """Once the session's lease is over a read fails with LEASE_EXPIRED, writes nothing and closes
+    the session (the next read: no session)."""
+    m = start_master("--client_ttl=2", "--default_kv_lease_ttl=300")
+    s = new_store(m)
+    try:
+        assert s.put("exp/k", b"C" * 100) == 0
+        dst = (ctypes.c_char * 100)()
+        assert s.batch_get_session_start(["exp/k"]) == [0]
+        time.sleep(0.5)  # past the session's lease
+        assert s.batch_get_into_multi_buffer_ranges(["exp/k"], [[A(dst)]], [[100]], [[0]]) == [
+            ErrorCode.LEASE_EXPIRED]
+        assert s.batch_get_into_multi_buffer_ranges(["exp/k"], [[A(dst)]], [[100]], [[0]]) == [
+            ErrorCode.INVALID_PARAMS]
+        assert dst.raw == b"\0" * 100
     finally:
         s.close()
 
