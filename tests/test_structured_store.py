@@ -289,3 +289,42 @@ def test_dataproto_catalog():
     assert c.list() == {"p": {"a": {"x": 1}, "b": {"y": 2}}}
     c.remove("p", ["a", "b"])
     assert c.list() == {} and c._handles == {} and c._refs == {}
+
+
+class CountingStore:
+    """The real store, recording the (key, size) of every range get_into_ranges is asked for."""
+
+    def __init__(self, store):
+        self._s, self.asked = store, []
+
+    def __getattr__(self, name):
+        return getattr(self._s, name)
+
+    def get_into_ranges(self, ptrs, all_keys, all_dst, all_src, all_sizes):
+        for keys, sizes in zip(all_keys, all_sizes):
+            self.asked += [(k, n) for k, per in zip(keys, sizes) for n in per]
+        return self._s.get_into_ranges(ptrs, all_keys, all_dst, all_src, all_sizes)
+
+
+def test_row_reads_of_encoded_columns_read_only_those_rows(master, store):
+    counting = CountingStore(store)
+    t = MooncakeBundleTransfer(counting, key_prefix="rows")
+    col = np.empty(100, dtype=object)
+    col[:] = [np.full(1000, i, dtype=np.int32) for i in range(100)]
+    col[6] = None
+    text = np.asarray([f"row-{i}" * 50 for i in range(100)], dtype=object)
+    ref = t.put_dataproto(DataProto(non_tensor_batch={"col": col, "text": text}))
+    counting.asked.clear()
+    got = t.get_dataproto(ref, rows=[7, 5, 6, 99])["non_tensor_batch"]
+    assert [None if r is None else r.tolist() for r in got["col"]] == [[7] * 1000, [5] * 1000, None, [99] * 1000]
+    assert got["text"].tolist() == [text[7], text[5], text[6], text[99]]
+    data = [(k.rsplit("/", 2)[-1], n) for k, n in counting.asked if k.endswith(".data")]
+    # col: rows 7, 5, 99 (6 is null); text: 7, then 5 and 6 (adjacent both sides: one range), 99
+    assert sorted(data) == sorted([("non_tensor_batch.col.data", 4000)] * 3 + [
+        ("non_tensor_batch.text.data", n) for n in (len(text[7]), len(text[5]) + len(text[6]), len(text[99]))])
+    counting.asked.clear()
+    got = t.get_dataproto(ref, non_tensor_fields=["col"], rows=slice(10, 13))["non_tensor_batch"]
+    assert [r.tolist() for r in got["col"]] == [[i] * 1000 for i in (10, 11, 12)]
+    assert [n for k, n in counting.asked if k.endswith(".data")] == [12000]  # three adjacent rows: one range
+    t.cleanup_dataproto(ref)
+    assert keys(master, "rows") == []

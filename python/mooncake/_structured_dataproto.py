@@ -28,6 +28,7 @@ from ._structured_recursive import (_decode_structured_non_tensor_encoded, _enco
                                     _should_encode_non_tensor_field)
 from ._structured_refs import (MooncakeDataProtoRef, RemoteBundleRef, StructuredFieldLocation,
                                StructuredObjectPayload, resolve_dataproto_ref)
+from ._structured_rowread import read_encoded_rows
 from ._structured_tensors import select_nested_rows
 
 
@@ -289,17 +290,30 @@ class DataProtoMixin:
             got = self.materialize_into(spec, {loc.member: dests[n] for n, loc in entries if n in dests})
             for name, loc in entries:
                 out[loc.section][name] = got.objects[loc.member]
+        picked = None
+        if sel is not None:
+            picked = list(sel.indices) if sel.indices is not None else list(range(*slice(
+                sel.member_slice.start, sel.member_slice.end, sel.member_slice.step).indices(ref.batch_size)))
         for stage, names in coded.items():
-            members = [m for n in names for m in ref.encoded_non_tensor[n]["payload_members"].values()]
-            got = self.materialize(self.read_spec(ref.stage_refs[stage]).select_members(members))
+            stage_ref = ref.stage_refs[stage]
+            whole = []
             for name in names:
+                enc = ref.encoded_non_tensor[name]
+                part = None if picked is None else read_encoded_rows(self, stage_ref, enc, picked)
+                if part is None:
+                    whole.append(name)
+                    continue
+                values = _decode_structured_non_tensor_encoded(enc, part["payload"], len(picked), part["metadata"])
+                out["non_tensor_batch"][name] = values if _flat_dict_output else _object_array_from_decoded_values(values)
+            if not whole:
+                continue
+            members = [m for n in whole for m in ref.encoded_non_tensor[n]["payload_members"].values()]
+            got = self.materialize(self.read_spec(stage_ref).select_members(members))
+            for name in whole:
                 enc = ref.encoded_non_tensor[name]
                 parts = {p: got.objects[m] for p, m in enc["payload_members"].items()}
                 values = _decode_structured_non_tensor_encoded(enc, parts, ref.batch_size, enc.get("metadata"))
-                if sel is not None:
-                    picked = sel.indices if sel.indices is not None else range(
-                        *slice(sel.member_slice.start, sel.member_slice.end, sel.member_slice.step)
-                        .indices(ref.batch_size))
+                if picked is not None:
                     values = [values[i] for i in picked]
                 out["non_tensor_batch"][name] = values if _flat_dict_output else _object_array_from_decoded_values(values)
         return _build_dataproto_like_result(out["batch"], out["non_tensor_batch"],
