@@ -5,6 +5,7 @@ keys they leave in the master, and the failure paths that must leave none."""
 from __future__ import annotations
 
 import ctypes
+import gc
 import json
 
 import pytest
@@ -75,6 +76,11 @@ def test_structured_object_across_processes(master, store):
     assert step == f"STEP True {tokens[1:12:3].tolist()}"
     t.remove_bundle(ref)
     assert keys(master, "so") == []
+    # the pool the transfer made is closed (its memory unregistered) when the transfer goes
+    del t, res
+    gc.collect()
+    with pytest.raises(RuntimeError, match="closed"):
+        pool.acquire(1)
 
 
 def test_objects_tensor_buffers_and_destinations(master, store):

@@ -11,6 +11,7 @@ the methods used (the store, or a test double); a missing method is a slower pat
 from __future__ import annotations
 
 import ctypes
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, Iterator, List, Mapping, Optional, Sequence, Tuple
@@ -18,10 +19,17 @@ from typing import Any, Iterator, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from ._structured_config import (DUPLICATE_REGISTRATION, _check_status, _cleanup_keys, _config_for_grouped_keys,
-                                 batch_put_from_with_config, call_write, put_with_config)
+                                 batch_put_from_with_config, call_write, log, put_with_config)
 from ._structured_refs import AUTO_PARALLEL_MIN_BYTES, AUTO_PARALLEL_MIN_CHUNKS, BundleTransferPolicy
 
 Fragment = Tuple[str, int, int, int, int]  # key, chunk bytes, destination offset, offset in chunk, size
+
+
+def _close_pool(pool: Any) -> None:
+    try:
+        pool.close()
+    except Exception as err:  # leases still held by results, or the store is closed already
+        log.info("structured object store: BufferPool not closed: %s", err)
 
 
 class _PoolLeaseOwner:
@@ -116,14 +124,18 @@ class _MooncakePayloadTransport:
     # ---- the pool ----------------------------------------------------------------------------
 
     def _ensure_buffer_pool(self) -> Any:
-        """The pool given, or one made over our own MooncakeDistributedStore (None otherwise)."""
+        """The pool given, or one made over our own MooncakeDistributedStore (None otherwise).
+        A pool made here is closed (its memory unregistered) when this transport is collected,
+        if no result still holds one of its leases."""
         if self._buffer_pool is None:
             try:
                 from .store import MooncakeDistributedStore
                 if isinstance(self._store, MooncakeDistributedStore):
                     from .buffer_pool import BufferPool
                     self._buffer_pool = BufferPool(self._store)
-            except Exception:
+                    weakref.finalize(self, _close_pool, self._buffer_pool)
+            except Exception as err:
+                log.warning("structured object store: no BufferPool over the store (%s); using plain puts", err)
                 return None
         return self._buffer_pool
 
