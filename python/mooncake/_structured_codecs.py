@@ -417,7 +417,8 @@ def _encode_codec(path: str, codec: str, values: List[Any], metadata: Mapping[st
 
 def _encode_structured_leaf(values: List[Any], decision: _CodecDecision, path: str = "") -> _EncodedStructuredLeaf:
     if not decision.accepted:
-        raise ValueError(f"unsupported structured non-tensor field {path}: {decision.reason}".replace(" :", ":"))
+        where = f" {path}" if path else ""
+        raise ValueError(f"unsupported structured non-tensor field{where}: {decision.reason}")
     payload, meta = _encode_codec(path, decision.codec, values, decision.metadata)
     meta.update({"schema_source": "inferred_from_runtime_values", "decision_reason": decision.reason,
                  "normalized_type": decision.normalized_type, **decision.metadata})
