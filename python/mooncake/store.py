@@ -106,6 +106,20 @@ from .buffer_pool import (BufferLease, BufferLeaseView, BufferPool, RegisteredBu
 
 Descriptor = BufferDescriptor  # upstream's Descriptor is a buffer's (AllocatedBuffer::Descriptor)
 
+
+def _serialize_tensor(tensor):
+    """Upstream's helper: (header bytes, data address, data bytes, owner) of the tensor object
+    ``put_tensor`` stores for ``tensor`` (header and data back to back)."""
+    from ._structured_tensors import tensor_object_parts
+    return tensor_object_parts(tensor)
+
+
+def _deserialize_tensor(data):
+    """Upstream's helper: the tensor in a stored tensor object."""
+    from ._structured_tensors import decode_tensor_object
+    return decode_tensor_object(data)
+
+
 # Public names defined in the _store_* modules keep this module as theirs (repr, pickling, help()), as
 # before they moved.
 for _name in [n for n in globals() if not n.startswith("_")]:
