@@ -5,7 +5,8 @@ python/mooncake/libmooncake.so, builds the four Go commands as one multi-call bi
 python/mooncake/bin/mooncake (cmd/mooncake; the console scripts mooncake_master, mooncake_client,
 transfer_engine_bench and mooncake_http_metadata_server exec it under their own names), and,
 when torch is importable, the c10d shim `mooncake._pg_ext` against that torch (no second torch
-download, hence --no-build-isolation).
+download, hence --no-build-isolation), and the small C extension `mooncake._fast_copy`
+(python/mooncake/_fast_copy.c: upstream's concat_arrays_into; needs only Python's headers).
 
 Go builds are stripped (-ldflags="-s -w": no symbol table, no DWARF) and the shim is compiled
 without debug info, so a wheel (`pip wheel --no-build-isolation --no-deps .`) stays small. Set
@@ -17,7 +18,7 @@ import shutil
 import subprocess
 import sys
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -72,7 +73,14 @@ def torch_extension():
     return torchext_build.ext_modules(), torchext_build.cmdclass()
 
 
+def fast_copy_extension():
+    """mooncake._fast_copy: copies lists of arrays into one address without the GIL."""
+    return Extension("mooncake._fast_copy", sources=["python/mooncake/_fast_copy.c"],
+                     extra_compile_args=["-O2"] + ([] if DEBUG else ["-g0"]))
+
+
 ext_modules, cmdclass = torch_extension()
+ext_modules = [fast_copy_extension()] + list(ext_modules)
 cmdclass = dict(cmdclass)
 cmdclass["build_py"] = BuildPy
 

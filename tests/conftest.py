@@ -4,6 +4,7 @@ etcd), and the path of the Go commands shipped in the installed package."""
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -16,8 +17,30 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+# Ports handed to servers the tests start come from below the kernel's ephemeral range
+# (/proc/sys/net/ipv4/ip_local_port_range, 32768-60999 by default): a port taken from inside it
+# can become the local port of any outgoing connection on the host before the server binds it.
+_PORTS = random.Random(os.getpid() ^ time.time_ns())
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A port nothing listens on or connects from now, outside the ephemeral range."""
+    low = 20000
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            eph_low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        eph_low = 32768
+    high = max(low + 1000, min(eph_low - 1, 32767))
+    for _ in range(200):
+        port = _PORTS.randint(low, high)
+        with socket.socket() as s:
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # a host with most of those taken: fall back to the kernel's pick
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 

@@ -4,6 +4,7 @@ mooncake_master and a second client process."""
 from __future__ import annotations
 
 import ctypes
+import gc
 import subprocess
 import sys
 import threading
@@ -71,6 +72,8 @@ def test_regions_are_reused_by_size_class(store):
     a.release()  # twice: no-op
     with pytest.raises(ValueError, match="released"):
         a.ptr
+    with pytest.raises(RuntimeError, match="buffer lease is closed"):  # upstream's type and words
+        a.buffer
     pool.prewarm(10000, 2)
     assert pool.registered_bytes == 4096 + 8192 + 16384 * 2 and pool.active_leases == 0
     big = BufferPool(store, min_size_class=4096, max_size_class=8192)
@@ -85,10 +88,12 @@ def test_regions_are_reused_by_size_class(store):
 def test_limits_block_raise_and_wake(store):
     pool = BufferPool(store, max_regions=1, min_size_class=4096)
     first = pool.acquire(10)
-    with pytest.raises(RuntimeError, match=r"exhausted: 1 active leases \(max_regions=1\)"):
+    with pytest.raises(RuntimeError, match=r"buffer pool is exhausted: 1 active leases \(max_regions=1\)"):
         pool.acquire(10, block=False)
     with pytest.raises(TimeoutError, match="no buffer within 0.05s"):
         pool.acquire(10, timeout=0.05)
+    with pytest.raises(RuntimeError, match="timed out waiting for buffer"):  # upstream's type and words
+        pool.acquire(10, timeout=0.01)
     got = []
     waiting = threading.Thread(target=lambda: got.append(pool.acquire(10)))
     waiting.start()
@@ -104,6 +109,10 @@ def test_limits_block_raise_and_wake(store):
         capped.acquire(1)
     with pytest.raises(ValueError, match="exceed max_bytes"):
         capped.acquire(10000)
+    for huge in (10000, 1 << 62, (1 << 64) - 1):  # upstream's type and words
+        with pytest.raises(RuntimeError, match="requested buffer size exceeds pool capacity"):
+            capped.acquire(huge)
+    assert capped.active_leases == 2
     a.release()
     b.release()
     capped.close()
@@ -115,17 +124,19 @@ def test_release_and_close_refuse_while_in_use(store):
     view = lease.buffer[:8]
     with pytest.raises(BufferError, match="still alive"):
         lease.release()
+    with pytest.raises(RuntimeError, match="cannot release buffer while exported views exist"):
+        lease.release()
     arr = (ctypes.c_ubyte * 8).from_buffer(view)  # an array made from a view counts too
     del view
     with pytest.raises(BufferError):
         lease.release()
-    with pytest.raises(RuntimeError, match="1 lease\\(s\\) still active"):
+    with pytest.raises(RuntimeError, match="cannot close buffer pool with active leases: 1 lease\\(s\\) still active"):
         pool.close()
     del arr
     lease.release()
     pool.close()
     pool.close()  # twice: no-op
-    with pytest.raises(RuntimeError, match="closed"):
+    with pytest.raises(RuntimeError, match="buffer pool is closed"):
         pool.acquire(1)
 
 
@@ -153,14 +164,76 @@ def test_lease_views_are_buffer_lease_views(store):
 def test_bad_arguments(store):
     with pytest.raises(TypeError, match="MooncakeDistributedStore"):
         BufferPool(object())
-    with pytest.raises(ValueError, match="power of two"):
-        BufferPool(store, alignment=3000)
+    for bad in (3000, 4, 12345):  # upstream's type (RuntimeError) and words; a ValueError too
+        with pytest.raises(RuntimeError, match="alignment must be a power of two and at least sizeof"):
+            BufferPool(store, alignment=bad)
+        with pytest.raises(ValueError, match="power of two"):
+            BufferPool(store, alignment=bad)
+    with pytest.raises(RuntimeError, match="min_size_class and alignment must be positive"):
+        BufferPool(store, alignment=0)
+    with pytest.raises(RuntimeError, match="not initialized"):
+        BufferPool(None)
     with pytest.raises(ValueError, match="max_regions must be >= 1"):
         BufferPool(store, max_regions=0)
     with pytest.raises(ValueError, match="max_size_class 10 < min_size_class"):
         BufferPool(store, max_size_class=10)
     pool = BufferPool(store)
-    for bad in (0, -1, 1.5, True):
-        with pytest.raises(ValueError, match="size must be a positive int"):
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="size must be a non-negative int"):
             pool.acquire(bad)
+    with pytest.raises(RuntimeError, match="timeout must be non-negative"):
+        pool.acquire(1, timeout=-1)
     pool.close()
+
+
+def test_zero_byte_leases(store):
+    """acquire(0), as upstream's: a lease of size 0 with an empty buffer, a real address, and a
+    region of the smallest class (reused like any other)."""
+    pool = BufferPool(store, min_size_class=4096, max_size_class=128 * 1024)
+    lease = pool.acquire(0)
+    assert lease.size == 0 and len(lease.buffer) == 0 and lease.ptr % pool.alignment == 0
+    assert pool.registered_bytes == 4096 and pool.active_leases == 1
+    lease.release()
+    again = pool.acquire(4096)
+    assert again.ptr == lease._region.ptr and pool.registered_bytes == 4096
+    again.release()
+    pool.close()
+
+
+def test_dropped_leases_go_back_to_the_pool(master, store):
+    """A lease dropped without release() returns to the pool when it is collected; while a view
+    of its buffer is alive the lease stays active (the view keeps it), and the memory stays
+    readable and registered."""
+    pool = BufferPool(store, min_size_class=4096, max_regions=1, block_on_exhaustion=False)
+    lease = pool.acquire(100)
+    ptr = lease.ptr
+    del lease
+    gc.collect()
+    assert pool.active_leases == 0
+    view = pool.acquire(5).buffer  # the lease itself is dropped at once; its view is not
+    gc.collect()
+    assert pool.active_leases == 1
+    with pytest.raises(RuntimeError, match="exhausted"):
+        pool.acquire(1)
+    view[:] = b"hello"
+    arr = (ctypes.c_ubyte * 5).from_buffer(view)
+    assert store.put_from("bp/view", ctypes.addressof(arr), 5) == 0
+    del view
+    gc.collect()
+    assert pool.active_leases == 1  # the array made from the view holds it too
+    del arr
+    gc.collect()
+    assert pool.active_leases == 0
+    with pool.buffer(5) as lease:  # the same region, still registered
+        assert lease.ptr == ptr and store.get_into("bp/view", lease.ptr, 5) == 5
+        assert bytes(lease.buffer) == b"hello"
+    pool.close()
+    # a pool dropped without close() unregisters its regions: the same memory range can be
+    # registered again by the next owner
+    pool2 = BufferPool(store, min_size_class=4096)
+    lease = pool2.acquire(10)
+    region = lease._region
+    del lease, pool2
+    gc.collect()
+    assert store.register_buffer(region.ptr, region.capacity) == 0
+    assert store.unregister_buffer(region.ptr) == 0

@@ -5,8 +5,10 @@ server of its own."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import http.client
+import json
 import os
 import signal
 import socket
@@ -19,7 +21,7 @@ import pytest
 
 from conftest import free_port, go_command, stop, wait_port
 from mooncake.engine import TransferEngine
-from mooncake.http_metadata_server import MAX_VALUE_BYTES, KVBootstrapServer, KVPoll
+from mooncake.http_metadata_server import MAX_VALUE_BYTES, KVBootstrapServer, KVPoll, MetadataResponse
 from test_engine import SIZE, Peer, pattern
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -72,6 +74,9 @@ SCRIPT = [
     ("GET", f"/other?key={KEY}", None),                         # another path: 404
     ("POST", f"/metadata?key={KEY}", b"{}"),                    # 405
     ("GET", f"/metadata?key={KEY}x&key=second", None),          # the first key counts
+    ("PUT", "/metadata?key=%20%09%20", b"blank"),               # a blank key: 400
+    ("GET", f"/metadata?key=%20{KEY}x%20%20", None),            # keys are stripped
+    ("DELETE", "/metadata?key=+", None),                        # '+' is a space: blank
 ]
 HEADERS = ("Content-Type", "Content-Length", "Allow", "X-Content-Type-Options")
 
@@ -94,7 +99,14 @@ def test_same_answers_as_the_go_server(py_server, go_server):
         assert a == b
     statuses = [r[2] for r in ours]
     assert statuses == [404, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 404, 404,
-                        400, 400, 400, 404, 405, 200]
+                        400, 400, 400, 404, 405, 200, 400, 200, 400]
+    # errors are JSON objects, labelled so
+    for method, target, status, body, headers in ours:
+        if status != 200:
+            assert headers["Content-Type"] == "application/json", (method, target, headers)
+            assert set(json.loads(body)) == {"error"}, body
+    assert json.loads(ours[0][3]) == {"error": "metadata not found"}
+    assert json.loads(ours[14][3]) == {"error": "missing key parameter: use /metadata?key=<url-encoded key>"}
     assert ours[5][3] == b'{"name":"y"}' and ours[7][3] == b"\x00\x01binary\xff"
     assert ours[8][3] == ours[7][3]
     assert py_server.keys() == ["mooncake/ram/127.0.0.1:16001x", "mooncake/rpc_meta/a b+c&d=é/ü"]
@@ -139,6 +151,48 @@ def test_too_large_value_is_refused_and_stores_nothing(py_server, go_server):
     conn.request("GET", "/metadata?key=big")
     assert conn.getresponse().read() == value
     conn.close()
+
+
+class Request:
+    """A request as upstream's handler takes it (aiohttp's shape): method, query, async read()."""
+
+    def __init__(self, method, key=None, body=b""):
+        self.method = method
+        self.query = {} if key is None else {"key": key}
+        self.body = body
+
+    async def read(self):
+        return self.body
+
+
+def test_upstream_handler_shape():
+    """``_handle_metadata`` (upstream's handler, which upstream's tests call directly) answers as
+    the HTTP server does: blank keys refused, keys stripped, errors as JSON."""
+    s = KVBootstrapServer(0)  # not running: the handler needs no socket
+
+    def call(*args):
+        r = asyncio.run(s._handle_metadata(Request(*args)))
+        assert isinstance(r, MetadataResponse)
+        return r.status, r.content_type, r.body
+
+    missing = json.dumps({"error": "missing key parameter: use /metadata?key=<url-encoded key>"},
+                         separators=(",", ":")).encode() + b"\n"
+    for method in ("GET", "PUT", "DELETE"):
+        for key in (None, "", "   ", "\t\n"):
+            assert call(method, key, b"value") == (400, "application/json", missing)
+    assert s.store == {}
+    assert call("PUT", "  valid  ", b"value") == (200, "text/plain", b"metadata updated\n")
+    assert s.store == {"valid": b"value"}
+    assert call("GET", "  valid  ") == (200, "application/json", b"value")
+    assert call("HEAD", "valid") == (200, "application/json", b"value")
+    assert call("GET", "other") == (404, "application/json", b'{"error":"metadata not found"}\n')
+    r = asyncio.run(s._handle_metadata(Request("POST", "valid")))
+    assert (r.status, r.text, r.headers["Allow"]) == (405, '{"error":"method not allowed: use GET, PUT or DELETE"}\n',
+                                                      "GET, HEAD, PUT, DELETE")
+    assert call("PUT", "big", b"x" * (MAX_VALUE_BYTES + 1))[0] == 413 and "big" not in s.store
+    assert call("DELETE", " valid") == (200, "text/plain", b"metadata deleted\n")
+    assert call("DELETE", "valid") == (404, "application/json", b'{"error":"metadata not found"}\n')
+    assert s.store == {}
 
 
 def test_chunked_put(py_server):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -18,6 +17,7 @@ import pytest
 
 import pg_harness  # noqa: F401  (sets sys.path for the source tree)
 import pg_workers
+from conftest import free_port
 from pg_harness import run_ranks
 
 import torch
@@ -38,9 +38,7 @@ def test_destroy_reinit(world):
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()
 
 
 def test_env_init_and_options():

@@ -21,6 +21,8 @@ BINDING = "mooncake/_store_abi.py"
 # process group, the GPU runtime): they may import ctypes, but store entries are not theirs.
 OTHER_BINDINGS = {"mooncake/_native.py", "mooncake/engine.py", "mooncake/pg.py", "mooncake/_gpu.py"}
 STORE_ENTRY = re.compile(r"^mc_(store|host)_\w+$")
+# names that look like entries and are not: upstream's command of the store's REST service
+NOT_ENTRIES = {"mc_store_rest_server"}
 
 
 def python_files() -> dict:
@@ -120,6 +122,7 @@ def test_the_binding_declares_every_entry_the_package_calls_once():
     # the binding's own helpers call some entries too (mc_store_free, mc_host_alloc, ...)
     tree = ast.parse(files[BINDING])
     called |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and STORE_ENTRY.match(n.attr)}
+    called -= NOT_ENTRIES
     assert called, "no store entry is called anywhere: the check lost its way"
     assert sorted(called - set(declared)) == [], f"entries called but not declared in {BINDING}"
 

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import tempfile
 import time
 import urllib.request
 
@@ -39,21 +40,29 @@ def master_bin() -> str:
 
 
 class Master:
-    """A mooncake_master on free ports with flags (env: its environment, default ours)."""
+    """A mooncake_master on free ports with flags (env: its environment, default ours).
+
+    The master picks its own ports (0) and reports them on its READY line: a port chosen here and
+    bound there could be taken in between by any other process on the host."""
 
     def __init__(self, *flags: str, env: dict | None = None):
-        self.rpc_port = free_port()
-        self.metrics_port = free_port()
+        self.log = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen(
-            [master_bin(), f"--rpc_port={self.rpc_port}", f"--metrics_port={self.metrics_port}",
+            [master_bin(), "--rpc_port=0", "--metrics_port=0",
              "--rpc_address=127.0.0.1", "--enable_metric_reporting=false", *flags],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+            stdout=subprocess.PIPE, stderr=self.log, text=True, env=env)
         deadline = time.time() + 20
-        while time.time() < deadline:
+        while True:
             line = self.proc.stdout.readline()
-            if not line:
-                raise RuntimeError(f"mooncake_master exited with {self.proc.wait()}")
+            if not line or time.time() > deadline:
+                code = self.proc.poll()
+                stop(self.proc)
+                self.log.seek(0)
+                raise RuntimeError(f"mooncake_master {'exited with ' + str(code) if code is not None else 'never became ready'}: "
+                                   f"{self.log.read()[-3000:]}")
             if line.startswith("MOONCAKE_MASTER_READY"):
+                ports = dict(kv.split("=") for kv in line.split()[1:])
+                self.rpc_port, self.metrics_port = int(ports["rpc_port"]), int(ports["metrics_port"])
                 break
         self.addr = f"127.0.0.1:{self.rpc_port}"
 
@@ -162,8 +171,7 @@ def test_setup_variants_hostname_health(master):
     assert s.health_check() == 1
     assert s.put("x", b"y") < 0  # closed
     assert s.close() == 0
-    with pytest.raises(ValueError):
-        MooncakeDistributedStore().setup({"bogus": 1})
+    assert MooncakeDistributedStore().setup({"bogus": 1}) == ErrorCode.INVALID_PARAMS  # as upstream: a code
     assert parse_size("4 GB") == 4 << 30 and parse_size("512MB") == 512 << 20 and parse_size(7) == 7
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import logging
 import os
 import re
 import subprocess
@@ -173,7 +174,7 @@ def test_setup_upstream_positional_order_and_keywords(master):
     assert s.health_check() == 1
 
 
-def test_setup_config_dict_keys_and_sizes(master):
+def test_setup_config_dict_keys_and_sizes(master, caplog):
     s = MooncakeDistributedStore()
     rc = s.setup({"local_hostname": "127.0.0.1", "metadata_server": "P2PHANDSHAKE",
                   "master_server_addr": master.addr, "protocol": "tcp", "rdma_devices": "",
@@ -182,13 +183,29 @@ def test_setup_config_dict_keys_and_sizes(master):
     v = os.urandom(3 * MB)
     assert s.put("dict", v) == 0 and s.get("dict") == v
     s.close()
-    for key, val in (("global_segment_size", "50%"), ("local_buffer_size", "12XB"), ("global_segment_size", "")):
-        with pytest.raises(ValueError, match=key):
-            MooncakeDistributedStore().setup({"master_server_addr": master.addr, key: val})
-    with pytest.raises(ValueError, match="unknown option"):
-        MooncakeDistributedStore().setup({"master_server_addr": master.addr, "bogus": 1})
-    with pytest.raises(ValueError, match="both"):
-        MooncakeDistributedStore().setup({"master_server_addr": master.addr, "master_server_address": master.addr})
+    # a bad value returns INVALID_PARAMS, as upstream's setup(dict) (upstream's
+    # test_distributed_object_store: "50%"), and the log names it
+    for key, val, msg in (("global_segment_size", "50%", "global_segment_size: bad size '50%'"),
+                          ("local_buffer_size", "12XB", "local_buffer_size: bad size '12XB'"),
+                          ("global_segment_size", "", "global_segment_size: bad size ''"),
+                          ("bogus", 1, "unknown option(s) ['bogus']"),
+                          ("master_server_address", master.addr, "both 'master_server_address' and"),
+                          ("enable_ssd_offload", "maybe", "enable_ssd_offload: 'maybe' is not a boolean"),
+                          ("enable_client_http_server", True, "enable_client_http_server: this client has no HTTP"),
+                          ("client_http_port", "x", "client_http_port: 'x' is not a port"),
+                          ("client_http_port", 0, "client_http_port: 0 is not a port")):
+        with caplog.at_level(logging.ERROR, logger="mooncake.store"):
+            caplog.clear()
+            bad = MooncakeDistributedStore()
+            assert bad.setup({"master_server_addr": master.addr, key: val}) == ErrorCode.INVALID_PARAMS
+            assert bad.health_check() == 1  # not set up
+        assert [r.getMessage() for r in caplog.records if msg in r.getMessage()], (key, caplog.text)
+    # upstream's client HTTP keys, off: accepted
+    ok = MooncakeDistributedStore()
+    assert ok.setup({"local_hostname": "127.0.0.1", "master_server_addr": master.addr, "global_segment_size": "16MB",
+                     "local_buffer_size": "4 MB", "enable_client_http_server": "false", "client_http_port": 9300}) == 0
+    assert ok.put("http-keys", b"v") == 0 and ok.get("http-keys") == b"v"
+    ok.close()
     with pytest.raises(TypeError):
         MooncakeDistributedStore().setup({"master_server_addr": master.addr}, "http://elsewhere/metadata")
     assert parse_size("80GB") == 80 << 30 and parse_size("1.5g") == 3 << 29 and parse_size("4096") == 4096
@@ -249,16 +266,29 @@ def test_mooncake_config_file_env_and_setup(master, tmp_path, monkeypatch):
     assert s.put("cfg", b"from-config") == 0 and s.get("cfg") == b"from-config"
     s.close()
 
-    # defaults; no local_hostname (vLLM's guide leaves it out)
-    path.write_text(json.dumps({"master_server_address": master.addr}))
+    # defaults: only the three required keys
+    required = {"local_hostname": "127.0.0.1", "metadata_server": "P2PHANDSHAKE", "master_server_address": master.addr}
+    path.write_text(json.dumps(required))
     d = MooncakeConfig.from_file(str(path))
     assert d.global_segment_size == DEFAULT_GLOBAL_SEGMENT_SIZE and d.local_buffer_size == DEFAULT_LOCAL_BUFFER_SIZE
-    assert d.metadata_server == "P2PHANDSHAKE" and d.protocol == "tcp" and d.local_hostname
+    assert (d.protocol, d.device_name, d.tenant_id, d.enable_ssd_offload, d.ssd_offload_path) == ("tcp", "", "default", False, "")
+    assert (d.enable_client_http_server, d.client_http_port) == (False, 9300)
 
-    for body, msg in (({"master_server_address": master.addr, "global_segment_size": "80%"}, "global_segment_size"),
-                      ({"master_server_address": master.addr, "local_buffer_size": "2 parsecs"}, "local_buffer_size"),
-                      ({"metadata_server": "P2PHANDSHAKE"}, "master_server_address"),
-                      ({"master_server_address": master.addr, "nonsense": 1}, "nonsense")):
+    for body, msg in (({**required, "global_segment_size": "80%"}, "global_segment_size"),
+                      ({**required, "local_buffer_size": "2 parsecs"}, "local_buffer_size"),
+                      ({"local_hostname": "h", "metadata_server": "P2PHANDSHAKE"},
+                       "Missing required config field: master_server_address"),
+                      ({"metadata_server": "P2PHANDSHAKE", "master_server_address": master.addr},
+                       "Missing required config field: local_hostname"),
+                      ({"local_hostname": "h", "master_server_address": master.addr},
+                       "Missing required config field: metadata_server"),
+                      ({**required, "local_hostname": "  "}, "'local_hostname' must be a non-empty string"),
+                      ({**required, "master_server_address": ""}, "'master_server_address' must be a non-empty"),
+                      ({**required, "protocol": " "}, "Invalid protocol"),
+                      ({**required, "client_http_port": 70000}, "client_http_port"),
+                      ({**required, "client_http_port": "port"}, "client_http_port"),
+                      ({**required, "enable_client_http_server": "maybe"}, "enable_client_http_server"),
+                      ({**required, "nonsense": 1}, "nonsense")):
         path.write_text(json.dumps(body))
         with pytest.raises(ValueError, match=msg):
             MooncakeConfig.from_file(str(path))
@@ -274,6 +304,62 @@ def test_mooncake_config_file_env_and_setup(master, tmp_path, monkeypatch):
     assert e.master_server_address == master.addr and e.global_segment_size == 64 * MB and e.local_buffer_size == 8 * MB
     monkeypatch.delenv("MOONCAKE_MASTER")
     with pytest.raises(ValueError, match="MOONCAKE_CONFIG_PATH"):
+        MooncakeConfig.load_from_env()
+
+
+def test_mooncake_config_checks_and_upstream_names(tmp_path, monkeypatch, caplog):
+    from mooncake import mooncake_config
+    from mooncake.mooncake_config import _parse_segment_size
+
+    # upstream's size parser: ints, floats (truncated), binary units, exponents; bad forms refused
+    for given, want in ((1024, 1024), (0, 0), (1.5, 1), ("  2048  ", 2048), ("1KB", 1024), ("512k", 512 << 10),
+                        ("1.5kb", 1536), ("512MB", 512 << 20), ("3 gb", 3 << 30), ("1t", 1 << 40),
+                        ("4096B", 4096), ("1.5", 1), ("1e9", 10**9)):
+        assert _parse_segment_size(given) == want, given
+    for bad in ("", "   ", "gb", "mb", "abc", "50%", "1 parsec", None, True):
+        with pytest.raises(ValueError):
+            _parse_segment_size(bad)
+
+    base = dict(local_hostname="h", metadata_server="P2PHANDSHAKE", global_segment_size=0, local_buffer_size=0,
+                protocol="tcp", device_name="", master_server_address="m:50051")
+    assert mooncake_config.logger.name == "mooncake.mooncake_config"
+    with caplog.at_level(logging.WARNING, logger="mooncake.mooncake_config"):
+        caplog.clear()
+        for given, want in ((" RDMA ", "rdma"), ("Tcp", "tcp"), ("rpc_only", "rpc_only")):
+            assert MooncakeConfig(**{**base, "protocol": given}).protocol == want
+        assert caplog.records == []  # known protocols: no warning
+        assert MooncakeConfig(**{**base, "protocol": "Foo"}).protocol == "foo"
+        assert [r.getMessage()[:33] for r in caplog.records] == ["Unrecognised protocol 'foo': pass"]
+    for field, bad, msg in (("protocol", "", "Invalid protocol"), ("protocol", None, "Invalid protocol"),
+                            ("global_segment_size", -1, "Invalid global_segment_size: -1"),
+                            ("local_buffer_size", -1024, "Invalid local_buffer_size: -1024"),
+                            ("local_hostname", "  ", "'local_hostname' must be a non-empty string"),
+                            ("metadata_server", "", "'metadata_server' must be a non-empty string"),
+                            ("master_server_address", None, "'master_server_address' must be a non-empty string"),
+                            ("client_http_port", 0, "client_http_port: 0 is not a port")):
+        with pytest.raises(ValueError, match=re.escape(msg)):
+            MooncakeConfig(**{**base, field: bad})
+
+    # the client HTTP keys: from a file, from the environment, into setup's dict
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"local_hostname": "h", "metadata_server": "P2PHANDSHAKE",
+                                "master_server_address": "m:1", "enable_client_http_server": "enable",
+                                "client_http_port": "19444", "protocol": "TCP"}))
+    c = MooncakeConfig.from_file(str(path))
+    assert (c.enable_client_http_server, c.client_http_port, c.protocol) == (True, 19444, "tcp")
+    assert c.to_setup_dict()["enable_client_http_server"] is True and c.to_setup_dict()["client_http_port"] == 19444
+    monkeypatch.delenv("MOONCAKE_CONFIG_PATH", raising=False)
+    monkeypatch.setenv("MOONCAKE_MASTER", "m:2")
+    monkeypatch.setenv("MOONCAKE_ENABLE_CLIENT_HTTP_SERVER", "true")
+    monkeypatch.setenv("MOONCAKE_CLIENT_HTTP_PORT", "19300")
+    e = MooncakeConfig.load_from_env()
+    assert (e.enable_client_http_server, e.client_http_port) == (True, 19300)
+    monkeypatch.setenv("MOONCAKE_CLIENT_HTTP_PORT", "ninety")
+    with pytest.raises(ValueError, match="MOONCAKE_CLIENT_HTTP_PORT: 'ninety' is not a port"):
+        MooncakeConfig.load_from_env()
+    monkeypatch.delenv("MOONCAKE_MASTER")
+    with pytest.raises(ValueError, match=re.escape(
+            "Neither the environment variable 'MOONCAKE_CONFIG_PATH' nor 'MOONCAKE_MASTER' is set.")):
         MooncakeConfig.load_from_env()
 
 

@@ -514,6 +514,22 @@ def test_safetensors_round_trip(master, store, tmp_path):
     assert store.is_exist("st/none") == 0
 
 
+def test_safetensors_default_file_is_the_key(store, tmp_path, monkeypatch):
+    """Without a file name the file is named after the key, in the working directory (upstream's
+    default), and load finds it there by the key alone."""
+    monkeypatch.chdir(tmp_path)
+    t = cases(12)
+    assert store.put_tensor("st_default", t["f32"]) == 0
+    assert store.save_tensor_to_safetensor("st_default") == 0
+    assert sorted(os.listdir(tmp_path)) == ["st_default"]
+    header, data = read_safetensors_by_hand(str(tmp_path / "st_default"))
+    assert header["st_default"]["dtype"] == "F32" and data == raw(t["f32"])
+    assert store.remove("st_default", force=True) == 0
+    assert same(store.load_tensor_from_safetensor("st_default"), t["f32"])
+    assert same(store.get_tensor("st_default"), t["f32"])
+    assert store.load_tensor_from_safetensor("st_absent") is None and store.is_exist("st_absent") == 0
+
+
 def test_safetensors_files_read_by_the_safetensors_package(store, tmp_path):
     st = pytest.importorskip("safetensors.torch")
     t = cases(11)

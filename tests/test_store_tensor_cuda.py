@@ -94,6 +94,6 @@ def test_cuda_leaves_in_structured_objects(store):
     from mooncake.structured_object_store import MooncakeBundleTransfer, StructuredObjectPayload
     cases = cuda_cases()
     t = MooncakeBundleTransfer(store, key_prefix="cu-struct")
-    ref = t.put_structured_object(StructuredObjectPayload({"w": cases["bf16"], "nested": {"m": cases["i8"]}}))
+    ref = t.put_structured_object(StructuredObjectPayload(buffers={"w": cases["bf16"], "m": cases["i8"]}))
     res = t.materialize(t.read_spec(ref))
-    assert same(res.objects["w"], cases["bf16"]) and same(res.objects["nested"]["m"], cases["i8"])
+    assert same(res.objects["w"], cases["bf16"]) and same(res.objects["m"], cases["i8"])

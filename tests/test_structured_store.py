@@ -1,12 +1,12 @@
-"""mooncake.structured_object_store against a real mooncake_master, one object written here and
-read (fully and partially) by a second client process, and the other way round."""
+"""mooncake.structured_object_store (upstream's API) against a real mooncake_master: structured
+objects, bundles and DataProto batches written by one client and read by another process, the
+keys they leave in the master, and the failure paths that must leave none."""
 
 from __future__ import annotations
 
 import ctypes
+import gc
 import json
-import subprocess
-import textwrap
 
 import pytest
 
@@ -15,251 +15,290 @@ torch = pytest.importorskip("torch")
 
 from test_store import run_peer  # noqa: E402
 from store_fixtures import master, store  # noqa: E402,F401  (fixtures)
+from mooncake.store import ReplicateConfig  # noqa: E402
 from mooncake.structured_object_store import (  # noqa: E402
-    BundleTransferPolicy, MooncakeBundleTransfer, StructuredMemberSlice, StructuredObjectPayload,
-    export_dataproto_ref, import_dataproto_ref, raw_destination, tensor_object_buffer)
-from mooncake.store_tensor import serialize_tensor_into, tensor_object_size  # noqa: E402
+    BundleTransferPolicy, FieldSchema, MooncakeBundleTransfer, RemoteBundleRef, StructuredObjectPayload,
+    export_ref, import_ref, is_dataproto_ref_handle, raw_destination, tensor_object_buffer)
 
 
-def live_peer(master, code: str):
-    """A second client that runs ``code`` and stays up (its segment holds what it wrote) until
-    finish() is called; returns (process, its output so far)."""
-    tail = '\nprint("PEER_DONE", flush=True)\nsys.stdin.read()\ns.close()\n'
-    p = run_peer(master, textwrap.dedent(code) + tail, wait=False, stdin=subprocess.PIPE, stderr=subprocess.STDOUT)
-    out = []
-    for line in p.stdout:
-        if line.startswith("PEER_DONE"):
-            return p, "".join(out)
-        out.append(line)
-    p.wait()
-    raise AssertionError("the peer client failed:\n" + "".join(out))
+def keys(master, prefix):
+    return sorted(k for k in master.http("/get_all_keys").splitlines() if k.startswith(prefix + "/"))
 
 
-def finish(p):
-    p.stdin.close()
-    p.wait(60)
-    assert p.returncode == 0
-
-
-def payload():
-    g = torch.Generator().manual_seed(5)
-    return StructuredObjectPayload(
-        metadata={"step": 7, "layout": "rollout"},
-        buffers={
-            "tokens": np.arange(24, dtype=np.int32).reshape(6, 4),
-            "mask": np.ones((6, 4), dtype=np.int8),
-            "prompt_ids": b"sample-ids",
-            "obs": {"rgb": torch.randn(6, 3, generator=g).to(torch.bfloat16),
-                    "depth": [torch.arange(6, dtype=torch.float16), (np.float64(2.5) * np.ones(2),)],
-                    "info": {"name": "ep-1", "ok": True, "scores": [1, 2.5, None]}},
-            "text": np.array(["a", "bb", None, "dddd"], dtype=object),
-            "note": "hello",
-            "empty": np.empty((0, 3), dtype=np.float32),
-        })
-
-
-def test_full_and_partial_reads_across_processes(master, store):
-    transfer = MooncakeBundleTransfer(store, key_prefix="demo/structured")
-    ref = transfer.put_structured_object(payload())
-    p = payload()
-    res = transfer.materialize(transfer.read_spec(ref))
-    assert res.metadata == {"step": 7, "layout": "rollout"}
-    o = res.objects
-    assert o["tokens"].dtype == np.int32 and o["tokens"].tobytes() == p.buffers["tokens"].tobytes()
-    assert o["mask"].tobytes() == p.buffers["mask"].tobytes() and o["prompt_ids"] == b"sample-ids"
-    assert torch.equal(o["obs"]["rgb"], p.buffers["obs"]["rgb"]) and o["obs"]["rgb"].dtype == torch.bfloat16
-    assert torch.equal(o["obs"]["depth"][0], p.buffers["obs"]["depth"][0])
-    assert isinstance(o["obs"]["depth"][1], tuple) and (o["obs"]["depth"][1][0] == 2.5).all()
-    assert o["obs"]["info"] == {"name": "ep-1", "ok": True, "scores": [1, 2.5, None]}
-    assert list(o["text"]) == ["a", "bb", None, "dddd"] and o["text"].dtype == object
-    assert o["note"] == "hello" and o["empty"].shape == (0, 3)
-    # each leaf has its own key and codec
-    codecs = {k: v["codec"] for k, v in ref.manifest["leaves"].items()}
-    assert codecs == {"tokens": "ndarray", "mask": "ndarray", "prompt_ids": "bytes", "obs/rgb": "tensor",
-                      "obs/depth/0": "tensor", "obs/depth/1/0": "ndarray", "obs/info": "json",
-                      "text": "object_array", "note": "str", "empty": "ndarray"}
-    peer, output = live_peer(master, f"""
-        import numpy as np, torch
-        from mooncake.structured_object_store import MooncakeBundleTransfer, StructuredObjectPayload
-        t = MooncakeBundleTransfer(s, key_prefix="demo/structured")
-        spec = t.read_spec({ref.object_id!r}).select_members(["tokens", "obs/depth"]).slice_member(
-            "tokens", axis=0, start=2, end=5)
-        r = t.materialize(spec)
-        assert sorted(r.objects) == ["obs", "tokens"] and list(r.objects["obs"]) == ["depth"]
-        assert r.objects["tokens"].tolist() == np.arange(24, dtype=np.int32).reshape(6, 4)[2:5].tolist()
-        assert torch.equal(r.objects["obs"]["depth"][0], torch.arange(6, dtype=torch.float16))
-        cols = t.materialize(t.read_spec({ref.object_id!r}).select_members(["obs/rgb"]).slice_member(
-            "obs/rgb", axis=1, start=1))
-        print("COLS", cols.objects["obs"]["rgb"].float().tolist())
-        dst = np.empty((3, 4), dtype=np.int32)
-        r = t.materialize_into(t.read_spec({ref.object_id!r}).select_members(["tokens"]).slice_member(
-            "tokens", 0, 2, 5), {{"tokens": dst}})
-        assert r.objects["tokens"] is dst and dst.tolist() == np.arange(24).reshape(6, 4)[2:5].tolist()
-        mine = t.put_structured_object(StructuredObjectPayload({{"w": torch.full((2, 2), 3, dtype=torch.int64)}},
-                                                                {{"by": "peer"}}), object_id="from-peer")
-    """)
-    try:
-        cols = [line for line in output.splitlines() if line.startswith("COLS")][0]
-        assert json.loads(cols[5:]) == p.buffers["obs"]["rgb"][:, 1:].float().tolist()
-        res = transfer.materialize(transfer.read_spec("from-peer"))
-        assert res.metadata == {"by": "peer"} and torch.equal(res.objects["w"], torch.full((2, 2), 3))
-    finally:
-        finish(peer)
-
-
-def test_copy_modes_and_tensor_object_buffers(store):
-    transfer = MooncakeBundleTransfer(store, key_prefix="modes")
-    p = payload()
-    ref = transfer.put_structured_object(p, policy=BundleTransferPolicy(copy_mode="copy"))
-    assert transfer.materialize(transfer.read_spec(ref)).objects["tokens"].tobytes() == p.buffers["tokens"].tobytes()
-    t = torch.arange(12, dtype=torch.float32).reshape(3, 4)
-    buf = (ctypes.c_char * 4096)()
-    n = serialize_tensor_into(t, ctypes.addressof(buf), 4096)
-    assert n == tensor_object_size(t)
-    tob = tensor_object_buffer(ctypes.addressof(buf), n, buf, batch_size=3)
-    ref = transfer.put_structured_object(StructuredObjectPayload({"h": tob}),
-                                         policy=BundleTransferPolicy(copy_mode="zero_copy"))
-    assert ref.manifest["leaves"]["h"]["codec"] == "tensor_object"
-    assert torch.equal(transfer.materialize(transfer.read_spec(ref)).objects["h"], t)
-    out = (ctypes.c_char * 4096)()
-    dest = tensor_object_buffer(ctypes.addressof(out), 4096, out)
-    got = transfer.materialize_into(transfer.read_spec(ref), {"h": dest}).objects["h"]
-    assert torch.equal(got, t) and ctypes.addressof(out) <= got.data_ptr() < ctypes.addressof(out) + 4096
-    with pytest.raises(ValueError, match="zero_copy.*tensor_object_buffer"):
-        transfer.put_structured_object(StructuredObjectPayload({"x": b"bytes"}),
-                                       policy=BundleTransferPolicy(copy_mode="zero_copy"))
-    with pytest.raises(ValueError, match="copy_mode must be"):
-        BundleTransferPolicy(copy_mode="fast")
-    rd = (ctypes.c_char * 64)()
-    ref = transfer.put_structured_object(StructuredObjectPayload({"b": b"raw-bytes"}))
-    dst = raw_destination(ctypes.addressof(rd), 64, rd)
-    got = transfer.materialize_into(transfer.read_spec(ref), {"b": dst}).objects["b"]
-    assert got is dst and dst.nbytes == 9 and rd.raw[:9] == b"raw-bytes"
-
-
-def test_bad_input_leaves_nothing(master, store):
-    transfer = MooncakeBundleTransfer(store, key_prefix="bad")
-
-    def keys():
-        return [k for k in master.http("/get_all_keys").splitlines() if k.startswith("bad/")]
-    with pytest.raises(TypeError, match="member 'obs/x': object has no codec"):
-        transfer.put_structured_object(StructuredObjectPayload({"a": np.ones(3), "obs": {"x": object(), "t": b"1"}}))
-    with pytest.raises(ValueError, match="non-empty dict"):
-        transfer.put_structured_object(StructuredObjectPayload({}))
-    with pytest.raises(ValueError, match="without '/'"):
-        transfer.put_structured_object(StructuredObjectPayload({"a/b": b"x"}))
-    with pytest.raises(TypeError, match="metadata must be JSON-like"):
-        transfer.put_structured_object(StructuredObjectPayload({"a": b"x"}, {"bad": object()}))
-    with pytest.raises(TypeError, match="object array whose values are not JSON-like"):
-        transfer.put_structured_object(StructuredObjectPayload({"o": np.array([object()], dtype=object)}))
-    assert keys() == []
-    # a write that fails in the store (the value cannot be placed) removes the leaves it wrote
-    big = np.zeros(200 << 20, dtype=np.uint8)  # more than the 64 MiB segment
-    with pytest.raises(RuntimeError, match="failed with error code"):
-        transfer.put_structured_object(StructuredObjectPayload({"small": b"x" * 100, "big": big}), object_id="o1")
-    with pytest.raises(RuntimeError, match="failed with error code"):
-        transfer.put_structured_object(StructuredObjectPayload({"small": b"x" * 100, "big": big}), object_id="o2",
-                                       policy=BundleTransferPolicy(copy_mode="copy"))
-    assert keys() == []
-    ref = transfer.put_structured_object(StructuredObjectPayload({"t": np.zeros((4, 2)), "b": b"x"}))
-    spec = transfer.read_spec(ref)
-    with pytest.raises(KeyError, match="no member 'nope'"):
-        spec.select_members(["nope"])
-    with pytest.raises(ValueError, match="only ndarray and tensor members can be sliced"):
-        spec.slice_member("b", 0, 0, 1)
-    with pytest.raises(ValueError, match="axis 2 is out of range"):
-        spec.slice_member("t", 2, 0, 1)
-    with pytest.raises(ValueError, match=r"reads as float64\[4, 2\], the destination is float32\[4, 2\]"):
-        transfer.materialize_into(spec, {"t": np.empty((4, 2), dtype=np.float32)})
-    with pytest.raises(KeyError, match="no structured object"):
-        transfer.read_spec("does-not-exist")
-    assert transfer.remove_structured_object(ref) == 3 and keys() == []
-
-
-def test_bundles(master, store):
-    transfer = MooncakeBundleTransfer(store, key_prefix="bun")
-    ref = transfer.put_bundle({"a": b"A" * 1000, "b": bytearray(b"bee"), "e": b""}, {"n": 3}, bundle_id="b1")
-    manifest, got = transfer.get_bundle("b1")
-    assert manifest == {"n": 3} and got == {"a": b"A" * 1000, "b": b"bee", "e": b""}
-    assert transfer.get_bundle(ref, ["b"])[1] == {"b": b"bee"}
-    peer = run_peer(master, """
-        from mooncake.structured_object_store import MooncakeBundleTransfer
-        t = MooncakeBundleTransfer(s, key_prefix="bun")
-        m, got = t.get_bundle("b1", ["a"])
-        print("PEER", m, len(got["a"]), got["a"][:3])
-    """)
-    assert "PEER {'n': 3} 1000 b'AAA'" in peer.output
-    with pytest.raises(TypeError, match="payload 'x' is a int"):
-        transfer.put_bundle({"x": 1})
-    with pytest.raises(KeyError, match="no payload 'z'"):
-        transfer.get_bundle("b1", ["z"])
-    assert transfer.remove_bundle("b1") == 3  # manifest, a, b (the empty e has no key)
-    assert transfer.remove_bundle("b1") == 0
-    with pytest.raises(KeyError):
-        transfer.get_bundle("b1")
-
-
-class FakeDataProto:
+class DataProto:
     def __init__(self, batch=None, non_tensor_batch=None, meta_info=None):
-        self.batch, self.non_tensor_batch, self.meta_info = batch, non_tensor_batch, meta_info
-
-    @classmethod
-    def from_dict(cls, tensors, non_tensors, meta_info=None):
-        return cls(tensors, non_tensors, meta_info)
+        self.batch, self.non_tensor_batch, self.meta_info = batch or {}, non_tensor_batch or {}, meta_info or {}
 
 
-def test_dataproto_stages_rows_and_handles(master, store):
-    transfer = MooncakeBundleTransfer(store, key_prefix="rl")
-    ids = torch.arange(8 * 5, dtype=torch.int64).reshape(8, 5)
-    data = FakeDataProto({"input_ids": ids, "attn": torch.ones(8, 5, dtype=torch.bool)},
-                         {"text": np.array([f"s{i}" for i in range(8)], dtype=object)}, {"step": 1, "temp": 0.7})
-    ref = transfer.put_dataproto(data, namespace="rollout", partition="step-1", stage="rollout")
-    ref = transfer.append_dataproto_fields(ref, {"old_log_probs": torch.linspace(0, 1, 8)}, stage="old_log_prob")
-    with pytest.raises(ValueError, match="already stored"):
-        transfer.append_dataproto_fields(ref, {"input_ids": ids}, stage="again")
-    handle = export_dataproto_ref(ref)
-    json.dumps(handle)  # JSON-safe
+def test_structured_object_across_processes(master, store):
+    t = MooncakeBundleTransfer(store, key_prefix="so")
+    tokens = np.arange(96, dtype=np.int16).reshape(12, 8)
+    logits = torch.arange(24, dtype=torch.float32).reshape(6, 4).to(torch.bfloat16)
+    ref = t.put_structured_object(StructuredObjectPayload(metadata={"step": 3}, buffers={
+        "tokens": tokens, "logits": logits, "raw": b"abc"}), chunk_bytes=40)
+    oid = ref.manifest["object_id"]
+    base = f"so/{oid}"
+    # tokens: 192 bytes in 40-byte chunks (so is the JSON meta); logits: one put_tensor key
+    meta_chunks = [c["key"] for c in ref.manifest["meta"]["chunks"]]
+    assert len(meta_chunks) > 1 and meta_chunks[0] == f"{base}/meta/chunk/0"
+    assert keys(master, "so") == sorted([f"{base}/manifest", f"{base}/buffer/raw", f"{base}/buffer/logits"] +
+                                        [f"{base}/buffer/tokens/chunk/{i}" for i in range(5)] + meta_chunks)
+    assert ref.manifest["buffers"]["logits"]["kind"] == "tensor"
+    res = t.materialize(t.read_spec(ref))
+    assert res.metadata["step"] == 3 and res.metadata["layout"] == "structured"
+    assert res.metadata["__mooncake_structured_fields__"]["tokens"] == {"encoding": "ndarray", "dtype": "<i2",
+                                                                         "shape": [12, 8]}
+    assert res.objects["tokens"].tolist() == tokens.tolist() and bytes(res.objects["raw"]) == b"abc"
+    assert torch.equal(res.objects["logits"], logits)
+    # pool-backed arrays (the transfer made a BufferPool over the store) go back with release_result
+    assert hasattr(res.objects["tokens"], "_mooncake_pool_owner")
+    pool = t._transport._buffer_pool
+    assert pool.active_leases == 2
+    MooncakeBundleTransfer.release_result(res.objects)
+    MooncakeBundleTransfer.release_result(res.objects)
+    assert pool.active_leases == 0
     peer = run_peer(master, f"""
-        import json, torch
-        from mooncake.structured_object_store import MooncakeBundleTransfer, import_dataproto_ref
-        t = MooncakeBundleTransfer(s, key_prefix="rl")
-        ref = import_dataproto_ref(json.loads({json.dumps(json.dumps(handle))}))
-        sub = t.get_dataproto(ref, fields=["input_ids", "old_log_probs", "text"], meta_info_keys=["step"],
-                              rows=slice(2, 5))
-        assert sub["batch"]["input_ids"].tolist() == torch.arange(40).reshape(8, 5)[2:5].tolist()
-        assert sub["batch"]["old_log_probs"].tolist() == torch.linspace(0, 1, 8)[2:5].tolist()
-        assert list(sub["non_tensor_batch"]["text"]) == ["s2", "s3", "s4"] and sub["meta_info"] == {{"step": 1}}
-        g = t.get_dataproto(ref, batch_fields=["input_ids"], rows=[7, 3, 0])
-        assert g["batch"]["input_ids"].tolist() == torch.arange(40).reshape(8, 5)[[7, 3, 0]].tolist()
-        print("VIEW", json.dumps(t.dataproto_manifest_view(ref)["input_ids"]))
+        import numpy as np
+        from mooncake.structured_object_store import MooncakeBundleTransfer
+        t = MooncakeBundleTransfer(s, key_prefix="so")
+        spec = t.read_spec({{"manifest_key": {ref.manifest_key!r}}}).select_members(["tokens", "logits"])
+        r = t.materialize(spec.slice_member("tokens", 0, 3, 9).slice_member("logits", 0, 1, 3))
+        print("ROWS", r.objects["tokens"].tolist(), r.objects["logits"].float().tolist())
+        dst = np.empty((4, 8), dtype=np.int16)
+        got = t.materialize_into(spec.select_members(["tokens"]).slice_member("tokens", 0, 1, 12, 3),
+                                 {{"tokens": dst}})
+        print("STEP", got.objects["tokens"] is dst, dst.tolist())
     """)
-    view = json.loads([line for line in peer.output.splitlines() if line.startswith("VIEW")][0][5:])
-    assert view == {"stage": "rollout", "section": "batch", "codec": "tensor", "dtype": "int64", "shape": [8, 5]}
-    dst = torch.empty(3, 5, dtype=torch.int64)
-    obj = transfer.get_dataproto(handle, batch_fields=["input_ids"], rows=StructuredMemberSlice(0, 5, 8),
-                                 destinations={"input_ids": dst}, data_cls=FakeDataProto)
-    assert isinstance(obj, FakeDataProto) and obj.batch["input_ids"] is dst and torch.equal(dst, ids[5:])
-    assert obj.meta_info == {"step": 1, "temp": 0.7}
-    with pytest.raises(ValueError, match="'text' is a non_tensor_batch field, not batch"):
-        transfer.get_dataproto(ref, batch_fields=["text"])
-    # overwrite replaces a whole stage and removes the old one
-    before = set(master.http("/get_all_keys").splitlines())
-    ref2 = transfer.append_dataproto_fields(ref, {"old_log_probs": torch.zeros(8)}, stage="old_log_prob2",
-                                            overwrite=True)
-    assert torch.equal(transfer.get_dataproto(ref2, fields=["old_log_probs"])["batch"]["old_log_probs"], torch.zeros(8))
-    after = set(master.http("/get_all_keys").splitlines())
-    assert not any(k.startswith(ref.stage_refs["old_log_prob"].manifest_key.rsplit("/", 1)[0]) for k in after)
-    assert len(after - before) == 2
-    assert transfer.cleanup_dataproto(export_dataproto_ref(ref2)) == (1 + 3) + (1 + 1)  # manifests + leaves
-    assert [k for k in master.http("/get_all_keys").splitlines() if k.startswith("rl/")] == []
-    with pytest.raises(ValueError, match="different batch sizes"):
-        transfer.put_dataproto({"a": torch.zeros(3), "b": torch.zeros(4)})
-    assert import_dataproto_ref(handle).namespace == "rollout"
+    rows = json.loads("[" + [x for x in peer.output.splitlines() if x.startswith("ROWS")][0][5:].replace(
+        "] [", "], [") + "]")
+    assert rows == [tokens[3:9].tolist(), logits[1:3].float().tolist()]
+    step = [x for x in peer.output.splitlines() if x.startswith("STEP")][0]
+    assert step == f"STEP True {tokens[1:12:3].tolist()}"
+    t.remove_bundle(ref)
+    assert keys(master, "so") == []
+    # the pool the transfer made is closed (its memory unregistered) when the transfer goes
+    del t, res
+    gc.collect()
+    with pytest.raises(RuntimeError, match="closed"):
+        pool.acquire(1)
 
 
-class RangedStore:
-    """The real store plus a get_into_ranges served from get(), to exercise the ranged path of
-    partial reads (it counts the bytes it was asked for)."""
+def test_objects_tensor_buffers_and_destinations(master, store):
+    t = MooncakeBundleTransfer(store, key_prefix="obj")
+    arr = np.arange(6, dtype=np.float32).reshape(2, 3)
+    ten = torch.arange(12, dtype=torch.int64).reshape(3, 4)
+    assert np.array_equal(t.get_object(t.put_object(arr)), arr)
+    got = t.get_object(t.put_object({"a": arr, "t": ten, "s": torch.tensor(1.5)}))
+    assert np.array_equal(got["a"], arr) and torch.equal(got["t"], ten) and torch.equal(got["s"], torch.tensor(1.5))
+    # a serialized tensor object in caller memory, written with put_tensor_from (zero_copy)
+    from mooncake.store import _deserialize_tensor, _serialize_tensor
+    header, ptr, n, owner = _serialize_tensor(ten)
+    src = ctypes.create_string_buffer(header + ctypes.string_at(ptr, n), len(header) + n)
+    assert store.register_buffer(ctypes.addressof(src), len(src)) == 0
+    ref = t.put_structured_object(StructuredObjectPayload(buffers={
+        "w": tensor_object_buffer(ctypes.addressof(src), len(src), src, batch_size=3)}),
+        policy=BundleTransferPolicy(copy_mode="zero_copy"))
+    assert torch.equal(t.materialize(t.read_spec(ref)).objects["w"], ten)
+    dst = ctypes.create_string_buffer(len(src))
+    out = t.materialize_into(t.read_spec(ref), {"w": tensor_object_buffer(ctypes.addressof(dst), len(dst), dst)})
+    assert out.objects["w"].ptr == ctypes.addressof(dst) and torch.equal(_deserialize_tensor(dst.raw), ten)
+    store.unregister_buffer(ctypes.addressof(src))
+    # rows of a tensor member into a raw destination: a tensor object of just those rows
+    ref = t.put_structured_object(StructuredObjectPayload(buffers={"t": ten}))
+    dst = ctypes.create_string_buffer(4096)
+    t.materialize_into(t.read_spec(ref).slice_member("t", 0, 1, 3), {"t": raw_destination(ctypes.addressof(dst), 4096)})
+    assert torch.equal(_deserialize_tensor(dst.raw), ten[1:3])
+    with pytest.raises(ValueError, match="BufferPool tensor-object buffer"):
+        t.put_structured_object(StructuredObjectPayload(buffers={"t": ten}),
+                                policy=BundleTransferPolicy(copy_mode="zero_copy"))
+    with pytest.raises(RuntimeError, match="zero-copy put"):
+        t.put_structured_object(StructuredObjectPayload(buffers={"b": b"x"}),
+                                policy=BundleTransferPolicy(copy_mode="zero_copy"))
+
+
+def test_bad_input_and_failed_writes_leave_no_keys(master, store):
+    t = MooncakeBundleTransfer(store, key_prefix="bad")
+    with pytest.raises(TypeError, match="needs buffers"):
+        StructuredObjectPayload(metadata={})
+    with pytest.raises(TypeError, match="JSON-serializable"):
+        t.put_structured_object(StructuredObjectPayload(metadata={"x": object()}, buffers={"a": b"1"}))
+    with pytest.raises(ValueError, match="reserved"):
+        t.put_structured_object(StructuredObjectPayload(metadata={"__mooncake_structured_fields__": {}},
+                                                        buffers={"a": b"1"}))
+    with pytest.raises(ValueError, match="invalid bundle buffer name"):
+        t.put_bundle(b"m", {"a/b": b"1"})
+    with pytest.raises(ValueError, match="chunk_bytes"):
+        t.put_bundle(b"m", {"a": b"1"}, chunk_bytes=0)
+    with pytest.raises(ValueError, match="key_prefix"):
+        MooncakeBundleTransfer(store, key_prefix="/")
+    # the store refuses the big chunk (larger than the 64 MiB segment): every key written is removed
+    big = np.zeros(80 << 20, dtype=np.uint8)
+    for mode in ("auto", "copy"):
+        with pytest.raises(RuntimeError, match="failed for bad/"):
+            t.put_structured_object(StructuredObjectPayload(buffers={"small": b"x" * 100, "big": big}),
+                                    policy=BundleTransferPolicy(copy_mode=mode), chunk_bytes=80 << 20)
+    assert keys(master, "bad") == []
+    ref = t.put_structured_object(StructuredObjectPayload(buffers={"w": np.zeros((4, 2)), "b": b"xy"}))
+    spec = t.read_spec(ref)
+    with pytest.raises(ValueError, match="axis=0"):
+        t.materialize(spec.slice_member("w", 1, 0, 1))
+    with pytest.raises(ValueError, match="does not support slicing"):
+        t.materialize(spec.slice_member("b", 0, 0, 1))
+    with pytest.raises(ValueError, match="destination shape mismatch"):
+        t.materialize_into(spec.select_members(["w"]), {"w": np.empty((3, 2))})
+    with pytest.raises(KeyError, match="unknown bundle buffers"):
+        t.materialize(spec.select_members(["nope"]))
+    # a manifest pointing outside its bundle is refused before anything is read
+    bad = dict(ref.manifest, buffers={"w": {"key": "elsewhere/k", "bytes": 1, "chunks": [{"key": "elsewhere/k",
+                                                                                            "bytes": 1}]}})
+    with pytest.raises(ValueError, match="outside the bundle namespace"):
+        t.materialize(t.read_spec(RemoteBundleRef(ref.manifest_key, bad)))
+    t.remove_bundle(ref)
+    assert keys(master, "bad") == []
+
+
+def test_dataproto_stages_rows_handles_and_cleanup(master, store):
+    t = MooncakeBundleTransfer(store, key_prefix="dp")
+    ids = torch.arange(40, dtype=torch.int64).reshape(8, 5)
+    mask = np.ones((8, 5), dtype=np.int8)
+    text = np.asarray([f"s{i}" * (i % 3) if i != 4 else None for i in range(8)], dtype=object)
+    ragged = np.empty(8, dtype=object)
+    ragged[:] = [np.arange(i, dtype=np.int32) for i in range(8)]
+    cfg = ReplicateConfig()
+    cfg.replica_num = 1
+    ref = t.put_dataproto(DataProto({"input_ids": ids, "mask": mask}, {"text": text, "ragged": ragged},
+                                    {"step": 1}), namespace="roll", partition="p1", stage="rollout", config=cfg)
+    assert ref._storage_group_id.startswith("structured-") and cfg.group_ids is None  # not changed
+    assert ref.encoded_non_tensor["text"]["codec"] == "utf8_ragged"
+    assert ref.encoded_non_tensor["ragged"]["codec"] == "typed_ragged"
+    ref = t.append_dataproto_fields(ref, DataProto({"rewards": torch.linspace(0, 1, 8)}), stage="reward")
+    ref = t.append_dataproto_fields(ref, DataProto({"values": np.arange(8.0)}), stage="rollout")
+    handle = export_ref(ref)
+    assert is_dataproto_ref_handle(handle) and handle["storage_group_id"] == ref._storage_group_id
+    peer = run_peer(master, f"""
+        import json, numpy as np
+        from mooncake.structured_object_store import MooncakeBundleTransfer, import_ref
+        t = MooncakeBundleTransfer(s, key_prefix="dp")
+        ref = import_ref(json.loads({json.dumps(json.dumps(handle))}))
+        sub = t.get_dataproto(ref, fields=["input_ids", "rewards", "text", "ragged", "values"], rows=[6, 1, 4])
+        print("IDS", sub["batch"]["input_ids"].tolist())
+        print("TEXT", json.dumps(sub["non_tensor_batch"]["text"].tolist()))
+        print("RAGGED", [r.tolist() for r in sub["non_tensor_batch"]["ragged"]])
+        print("VALUES", sub["batch"]["values"].tolist(), sub["batch"]["rewards"].tolist())
+        flat = t.get(ref, type="dict", rows=slice(2, 4), fields=["mask", "text"])
+        print("FLAT", sorted(flat), flat["mask"].tolist(), flat["text"])
+    """)
+    out = dict(line.split(" ", 1) for line in peer.output.splitlines() if " " in line)
+    assert out["IDS"] == str(ids[[6, 1, 4]].tolist())
+    assert json.loads(out["TEXT"]) == [text[6], text[1], None]
+    assert out["RAGGED"] == "[[0, 1, 2, 3, 4, 5], [0], [0, 1, 2, 3]]"
+    assert out["VALUES"] == f"{[6.0, 1.0, 4.0]} {torch.linspace(0, 1, 8)[[6, 1, 4]].tolist()}"
+    assert out["FLAT"] == f"['mask', 'step', 'text'] {mask[2:4].tolist()} {text[2:4].tolist()}"
+    view = t.dataproto_manifest_view(handle)
+    assert set(view["batch_fields"]) == {"input_ids", "mask", "rewards", "values"}
+    assert view["batch_fields"]["values"]["stage"] == "rollout" and view["meta_info_keys"] == ["step"]
+    with pytest.raises(ValueError, match="already exist"):
+        t.append_dataproto_fields(ref, DataProto({"input_ids": ids}), stage="again")
+    with pytest.raises(ValueError, match="must include existing fields"):
+        t.append_dataproto_fields(ref, DataProto({"input_ids": ids}), stage="rollout", overwrite=True)
+    with pytest.raises(ValueError, match="conflicts"):
+        other = ReplicateConfig()
+        other.group_ids = ["other"]
+        t.append_dataproto_fields(handle, DataProto({"x": ids}), stage="x", config=other)
+    t.cleanup_dataproto(handle)
+    assert keys(master, "dp") == []
+
+
+def test_flat_dicts_schemas_and_recursive_columns(master, store):
+    t = MooncakeBundleTransfer(store, key_prefix="fd")
+    samples = [{"tokens": torch.arange(i + 1), "score": float(i), "tags": ["a"] * i} for i in range(3)] + [None]
+    data = {
+        "input_ids": np.arange(8).reshape(4, 2),
+        "uid": ["u0", "u1", "u2", "u3"],
+        "samples": samples,
+        "mm": [{"image": torch.ones(2, 2)}, None, {"image": torch.zeros(1, 2)}, {}],
+        "temperature": 0.7,
+    }
+    # with a schema fixing the row count, only fields with a schema (or dense arrays) are columns
+    column = {"section": "non_tensor_batch"}
+    ref = t.put(data, type="dict", field_schemas={
+        "mm": FieldSchema(codec="ragged_tensor_dict", metadata=column),
+        "uid": FieldSchema(codec="auto", metadata=column), "samples": FieldSchema(codec="auto", metadata=column)})
+    assert {n: e["codec"] for n, e in ref.encoded_non_tensor.items()} == {
+        "uid": "utf8_ragged", "samples": "structured_recursive", "mm": "ragged_tensor_dict"}
+    got = t.get(import_ref(export_ref(ref)), type="dict")
+    assert sorted(got) == ["input_ids", "mm", "samples", "temperature", "uid"]
+    assert got["uid"] == data["uid"] and got["temperature"] == 0.7
+    assert got["input_ids"].tolist() == data["input_ids"].tolist()
+    for a, b in zip(got["samples"], samples):
+        assert (a is None and b is None) or (torch.equal(a["tokens"], b["tokens"]) and a["score"] == b["score"]
+                                             and a["tags"] == b["tags"])
+    assert torch.equal(got["mm"][0]["image"], torch.ones(2, 2)) and got["mm"][1] is None and got["mm"][3] == {}
+    with pytest.raises(ValueError, match="unsupported Mooncake payload type"):
+        t.put(data, type="list")
+    with pytest.raises(ValueError, match="inconsistent batch sizes"):
+        t.put({"a": np.zeros(3), "b": np.zeros(4)})
+    assert keys(master, "fd") == sorted(
+        [k for stage in ref.stage_refs.values() for k in keys(master, "fd") if k.startswith(
+            stage.manifest_key.rsplit("/", 1)[0])])
+    t.cleanup_dataproto(ref)
+    assert keys(master, "fd") == []
+
+
+def test_codec_inference_and_msgpack_subset():
+    from mooncake import _structured_msgpack as mp
+    from mooncake.structured_object_store import MISSING, _choose_leaf_codec, _escape_key, infer_structure
+
+    cases = [([torch.tensor([1]), None, torch.tensor([2, 3])], (True, "ragged_tensor")),
+             ([[1, 2], (3,)], (True, "typed_ragged")), ([1, 2.5, None], (True, "ndarray")),
+             ([b"a", bytearray(b"b")], (True, "bytes_ragged")), (["x", None], (True, "utf8_ragged")),
+             ([{"a": 1}, [1, "x"]], (True, "msgpack_ragged")), ([{"a": object()}], (False, "msgpack_ragged")),
+             ([object()], (False, "msgpack_ragged")), ([None, None], (False, "msgpack_ragged"))]
+    for values, want in cases:
+        d = _choose_leaf_codec(values)
+        assert (d.accepted, d.codec) == want, values
+    leaves, nodes = [], []
+    infer_structure("r", [{"a.b": 1, "l": [{"k": "x"}]}, {"l": []}, None], leaves, nodes)
+    assert [(n.path, n.node_type, n.row_mask) for n in nodes] == [
+        ("r", "dict", [True, True, False]), ("r.l", "list", [True, True, False]), ("r.l[0]", "dict", [True, False, False])]
+    by_path = {leaf.path: leaf.values for leaf in leaves}
+    assert by_path == {"r.a\\.b": [1, MISSING, None], "r.l[0].k": ["x", None, None]}  # row 1 has no l[0]
+    assert _escape_key("a\\.[") == "a\\\\\\.\\["
+    for v in [None, True, 0, 127, 128, -1, -33, 2**63, -(2**63), 1.5, "", "é" * 40, b"\x00" * 300,
+              list(range(20)), {"k": [1, {"z": None}]}, {str(i): i for i in range(20)}]:
+        assert mp.unpackb(mp.packb(v)) == v
+    assert mp.unpackb(mp.packb((1, 2))) == [1, 2]
+    with pytest.raises(TypeError, match="cannot serialize object"):
+        mp.packb({"a": object()})
+    with pytest.raises(ValueError, match="truncated"):
+        mp.unpackb(mp.packb("abc")[:-1])
+
+
+def test_dataproto_catalog():
+    from mooncake.dataproto_catalog import DataProtoCatalog
+
+    def handle(key, fields, n):
+        return {"type": "mooncake_dataproto_ref", "version": 1, "kind": "bundle_stages", "batch_size": n,
+                "stage_refs": {"s": {"manifest_key": key}},
+                "field_index": {f: {"stage": "s", "member": f"batch.{f}", "section": "batch"} for f in fields}}
+
+    c = DataProtoCatalog()
+    assert c.update("p", ["a", "b"], tags=[{"x": 1}, {}], handle=handle("m1", ["ids"], 2))["fields"] == ["ids"]
+    c.update("p", ["b"], tags=[{"y": 2}], handle=handle("m2", ["ids", "r"], 1))
+    plan = c.resolve("p", ["b", "a"], ["ids"])
+    assert plan["field_groups"] == [{"fields": ["ids"], "locations": [("m2", 0), ("m1", 0)]}]
+    assert sorted(plan["handles"]) == ["m1", "m2"] and plan["tags"] == [{"y": 2}, {"x": 1}]
+    with pytest.raises(ValueError, match="not ready"):
+        c.resolve("p", ["a", "b"], ["r"])
+    with pytest.raises(ValueError, match="batch size"):
+        c.update("p", ["a"], handle=handle("m3", ["ids"], 2))
+    assert c.list() == {"p": {"a": {"x": 1}, "b": {"y": 2}}}
+    c.remove("p", ["a", "b"])
+    assert c.list() == {} and c._handles == {} and c._refs == {}
+
+
+class CountingStore:
+    """The real store, recording the (key, size) of every range get_into_ranges is asked for."""
 
     def __init__(self, store):
         self._s, self.asked = store, []
@@ -267,32 +306,31 @@ class RangedStore:
     def __getattr__(self, name):
         return getattr(self._s, name)
 
-    def get_into_ranges(self, buffer_ptrs, all_keys, all_dst, all_src, all_sizes):
-        out = []
-        for ptr, keys, dsts, srcs, sizes in zip(buffer_ptrs, all_keys, all_dst, all_src, all_sizes):
-            per_key = []
-            for k, d, so, sz in zip(keys, dsts, srcs, sizes):
-                v = self._s.get(k)
-                res = []
-                for dd, ss, nn in zip(d, so, sz):
-                    self.asked.append(nn)
-                    ctypes.memmove(ptr + dd, v[ss:ss + nn], nn)
-                    res.append(nn)
-                per_key.append(res)
-            out.append(per_key)
-        return out
+    def get_into_ranges(self, ptrs, all_keys, all_dst, all_src, all_sizes):
+        for keys, sizes in zip(all_keys, all_sizes):
+            self.asked += [(k, n) for k, per in zip(keys, sizes) for n in per]
+        return self._s.get_into_ranges(ptrs, all_keys, all_dst, all_src, all_sizes)
 
 
-def test_axis0_slices_read_only_their_range(store):
-    ranged = RangedStore(store)
-    transfer = MooncakeBundleTransfer(ranged, key_prefix="ranged")
-    a = np.arange(100 * 7, dtype=np.int64).reshape(100, 7)
-    t = torch.arange(50 * 3, dtype=torch.float16).reshape(50, 3)
-    ref = transfer.put_structured_object(StructuredObjectPayload({"a": a, "t": t}))
-    spec = transfer.read_spec(ref).slice_member("a", 0, 10, 13).slice_member("t", 0, -4)
-    res = transfer.materialize(spec)
-    assert res.objects["a"].tolist() == a[10:13].tolist() and torch.equal(res.objects["t"], t[-4:])
-    assert ranged.asked == [3 * 7 * 8, 4 * 3 * 2]
-    dst = np.empty((3, 7), dtype=np.int64)
-    assert transfer.materialize_into(spec.select_members(["a"]), {"a": dst}).objects["a"] is dst
-    assert dst.tolist() == a[10:13].tolist()
+def test_row_reads_of_encoded_columns_read_only_those_rows(master, store):
+    counting = CountingStore(store)
+    t = MooncakeBundleTransfer(counting, key_prefix="rows")
+    col = np.empty(100, dtype=object)
+    col[:] = [np.full(1000, i, dtype=np.int32) for i in range(100)]
+    col[6] = None
+    text = np.asarray([f"row-{i}" * 50 for i in range(100)], dtype=object)
+    ref = t.put_dataproto(DataProto(non_tensor_batch={"col": col, "text": text}))
+    counting.asked.clear()
+    got = t.get_dataproto(ref, rows=[7, 5, 6, 99])["non_tensor_batch"]
+    assert [None if r is None else r.tolist() for r in got["col"]] == [[7] * 1000, [5] * 1000, None, [99] * 1000]
+    assert got["text"].tolist() == [text[7], text[5], text[6], text[99]]
+    data = [(k.rsplit("/", 2)[-1], n) for k, n in counting.asked if k.endswith(".data")]
+    # col: rows 7, 5, 99 (6 is null); text: 7, then 5 and 6 (adjacent both sides: one range), 99
+    assert sorted(data) == sorted([("non_tensor_batch.col.data", 4000)] * 3 + [
+        ("non_tensor_batch.text.data", n) for n in (len(text[7]), len(text[5]) + len(text[6]), len(text[99]))])
+    counting.asked.clear()
+    got = t.get_dataproto(ref, non_tensor_fields=["col"], rows=slice(10, 13))["non_tensor_batch"]
+    assert [r.tolist() for r in got["col"]] == [[i] * 1000 for i in (10, 11, 12)]
+    assert [n for k, n in counting.asked if k.endswith(".data")] == [12000]  # three adjacent rows: one range
+    t.cleanup_dataproto(ref)
+    assert keys(master, "rows") == []

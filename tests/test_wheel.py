@@ -95,9 +95,11 @@ def test_wheel_is_small_and_ships_the_commands_once(wheel):
         assert mode & 0o111, oct(mode)
         assert "mooncake/libmooncake.so" in names
         assert any(n.startswith("mooncake/_pg_ext") and n.endswith(".so") for n in names), names
+        assert any(n.startswith("mooncake/_fast_copy") and n.endswith(".so") for n in names), names
         eps = z.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
     for cmd in COMMANDS:
         assert f"{cmd} = mooncake._cli:{cmd}" in eps, eps
+    assert "mc_store_rest_server = mooncake.mooncake_store_service:sync_main" in eps, eps
 
 
 def test_commands_run_from_the_fresh_venv(venv):
@@ -114,6 +116,9 @@ def test_commands_run_from_the_fresh_venv(venv):
         r = subprocess.run([os.path.join(venv, "bin", cmd), "--help"], env=env,
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 0 and f"Usage of {cmd}" in r.stderr, (cmd, r.returncode, r.stderr)
+    r = subprocess.run([os.path.join(venv, "bin", "mc_store_rest_server"), "--help"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "usage: mc_store_rest_server" in r.stdout, (r.returncode, r.stdout, r.stderr)
 
 
 def test_two_rank_allreduce_from_the_fresh_venv(venv, tmp_path):

@@ -174,6 +174,30 @@ int mc_store_snapshot_read_plans(uint64_t store, uint64_t snapshot, const uint64
                                  const int64_t *tcounts, int64_t ntc, const uint64_t *translations,
                                  int32_t allow_staging, uint8_t *ok);
 
+/* Transfer sessions (upstream's batch_get_session_* / batch_put_session_* and the
+ * *_multi_buffer_ranges calls): the master is asked once per object, then ranged transfers go
+ * straight to the replicas. mc_store_get_session_start queries n keys once and opens a get
+ * session per key (a read lease; a memory copy needed); mc_store_get_session_end closes them.
+ * mc_store_put_session_start reserves an object of sizes[i] bytes per key (cfg NULL: the
+ * defaults); mc_store_put_session_finish ends (revoke = 0: readable) or revokes (dropped) them,
+ * after the writes in flight. codes[i] = 0 or <0. mc_store_session_ranges reads (write = 0)
+ * or writes ranges through the sessions: group i is counts[i] ranges of keys[i], every group's
+ * ranges one after another in offsets (in the object), addrs (local memory, registered or not)
+ * and sizes; results[i] = the group's bytes moved or <0 (no session: INVALID_PARAMS; a get
+ * session whose lease ended: LEASE_EXPIRED, and the session is closed). All return 0 when they
+ * ran. */
+int mc_store_get_session_start(uint64_t store, const char *const *keys, int32_t n, int32_t *codes);
+int mc_store_get_session_end(uint64_t store, const char *const *keys, int32_t n);
+int mc_store_put_session_start(uint64_t store, const char *const *keys, int32_t n,
+                               const uint64_t *sizes, const mc_replicate_config *cfg,
+                               int32_t *codes);
+int mc_store_put_session_finish(uint64_t store, const char *const *keys, int32_t n, int32_t revoke,
+                                int32_t *codes);
+int mc_store_session_ranges(uint64_t store, int32_t write, int32_t ngroups,
+                            const char *const *keys, const int64_t *counts,
+                            const uint64_t *offsets, const uint64_t *addrs,
+                            const uint64_t *sizes, int64_t *results);
+
 /* Drops this client's copies of keys on segment ("host:port"; NULL or "" = every copy, the
  * whole object); cleared[i] = 1 for a key cleared, 0 for one skipped (leased, being written,
  * another client's, missing). Returns how many were cleared or <0. */

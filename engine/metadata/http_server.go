@@ -1,6 +1,8 @@
 package metadata
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -30,7 +32,9 @@ type HTTPServerConfig struct {
 
 // HTTPServer is an in-memory HTTP metadata server (GET|PUT|DELETE <path>?key=<key>).
 // It is an http.Handler, safe for concurrent use; mount it on any mux or serve it alone.
-// Requests for other paths get 404.
+// Requests for other paths get 404. The key is trimmed of surrounding ASCII white space and a
+// blank one gets 400, as upstream's Python server; errors are JSON objects {"error": "..."}
+// (application/json, as upstream's error answers are labelled).
 type HTTPServer struct {
 	path     string
 	maxBody  int64
@@ -70,14 +74,14 @@ func (s *HTTPServer) Keys() []string {
 
 func (s *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path != s.path {
-		http.Error(w, fmt.Sprintf("not found: the metadata server answers on %s", s.path), http.StatusNotFound)
+		writeError(w, http.StatusNotFound, fmt.Sprintf("not found: the metadata server answers on %s", s.path))
 		return
 	}
 	switch r.Method {
 	case http.MethodGet, http.MethodHead, http.MethodPut, http.MethodDelete:
 	default:
 		w.Header().Set("Allow", "GET, HEAD, PUT, DELETE")
-		http.Error(w, "method not allowed: use GET, PUT or DELETE", http.StatusMethodNotAllowed)
+		writeError(w, http.StatusMethodNotAllowed, "method not allowed: use GET, PUT or DELETE")
 		return
 	}
 	if s.verifier != nil && r.Method != http.MethodPut {
@@ -86,9 +90,9 @@ func (s *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	key := r.URL.Query().Get("key")
+	key := strings.Trim(r.URL.Query().Get("key"), keySpace)
 	if key == "" {
-		http.Error(w, "missing key parameter: use "+s.path+"?key=<url-encoded key>", http.StatusBadRequest)
+		writeError(w, http.StatusBadRequest, "missing key parameter: use "+s.path+"?key=<url-encoded key>")
 		return
 	}
 	switch r.Method {
@@ -97,7 +101,7 @@ func (s *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		v, ok := s.kv[key]
 		s.mu.RUnlock()
 		if !ok {
-			http.Error(w, "metadata not found", http.StatusNotFound)
+			writeError(w, http.StatusNotFound, "metadata not found")
 			return
 		}
 		// Values are never changed in place (PUT stores a fresh slice), so v may be
@@ -113,10 +117,10 @@ func (s *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			var tooBig *http.MaxBytesError
 			if errors.As(err, &tooBig) {
-				http.Error(w, fmt.Sprintf("value too large: the limit is %d bytes", s.maxBody), http.StatusRequestEntityTooLarge)
+				writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("value too large: the limit is %d bytes", s.maxBody))
 				return
 			}
-			http.Error(w, "reading request body: "+err.Error(), http.StatusBadRequest)
+			writeError(w, http.StatusBadRequest, "reading request body: "+err.Error())
 			return
 		}
 		if s.verifier != nil {
@@ -136,7 +140,7 @@ func (s *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		delete(s.kv, key)
 		s.mu.Unlock()
 		if !ok {
-			http.Error(w, "metadata not found", http.StatusNotFound)
+			writeError(w, http.StatusNotFound, "metadata not found")
 			return
 		}
 		writeText(w, "metadata deleted")
@@ -169,6 +173,23 @@ func (s *HTTPServer) ForgetEngine(name string) int {
 		}
 	}
 	return n
+}
+
+// keySpace is the white space trimmed off a request's key (ASCII's; the Python server's too).
+const keySpace = " \t\n\r\v\f"
+
+// writeError answers status with {"error": msg} (and a newline), as application/json.
+func writeError(w http.ResponseWriter, status int, msg string) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b) // compact, a newline after, '<' and '>' as they are
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(map[string]string{"error": msg})
+	h := w.Header()
+	h.Del("Content-Length")
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(b.Bytes())
 }
 
 func writeText(w http.ResponseWriter, msg string) {

@@ -228,6 +228,53 @@ func TestHTTPServerProtocol(t *testing.T) {
 	}
 }
 
+// Keys are trimmed of surrounding white space and a blank key is refused, as upstream's
+// Python server; every error is a JSON object labelled application/json.
+func TestHTTPServerKeysTrimmedAndJSONErrors(t *testing.T) {
+	srv, ts, _ := newHTTPPair(t, HTTPServerConfig{MaxValueBytes: 16})
+	do := func(method, query, body string) (int, string, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), method, ts.URL+"/metadata"+query, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header.Get("Content-Type"), string(b)
+	}
+	want := func(method, query, body string, code int, ctype, answer string) {
+		t.Helper()
+		c, ct, b := do(method, query, body)
+		if c != code || ct != ctype || b != answer {
+			t.Errorf("%s %s: %d %q %q; want %d %q %q", method, query, c, ct, b, code, ctype, answer)
+		}
+	}
+	const js, text = "application/json", "text/plain; charset=utf-8"
+	missing := `{"error":"missing key parameter: use /metadata?key=<url-encoded key>"}` + "\n"
+	for _, m := range []string{"GET", "PUT", "DELETE"} {
+		want(m, "?key=%20%20%09", "v", 400, js, missing)
+		want(m, "", "v", 400, js, missing)
+	}
+	want("PUT", "?key=%20%20valid%20%20", "value", 200, text, "metadata updated\n")
+	want("GET", "?key=valid", "", 200, js, "value")
+	want("GET", "?key=+valid+", "", 200, js, "value")
+	if got := srv.Keys(); len(got) != 1 || got[0] != "valid" {
+		t.Fatalf("Keys = %q, want [valid]", got)
+	}
+	want("GET", "?key=nope", "", 404, js, `{"error":"metadata not found"}`+"\n")
+	want("DELETE", "?key=nope", "", 404, js, `{"error":"metadata not found"}`+"\n")
+	want("PUT", "?key=big", strings.Repeat("x", 17), 413, js, `{"error":"value too large: the limit is 16 bytes"}`+"\n")
+	want("POST", "?key=valid", "", 405, js, `{"error":"method not allowed: use GET, PUT or DELETE"}`+"\n")
+	want("DELETE", "?key=%20valid", "", 200, text, "metadata deleted\n")
+	if got := srv.Keys(); len(got) != 0 {
+		t.Fatalf("Keys after delete = %q", got)
+	}
+}
+
 func TestHTTPClientErrors(t *testing.T) {
 	// A server that is not there: a prompt, descriptive error.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

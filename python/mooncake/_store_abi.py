@@ -157,6 +157,15 @@ RANGED = {
                                             _vp]),
 }
 
+# Transfer sessions: get and put sessions and their ranged transfers (write 0: read).
+SESSIONS = {
+    "mc_store_get_session_start": (_int, [_u64, _P(_cs), _i32, _vp]),
+    "mc_store_get_session_end": (_int, [_u64, _P(_cs), _i32]),
+    "mc_store_put_session_start": (_int, [_u64, _P(_cs), _i32, _vp, _cfg_p, _vp]),
+    "mc_store_put_session_finish": (_int, [_u64, _P(_cs), _i32, _i32, _vp]),
+    "mc_store_session_ranges": (_int, [_u64, _i32, _i32, _P(_cs), _vp, _vp, _vp, _vp, _vp]),
+}
+
 # Queries and removal.
 QUERY_REMOVE = {
     "mc_store_is_exist": (_int, [_u64, _P(_cs), _i32, _P(_i64)]),
@@ -186,7 +195,7 @@ MEMORY = {
     "mc_host_free": (None, [_vp]),
 }
 
-FAMILIES = {"lifecycle": LIFECYCLE, "data": DATA, "ranged": RANGED,
+FAMILIES = {"lifecycle": LIFECYCLE, "data": DATA, "ranged": RANGED, "sessions": SESSIONS,
             "query_remove": QUERY_REMOVE, "replicas": REPLICAS, "memory": MEMORY}
 SIGNATURES = {name: sig for family in FAMILIES.values() for name, sig in family.items()}
 

@@ -17,15 +17,20 @@ from ._store_memory import _host_free
 log = logging.getLogger("mooncake.store")
 
 
-_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgtp]?)(i?)(b?)\s*$", re.IGNORECASE)
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmgtp]?)(i?)(b?)\s*$", re.IGNORECASE)
 
 
-def parse_size(v: Union[int, str], name: str = "size") -> int:
-    """Parses a size: an int, or a string like ``"4 GB"``, ``"512MB"``, ``"1.5GiB"``, ``"80g"``,
-    ``"1024"``. Units are binary (1 GB = 1024**3 bytes), as upstream's. A percentage or an
-    unknown unit raises ValueError naming ``name`` (the setting being parsed)."""
-    if isinstance(v, bool) or not isinstance(v, (int, str)):
+def parse_size(v: Union[int, float, str], name: str = "size") -> int:
+    """Parses a size: an int, a float (truncated: 1.5 is 1), or a string like ``"4 GB"``,
+    ``"512MB"``, ``"1.5GiB"``, ``"80g"``, ``"1024"``, ``"1e9"``. Units are binary (1 GB = 1024**3
+    bytes), as upstream's. A negative size, a percentage or an unknown unit raises ValueError
+    naming ``name`` (the setting being parsed)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
         raise ValueError(f"{name}: bad size {v!r}: want an int or a string such as \"4GB\"")
+    if isinstance(v, float):
+        if v != v or v in (float("inf"), float("-inf")):
+            raise ValueError(f"{name}: bad size {v!r}")
+        v = int(v)
     if isinstance(v, int):
         if v < 0:
             raise ValueError(f"{name}: size {v} is negative")
@@ -52,6 +57,9 @@ _SETUP_KEYS = {"local_hostname", "metadata_server", "global_segment_size", "loca
                "ssd_offload_path", "tenant_id"}
 _SETUP_ALIASES = {"device_name": "rdma_devices", "master_server_address": "master_server_addr"}
 _SETUP_IGNORED = {"mode", "enable_egm_store_pool", "egm_numa_nodes"}
+# upstream's client-local HTTP endpoints (/health, /metrics): this client has none, so only
+# "off" is accepted (checked in _setup_kwargs; the port is validated and otherwise unused)
+_SETUP_CLIENT_HTTP = {"enable_client_http_server", "client_http_port"}
 
 
 def _is_mooncake_config(x) -> bool:
@@ -59,28 +67,47 @@ def _is_mooncake_config(x) -> bool:
 
 
 def _parse_bool(v, name: str) -> bool:
-    """A boolean setting from a bool, a number or a string (true/false, 1/0, yes/no, on/off)."""
+    """A boolean setting from a bool, a number or a string (true/false, 1/0, yes/no, on/off,
+    enable/disable)."""
     if isinstance(v, bool) or v is None:
         return bool(v)
     if isinstance(v, (int, float)):
         return v != 0
     low = str(v).strip().lower()
-    if low in ("true", "1", "yes", "on"):
+    if low in ("true", "1", "yes", "on", "enable"):
         return True
-    if low in ("false", "0", "no", "off", ""):
+    if low in ("false", "0", "no", "off", "disable", ""):
         return False
     raise ValueError(f"{name}: {v!r} is not a boolean")
 
 
+def _client_http(k: str, v: Any) -> None:
+    """Checks upstream's client HTTP keys: a valid port, and the server off (ValueError else)."""
+    if k == "client_http_port":
+        try:
+            port = int(str(v).strip()) if not isinstance(v, bool) else -1
+        except ValueError:
+            port = -1
+        if not 0 < port <= 65535:
+            raise ValueError(f"client_http_port: {v!r} is not a port (1-65535)")
+    elif _parse_bool(v, k):
+        raise ValueError("enable_client_http_server: this client has no HTTP endpoints (upstream's "
+                         "/health, /metrics); leave it false and scrape mooncake_master's /metrics")
+
+
 def _setup_kwargs(d: Dict[str, Any]) -> Dict[str, Any]:
-    """setup()'s keyword arguments from a config dict (upstream's keys)."""
-    known = _SETUP_KEYS | set(_SETUP_ALIASES) | _SETUP_IGNORED
+    """setup()'s keyword arguments from a config dict (upstream's keys); ValueError naming the
+    key for a bad value or an unknown key."""
+    known = _SETUP_KEYS | set(_SETUP_ALIASES) | _SETUP_IGNORED | _SETUP_CLIENT_HTTP
     unknown = set(d) - known
     if unknown:
         raise ValueError(f"setup: unknown option(s) {sorted(unknown)}; known: {sorted(known)}")
     out: Dict[str, Any] = {}
     for k, v in d.items():
         if k in _SETUP_IGNORED:
+            continue
+        if k in _SETUP_CLIENT_HTTP:
+            _client_http(k, v)
             continue
         key = _SETUP_ALIASES.get(k, k)
         if key in out:
@@ -118,7 +145,11 @@ class SetupMixin:
         ``ssd_offload_path`` or else ``MOONCAKE_OFFLOAD_FILE_STORAGE_PATH`` (master
         ``--enable_offload``); the shared file tier (G3, the master's ``--root_fs_dir``) needs
         nothing here (docs/multi-tier.md). ``tenant_id`` names the key namespace this client
-        uses ("default": the one of clients that name none; docs/store.md)."""
+        uses ("default": the one of clients that name none; docs/store.md).
+
+        In the config forms a bad value or an unknown key returns INVALID_PARAMS (logged, naming
+        the key), as upstream's; ``enable_client_http_server`` must be false (this client has no
+        HTTP endpoints) and ``client_http_port`` is checked."""
         if isinstance(local_hostname, dict) or _is_mooncake_config(local_hostname):
             if _is_mooncake_config(local_hostname):
                 d = local_hostname.to_setup_dict()
@@ -130,7 +161,14 @@ class SetupMixin:
                         "tcp", "", "127.0.0.1:50051", None, False, "", "default")
             if extra != defaults or aliases:
                 raise TypeError("setup(config): pass the configuration alone, without other arguments")
-            return self.setup(**_setup_kwargs(d))
+            try:
+                kwargs = _setup_kwargs(d)
+            except ValueError as e:
+                # upstream's setup(dict) answers a bad value with INVALID_PARAMS, not an exception
+                log.error("MooncakeDistributedStore.setup: %s", e)
+                self._setup_error = str(e)
+                return ErrorCode.INVALID_PARAMS
+            return self.setup(**kwargs)
         unknown = set(aliases) - {"device_name", "master_server_address"}
         if unknown:
             raise TypeError(f"setup() got unexpected keyword argument(s) {sorted(unknown)}")

@@ -10,7 +10,17 @@ engines and store clients given ``http://HOST:PORT/metadata`` work with either:
 * ``PUT /metadata?key=K``: stores the request body (a later PUT replaces it), 200; bodies larger
   than 64 MiB get 413 and store nothing;
 * ``DELETE /metadata?key=K``: 200, or 404 when absent;
-* a request without ``key`` gets 400, another path 404, another method 405.
+* a request without ``key``, or with a blank one, gets 400, another path 404, another method
+  405. Keys are stripped of surrounding white space (``?key=%20a`` is the key ``a``), as
+  upstream's.
+
+Errors are JSON objects, ``{"error": "metadata not found"}``, labelled ``application/json``
+(upstream labels its plain-text error messages so; ours are JSON indeed).
+
+``await server._handle_metadata(request)`` answers one request given as an object with
+``method``, ``query`` (a mapping) and an async ``read()``, with a ``MetadataResponse``
+(``status``, ``body``, ``text``, ``content_type``): upstream's aiohttp handler has that shape,
+and its tests call it directly.
 
 It needs nothing beyond the standard library (upstream's version needs aiohttp)::
 
@@ -28,6 +38,7 @@ from __future__ import annotations
 import argparse
 import enum
 import http.server
+import json
 import logging
 import signal
 import sys
@@ -35,7 +46,7 @@ import threading
 from typing import Dict, List, Optional
 from urllib.parse import parse_qs, urlsplit
 
-__all__ = ["KVBootstrapServer", "KVPoll", "DEFAULT_PATH", "MAX_VALUE_BYTES", "main"]
+__all__ = ["KVBootstrapServer", "KVPoll", "MetadataResponse", "DEFAULT_PATH", "MAX_VALUE_BYTES", "main"]
 
 DEFAULT_PATH = "/metadata"
 MAX_VALUE_BYTES = 64 << 20  # as the Go server (engine/metadata.MaxValueSize)
@@ -51,6 +62,52 @@ class KVPoll(enum.Enum):
     WaitingForInput = 2
     Transferring = 3
     Success = 4
+
+
+class MetadataResponse:
+    """One answer of the server: ``status``, ``body`` (bytes), ``content_type`` (without a
+    charset) and ``headers`` beyond Content-Type and Content-Length; ``text`` is the body
+    decoded (the attributes upstream's tests read off aiohttp's responses)."""
+
+    __slots__ = ("status", "body", "content_type", "headers")
+
+    def __init__(self, status: int, body: bytes, content_type: str,
+                 headers: Optional[Dict[str, str]] = None):
+        self.status = status
+        self.body = body
+        self.content_type = content_type
+        self.headers = headers or {}
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", "replace")
+
+    @property
+    def content_type_header(self) -> str:
+        return self.content_type + ("; charset=utf-8" if self.content_type == "text/plain" else "")
+
+    def __repr__(self) -> str:
+        return f"MetadataResponse({self.status}, {self.body[:64]!r}, {self.content_type!r})"
+
+
+def _error(status: int, msg: str, headers: Optional[Dict[str, str]] = None) -> MetadataResponse:
+    """An error answer: {"error": msg} and a newline, byte for byte as the Go server's."""
+    body = json.dumps({"error": msg}, ensure_ascii=False, separators=(",", ":")) + "\n"
+    return MetadataResponse(status, body.encode(), "application/json",
+                            {"X-Content-Type-Options": "nosniff", **(headers or {})})
+
+
+def _ok_text(msg: str) -> MetadataResponse:
+    return MetadataResponse(200, (msg + "\n").encode(), "text/plain")
+
+
+# white space stripped off keys: ASCII's, as the Go server's (engine/metadata.keySpace)
+_KEY_SPACE = " \t\n\r\v\f"
+
+
+def _clean_key(key: Optional[str]) -> str:
+    """The key a request names: stripped of surrounding white space ("" when blank or absent)."""
+    return (key or "").strip(_KEY_SPACE)
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -76,12 +133,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if body and not head_only:
             self.wfile.write(body)
 
-    def _text(self, status: int, msg: str, extra: Optional[Dict[str, str]] = None) -> None:
-        # The Go server's http.Error / writeText: the message and a newline, as plain text.
-        hdrs = {"X-Content-Type-Options": "nosniff"} if status != 200 else {}
-        hdrs.update(extra or {})
-        self._send(status, (msg + "\n").encode(), "text/plain; charset=utf-8",
-                   head_only=self.command == "HEAD", extra=hdrs)
+    def _answer(self, r: MetadataResponse) -> None:
+        self._send(r.status, r.body, r.content_type_header, head_only=self.command == "HEAD",
+                   extra=r.headers)
+
+    def _fail(self, status: int, msg: str, extra: Optional[Dict[str, str]] = None) -> None:
+        # An error: the Go server's writeError ({"error": msg}, application/json).
+        self._answer(_error(status, msg, extra))
 
     # -- request parsing --------------------------------------------------------------------
     def _key(self) -> Optional[str]:
@@ -89,11 +147,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         path = self.owner.path
         url = urlsplit(self.path)
         if url.path != path:
-            self._text(404, f"not found: the metadata server answers on {path}")
+            self._fail(404, f"not found: the metadata server answers on {path}")
             return None
-        key = parse_qs(url.query, keep_blank_values=True).get("key", [""])[0]
+        key = _clean_key(parse_qs(url.query, keep_blank_values=True).get("key", [""])[0])
         if not key:
-            self._text(400, f"missing key parameter: use {path}?key=<url-encoded key>")
+            self._answer(self.owner._missing_key())
             return None
         return key
 
@@ -119,7 +177,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 raise ValueError(n)
         except ValueError:
             self.close_connection = True
-            self._text(400, f"reading request body: bad Content-Length {n!r}")
+            self._fail(400, f"reading request body: bad Content-Length {n!r}")
             return None
         if length > MAX_VALUE_BYTES:
             if length <= 4 * MAX_VALUE_BYTES:  # read and drop it: the client sees our answer
@@ -130,12 +188,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                         break
                     left -= len(got)
             self.close_connection = True
-            self._text(413, f"value too large: the limit is {MAX_VALUE_BYTES} bytes")
+            self._fail(413, f"value too large: the limit is {MAX_VALUE_BYTES} bytes")
             return None
         data = self.rfile.read(length)
         if len(data) != length:
             self.close_connection = True
-            self._text(400, "reading request body: unexpected EOF")
+            self._fail(400, "reading request body: unexpected EOF")
             return None
         return data
 
@@ -148,7 +206,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 size = int(line.split(b";", 1)[0].strip(), 16)
             except ValueError:
                 self.close_connection = True
-                self._text(400, "reading request body: bad chunk header")
+                self._fail(400, "reading request body: bad chunk header")
                 return None
             if size == 0:
                 while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
@@ -157,7 +215,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             total += size
             if total > MAX_VALUE_BYTES:
                 self.close_connection = True
-                self._text(413, f"value too large: the limit is {MAX_VALUE_BYTES} bytes")
+                self._fail(413, f"value too large: the limit is {MAX_VALUE_BYTES} bytes")
                 return None
             parts.append(self.rfile.read(size))
             self.rfile.readline(8)  # the CRLF after the chunk
@@ -165,13 +223,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     # -- methods ----------------------------------------------------------------------------
     def do_GET(self) -> None:
         key = self._key()
-        if key is None:
-            return
-        value = self.owner._get(key)
-        if value is None:
-            self._text(404, "metadata not found")
-            return
-        self._send(200, value, "application/json", head_only=self.command == "HEAD")
+        if key is not None:
+            self._answer(self.owner.respond("GET", key))
 
     do_HEAD = do_GET
 
@@ -181,23 +234,17 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._discard_body()
             return
         body = self._read_body()
-        if body is None:
-            return
-        self.owner._put(key, body)
-        self._text(200, "metadata updated")
+        if body is not None:
+            self._answer(self.owner.respond("PUT", key, body))
 
     def do_DELETE(self) -> None:
         key = self._key()
-        if key is None:
-            return
-        if not self.owner._delete(key):
-            self._text(404, "metadata not found")
-            return
-        self._text(200, "metadata deleted")
+        if key is not None:
+            self._answer(self.owner.respond("DELETE", key))
 
     def _not_allowed(self) -> None:
         self._discard_body()
-        self._text(405, "method not allowed: use GET, PUT or DELETE",
+        self._fail(405, "method not allowed: use GET, PUT or DELETE",
                    extra={"Allow": "GET, HEAD, PUT, DELETE"})
 
     do_POST = do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = _not_allowed
@@ -226,6 +273,42 @@ class KVBootstrapServer:
         self.lock = threading.Lock()
         self.thread: Optional[threading.Thread] = None
         self._httpd: Optional[_Server] = None
+
+    # -- answering requests -----------------------------------------------------------------
+    def _missing_key(self) -> MetadataResponse:
+        return _error(400, f"missing key parameter: use {self.path}?key=<url-encoded key>")
+
+    def respond(self, method: str, key: str, body: bytes = b"") -> MetadataResponse:
+        """The answer to ``method`` (GET, HEAD, PUT, DELETE) on ``key`` (already stripped, not
+        blank); PUT stores ``body``."""
+        if method in ("GET", "HEAD"):
+            value = self._get(key)
+            if value is None:
+                return _error(404, "metadata not found")
+            return MetadataResponse(200, value, "application/json")
+        if method == "PUT":
+            if len(body) > MAX_VALUE_BYTES:
+                return _error(413, f"value too large: the limit is {MAX_VALUE_BYTES} bytes")
+            self._put(key, bytes(body))
+            return _ok_text("metadata updated")
+        if method == "DELETE":
+            if not self._delete(key):
+                return _error(404, "metadata not found")
+            return _ok_text("metadata deleted")
+        return _error(405, "method not allowed: use GET, PUT or DELETE",
+                      {"Allow": "GET, HEAD, PUT, DELETE"})
+
+    async def _handle_metadata(self, request) -> MetadataResponse:
+        """Upstream's request handler: ``request`` has ``method``, ``query`` (a mapping of the
+        query parameters) and an async ``read()`` giving the body; the path is not checked."""
+        method = str(request.method).upper()
+        if method not in ("GET", "HEAD", "PUT", "DELETE"):
+            return self.respond(method, "")
+        key = _clean_key(request.query.get("key"))
+        if not key:
+            return self._missing_key()
+        body = await request.read() if method == "PUT" else b""
+        return self.respond(method, key, body)
 
     # -- the key-value map (the handler's calls) --------------------------------------------
     def _get(self, key: str) -> Optional[bytes]:

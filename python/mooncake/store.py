@@ -13,7 +13,9 @@ last failure.
 
 Beyond put/get: ``upsert*`` (insert or replace, swapped atomically by the master), zero-copy
 ``get_buffer`` (BufferHandle), ranged and multi-buffer reads and writes, session-based ranged
-reads (``prepare_get_into_ranges_snapshot``: RangedReadSnapshot, templates, plans), replica
+reads (``prepare_get_into_ranges_snapshot``: RangedReadSnapshot, templates, plans), transfer
+sessions (``batch_get_session_start``, ``batch_put_session_start`` and their
+``*_multi_buffer_ranges`` transfers), replica
 descriptors, ``batch_replica_clear``, copy/move tasks and extra segments. docs/store.md lists every method of
 upstream's reference with what it does here.
 
@@ -35,6 +37,7 @@ importable from it (``__module__`` of the public ones is still ``mooncake.store`
 ``_store_memory``     BufferHandle, host allocator, NUMA binding
 ``_store_segments``   registered buffers, memory pool, extra segments (SegmentMixin)
 ``_store_ranged``     ranged reads: snapshots, templates, plans (RangedReadMixin)
+``_store_sessions``   transfer sessions: ranged gets and puts, one master call (SessionMixin)
 ``_store_tasks``      copy and move tasks, their runner (TaskMixin)
 ``store_tensor``      tensor calls (TensorMixin)
 ====================  ========================================================================
@@ -58,6 +61,7 @@ from ._store_ranged import (RangedReadMixin, RangedReadPlan, RangedReadSnapshot,
 from ._store_replicas import (BufferDescriptor, DiskDescriptor, LocalDiskDescriptor, MemoryDescriptor,  # noqa: F401
                               ReplicaDescriptor, ReplicaMixin, ReplicaStatus)
 from ._store_segments import SegmentMixin
+from ._store_sessions import SessionMixin
 from ._store_setup import (_NO_BUFFER_STAGING, _SETUP_ALIASES, _SETUP_IGNORED, _SETUP_KEYS,  # noqa: F401
                            _SIZE_RE, DEFAULT_SETUP_GLOBAL_SEGMENT_SIZE, DEFAULT_SETUP_LOCAL_BUFFER_SIZE,
                            SetupMixin, _is_mooncake_config, _parse_bool, _setup_kwargs, parse_size)
@@ -79,8 +83,8 @@ log = logging.getLogger("mooncake.store")
 
 # The calls live in the mixins, by concern (see the module docstring); the tensor calls in
 # store_tensor.TensorMixin.
-class MooncakeDistributedStore(SetupMixin, DataMixin, ReplicaMixin, SegmentMixin, RangedReadMixin, TaskMixin,
-                               TensorMixin):
+class MooncakeDistributedStore(SetupMixin, DataMixin, ReplicaMixin, SegmentMixin, RangedReadMixin, SessionMixin,
+                               TaskMixin, TensorMixin):
     """A client of Mooncake Store. Call ``setup`` first, ``close`` at the end."""
 
     def __init__(self):
@@ -102,6 +106,20 @@ from .buffer_pool import (BufferLease, BufferLeaseView, BufferPool, RegisteredBu
                           RegisteredBufferLeaseView, RegisteredBufferPool)
 
 Descriptor = BufferDescriptor  # upstream's Descriptor is a buffer's (AllocatedBuffer::Descriptor)
+
+
+def _serialize_tensor(tensor):
+    """Upstream's helper: (header bytes, data address, data bytes, owner) of the tensor object
+    ``put_tensor`` stores for ``tensor`` (header and data back to back)."""
+    from ._structured_tensors import tensor_object_parts
+    return tensor_object_parts(tensor)
+
+
+def _deserialize_tensor(data):
+    """Upstream's helper: the tensor in a stored tensor object."""
+    from ._structured_tensors import decode_tensor_object
+    return decode_tensor_object(data)
+
 
 # Public names defined in the _store_* modules keep this module as theirs (repr, pickling, help()), as
 # before they moved.

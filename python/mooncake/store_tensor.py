@@ -590,9 +590,9 @@ class TensorMixin:
     # -- safetensors --
     def save_tensor_to_safetensor(self, key: str, file_name: Optional[str] = None,
                                   tensor_name: Optional[str] = None) -> int:
-        """Writes key's tensor (or dict of tensors) to a safetensors file (default
-        ``<key>.safetensors``); 0, or OBJECT_NOT_FOUND when the key is missing. The file appears
-        whole or not at all."""
+        """Writes key's tensor (or dict of tensors) to a safetensors file (default: a file named
+        ``<key>``, in the working directory, as upstream's); 0, or OBJECT_NOT_FOUND when the key
+        is missing. The file appears whole or not at all."""
         key = _check_key(key, "save_tensor_to_safetensor")
         t = self.get_tensor(key)
         if t is None:
@@ -605,20 +605,22 @@ class TensorMixin:
         else:
             raise ValueError(f"save_tensor_to_safetensor: {key!r} holds a {type(t).__name__}; safetensors "
                              "stores one tensor or a flat dict of tensors")
-        _write_safetensors(os.fspath(file_name or f"{key}.safetensors"), tensors, {"format": "pt"})
+        _write_safetensors(os.fspath(key if file_name is None else file_name), tensors, {"format": "pt"})
         return _OK
 
     def load_tensor_from_safetensor(self, key: Optional[str] = None, file_name: Optional[str] = None,
                                     tensor_name: Optional[str] = None, config=None):
-        """Reads a safetensors file and stores it under ``key`` (default: the file's only tensor
-        name); returns what was stored (a tensor, or a dict for several tensors), or None when the
-        file is missing or the put fails. ``load_tensor_from_safetensor(path)`` works as well."""
+        """Reads a safetensors file (default: the file named ``<key>``, what
+        save_tensor_to_safetensor writes by default) and stores it under ``key`` (default: the
+        file's only tensor name); returns what was stored (a tensor, or a dict for several
+        tensors), or None when the file is missing or the put fails.
+        ``load_tensor_from_safetensor(path)`` works as well."""
         if file_name is None and key is not None and os.path.exists(os.fspath(key)):
             key, file_name = None, key
         if file_name is None:
             if key is None:
                 raise ValueError("load_tensor_from_safetensor: give a key or a file_name")
-            file_name = f"{key}.safetensors"
+            file_name = key
         try:
             tensors, _meta = _read_safetensors(os.fspath(file_name))
         except FileNotFoundError:

@@ -110,6 +110,7 @@ type Client struct {
 	// httpc reads other clients' local disks (a client without SSD offload of its own).
 	httpOnce sync.Once
 	httpc    *http.Client
+	sess     sessions // transfer sessions (sessions.go)
 }
 
 // New creates a client with its own transfer engine (closed by Close).

@@ -20,6 +20,9 @@
 //     serves batches from those descriptors while the master's read lease holds, querying again
 //     at half the lease; ranges_plan.go: RangeTemplate and RangePlan, geometry checked once and
 //     reused by batches), with staging of objects that have no memory copy;
+//   - moves ranges in transfer sessions (sessions.go: a get session reads ranges through one
+//     query's replicas until its lease ends; a put session reserves an object, is filled by
+//     ranged writes to every replica and ended or revoked);
 //   - pings the master every second and re-mounts its segments when the master no longer lists
 //     them (after a client_ttl expiry or a master restart);
 //   - talks to the master through store/api with a per-call timeout, so a master that is down
