@@ -30,6 +30,7 @@ type storeHandle struct {
 	c       *client.Client        // nil until setup
 	offload *client.OffloadConfig // SSD offload asked for before setup (mc_store_enable_ssd_offload)
 	dummy   io.Closer             // a dummy client's attachment to its real client (mc_store_setup_dummy)
+	release func()                // gives back the store's engine at close (store_engine.go)
 }
 
 var stores handles[*storeHandle]
@@ -64,18 +65,6 @@ func storeClient(h C.uint64_t) (*client.Client, error) {
 		return nil, api.Errorf(api.INVALID_PARAMS, "the store is not set up: call setup() first")
 	}
 	return s.c, nil
-}
-
-// storeEngine returns the process-wide engine, creating it from the setup arguments when the
-// process has none yet (processEngine would create it from the environment instead).
-func storeEngine(cfg client.Config) (*engine.Engine, error) {
-	return sharedEngine(func() engine.Config {
-		ecfg := client.EngineConfig(cfg)
-		if ecfg.LocalServerName == "" {
-			ecfg.LocalServerName = "127.0.0.1"
-		}
-		return ecfg
-	})
 }
 
 func replicateConfig(p *C.mc_replicate_config) (api.ReplicateConfig, error) {
@@ -226,15 +215,16 @@ func storeSetup(h C.uint64_t, base client.Config, ssdOffload bool, offloadPath s
 	} else if ssdOffload {
 		cfg.Offload = config.StoreOffload(offloadPath)
 	}
-	eng, err := storeEngine(cfg)
+	eng, release, err := storeEngineFor(cfg)
 	if err != nil {
 		return serr(api.Errorf(api.INVALID_PARAMS, "%v", err))
 	}
 	c, err := client.NewWithEngine(context.Background(), eng, cfg)
 	if err != nil {
+		release()
 		return serr(err)
 	}
-	s.c = c
+	s.c, s.release = c, release
 	return 0
 }
 
@@ -255,6 +245,10 @@ func mc_store_close(h C.uint64_t) C.int {
 	}
 	err := s.c.Close()
 	s.c = nil
+	if s.release != nil {
+		s.release()
+		s.release = nil
+	}
 	return serr(err)
 }
 

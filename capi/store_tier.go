@@ -203,6 +203,36 @@ func mc_store_enable_ssd_offload(h C.uint64_t, path *C.char) C.int {
 	return 0
 }
 
+// mc_store_unmount_local_disk_segment takes the store's local disk (SSD offload) out of the
+// store, keeping its memory segment (upstream's unmount_local_disk_segment; see
+// Client.UnmountLocalDisk), then waits grace_seconds before it returns, as upstream's does. A
+// store without SSD offload: 0, nothing done; a dummy client: INTERNAL_ERROR (-1), as upstream's
+// (the real client owns the disk).
+//
+//export mc_store_unmount_local_disk_segment
+func mc_store_unmount_local_disk_segment(h C.uint64_t, graceSeconds C.uint64_t) C.int {
+	c, err := storeClient(h)
+	if err != nil {
+		return serr(err)
+	}
+	if s, ok := stores.get(uint64(h)); ok {
+		s.mu.RLock()
+		dummy := s.dummy != nil
+		s.mu.RUnlock()
+		if dummy {
+			return serr(api.Errorf(api.INTERNAL_ERROR, "unmount_local_disk_segment: a dummy client has no local disk; call it on the real client (mooncake_client)"))
+		}
+	}
+	if graceSeconds > 1<<32 {
+		return serr(api.Errorf(api.INVALID_PARAMS, "unmount_local_disk_segment: grace period of %d seconds is too long", uint64(graceSeconds)))
+	}
+	if err := c.UnmountLocalDisk(context.Background()); err != nil {
+		return serr(err)
+	}
+	time.Sleep(time.Duration(graceSeconds) * time.Second)
+	return 0
+}
+
 // mc_store_offload_rpc_read_count stores in *out how many gets this client served by asking
 // another client to read its local disk (upstream's get_offload_rpc_read_count).
 //

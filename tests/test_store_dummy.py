@@ -101,6 +101,17 @@ if rc == 0:
             b = s.alloc_from_mem_pool(spec["pool"] // 2)
             c = s.alloc_from_mem_pool(4096)  # over mem_pool_size
             res["ops"]["pool"] = [a != 0, b != 0, c]
+        elif op == "pool_register":
+            # upstream's dummy clients register alloc_from_mem_pool's memory before zero-copy calls
+            import ctypes
+            n = 1 << 20
+            p, q = s.alloc_from_mem_pool(n), s.alloc_from_mem_pool(n)
+            ctypes.memmove(p, value(4), n)
+            res["ops"]["pool_register"] = [
+                s.register_buffer(p, n), s.register_buffer(q, n), s.register_buffer(p + 4096, 4096),
+                s.put_from("pooled", p, n), s.get_into("pooled", q, n), ctypes.string_at(q, n) == value(4),
+                s.unregister_buffer(q), s.unregister_buffer(q), s.register_buffer(q, n), s.register_buffer(q, n),
+                s.get_into("pooled", q, n), ctypes.string_at(q, n) == value(4), s.unregister_buffer(p)]
         elif op == "wait":
             print("WAITING", flush=True)
             sys.stdin.readline()
@@ -145,6 +156,16 @@ def test_dummies_put_into_the_real_clients_memory_and_read_each_other(cluster):
     assert r["setup"] == 0, r
     assert r["ops"]["get"] == [True] * 12 and r["ops"]["get_batch"] == [True] * 4, r["ops"]
     assert r["ops"]["get_tensor"] == [True] * 3, r["ops"]
+
+
+def test_register_buffer_on_mem_pool_memory(cluster):
+    # alloc_from_mem_pool's memory is registered already; registering exactly an allocation is
+    # accepted (upstream's dummy clients do it before put_from / get_into), part of one is an
+    # overlap; unregister_buffer releases it once and register_buffer registers it again.
+    _, real = cluster
+    r = dummy(real.service, ["pool_register"], pool=8 * MB)
+    assert r["setup"] == 0, r
+    assert r["ops"]["pool_register"] == [0, 0, -600, 0, 1 << 20, True, 0, -600, 0, 0, 1 << 20, True, 0], r["ops"]
 
 
 def test_setup_dummy_errors(cluster, tmp_path):

@@ -181,6 +181,8 @@ def test_from_and_into_buffers(master, store):
         assert dst.ptr <= got.data_ptr() < dst.ptr + dst.size
         outs = store.batch_get_tensor_into(["z/b", "z/missing"], [dst.ptr, dst.ptr + 8192], [8192, 8192])
         assert same(outs[0], b) and outs[1] is None
+        # lists of different lengths: INVALID_PARAMS per key, as upstream's (its dummy-client test)
+        assert store.batch_get_tensor_into(["z/b", "z/missing"], [dst.ptr], [8192]) == [ErrorCode.INVALID_PARAMS] * 2
         with pytest.raises(ValueError, match="smaller than"):
             store.get_tensor_into("z/a", dst.ptr, 16)
         # bytes that are not a tensor object are refused and nothing is stored

@@ -232,6 +232,11 @@ int mc_store_enable_ssd_offload(uint64_t store, const char *path);
 /* *out = how many gets this client served by asking another client to read its local disk
  * (upstream's get_offload_rpc_read_count). */
 int mc_store_offload_rpc_read_count(uint64_t store, uint64_t *out);
+/* Takes the store's local disk (SSD offload) out of the store, keeping its memory segment: no
+ * more objects move there, the moves in progress are cancelled and the copies on it are dropped
+ * (an object whose only copy was there is gone). Then waits grace_seconds and returns 0. A store
+ * without SSD offload: 0, nothing done; a dummy client: -1. */
+int mc_store_unmount_local_disk_segment(uint64_t store, uint64_t grace_seconds);
 
 #ifdef __cplusplus
 }

@@ -190,6 +190,7 @@ MEMORY = {
     "mc_store_mount_segment": (_int, [_u64, _cs, _u64, _u64, _cs, _i32]),
     "mc_store_allocate_and_mount_segment": (_int, [_u64, _u64, _P(_u64), _cs, _i32]),
     "mc_store_unmount_segments": (_int, [_u64, _P(_cs), _i32, _i32, ctypes.c_uint32]),
+    "mc_store_unmount_local_disk_segment": (_int, [_u64, _u64]),
     "mc_host_alloc": (_vp, [ctypes.c_size_t]),
     "mc_host_free": (None, [_vp]),
 }

@@ -1,7 +1,7 @@
 """``mooncake._store_segments``: the store's memory calls (``SegmentMixin``) — registered
 buffers (``register_buffer`` / ``unregister_buffer``), ``alloc_from_mem_pool``, and extra segments
 (``mount_segment``, ``allocate_and_mount_segment``, ``unmount_segment``,
-``unmount_and_free_segment``)."""
+``unmount_and_free_segment``) and the local disk (``unmount_local_disk_segment``)."""
 
 from __future__ import annotations
 
@@ -19,10 +19,28 @@ class SegmentMixin:
 
     # ---- registered buffers ----
     def register_buffer(self, buffer_ptr: int, size: int) -> int:
-        return _lib().mc_store_register_buffer(self._h, int(buffer_ptr), int(size))
+        """Registers ``size`` bytes at ``buffer_ptr`` for zero-copy calls; 0 or a negative
+        code (an overlap with a registered buffer is an error). Memory from
+        ``alloc_from_mem_pool`` is registered already: registering exactly such an allocation
+        is accepted (0), as upstream's, and registers it again after ``unregister_buffer``."""
+        ptr, n = int(buffer_ptr), int(size)
+        if self._pool.get(ptr) == n:
+            if ptr not in self._pool_unregistered:
+                return 0
+            rc = _lib().mc_store_register_buffer(self._h, ptr, n)
+            if rc == 0:
+                self._pool_unregistered.discard(ptr)
+            return rc
+        return _lib().mc_store_register_buffer(self._h, ptr, n)
 
     def unregister_buffer(self, buffer_ptr: int) -> int:
-        return _lib().mc_store_unregister_buffer(self._h, int(buffer_ptr))
+        """Unregisters a buffer from ``register_buffer`` (or ``alloc_from_mem_pool``: that
+        memory stays allocated until close(), and ``register_buffer`` registers it again)."""
+        ptr = int(buffer_ptr)
+        rc = _lib().mc_store_unregister_buffer(self._h, ptr)
+        if rc == 0 and ptr in self._pool:
+            self._pool_unregistered.add(ptr)
+        return rc
 
     # ---- memory ----
     def alloc_from_mem_pool(self, size: int) -> int:
@@ -40,7 +58,7 @@ class SegmentMixin:
         if self.register_buffer(ptr, size) != 0:
             _host_free(ptr)
             return 0
-        self._pool.append(ptr)
+        self._pool[ptr] = int(size)
         self._pool_bytes += size
         return ptr
 
@@ -85,6 +103,27 @@ class SegmentMixin:
     def unmount_and_free_segment(self, segment_ids: Sequence[str], grace_period_seconds: int = 0) -> int:
         """Unmounts segments from allocate_and_mount_segment and frees their memory."""
         return self._unmount(segment_ids, grace_period_seconds, True, "unmount_and_free_segment")
+
+    def unmount_local_disk_segment(self, grace_period_seconds: int = 0) -> int:
+        """Takes this client's local disk (SSD offload, ``setup(enable_ssd_offload=True)``) out of
+        the store while its memory segment stays: no more objects move there, moves in progress
+        are cancelled and the copies on the disk are dropped (an object whose only copy was there
+        is gone; eviction then drops objects as without SSD offload). Then waits
+        ``grace_period_seconds`` before returning, as upstream's. 0; 0 with nothing done when SSD
+        offload is off; -1 on a dummy client (its real client owns the disk)."""
+        g = grace_period_seconds
+        if isinstance(g, bool) or not isinstance(g, int):
+            raise TypeError(f"unmount_local_disk_segment(grace_period_seconds=...): want an int, got {type(g).__name__}")
+        if g < 0 or g >= 1 << 32:
+            log.error("unmount_local_disk_segment(grace_period_seconds=%r): want 0 <= seconds < 2**32", g)
+            return ErrorCode.INVALID_PARAMS
+        if not self._h:
+            log.error("unmount_local_disk_segment: the store is not set up")
+            return ErrorCode.INVALID_PARAMS
+        rc = _lib().mc_store_unmount_local_disk_segment(self._h, g)
+        if rc != 0:
+            log.error("unmount_local_disk_segment failed: %s", last_error())
+        return rc
 
     def _unmount(self, ids, grace, free: bool, what: str) -> int:
         if isinstance(grace, bool) or not isinstance(grace, int):

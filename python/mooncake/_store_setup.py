@@ -136,8 +136,9 @@ class SetupMixin:
 
         Also ``setup(config_dict)`` with those names as keys (and ``device_name`` /
         ``master_server_address``, the MooncakeConfig spellings), or ``setup(MooncakeConfig)``.
-        ``engine`` (a TransferEngine to share) is accepted: this process has one transfer
-        engine, which every store and TransferEngine in it shares anyway. ``local_buffer_size=0``
+        ``engine`` (a TransferEngine to share) is accepted and not needed: the first store of
+        the process runs on the process's transfer engine, and a store set up while another is
+        gets an engine of its own, so each store is its own segment (``get_hostname()``). ``local_buffer_size=0``
         gives a client without a local buffer: the copying calls (put, get, ...) then fail with
         INVALID_PARAMS, as upstream's; the zero-copy ones (put_from, get_into) work.
         ``enable_ssd_offload=True`` keeps evicted objects on this host's disk, in
@@ -228,11 +229,13 @@ class SetupMixin:
         if runner is not None:
             runner.stop()
         for ptr in self._pool:
-            self.unregister_buffer(ptr)
+            if ptr not in self._pool_unregistered:
+                self.unregister_buffer(ptr)
         with self._lock:
             h, self._h = self._h, 0
         rc = _lib().mc_store_close(h) if h else 0
-        pool, self._pool = self._pool, []
+        pool, self._pool = self._pool, {}
+        self._pool_unregistered = set()
         self._pool_bytes, self._mem_pool_limit = 0, None
         for ptr in pool:
             _host_free(ptr)

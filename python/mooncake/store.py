@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Union  # noqa: F401  (upstream's module had them)
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Union  # noqa: F401  (upstream's module had them)
 
 from ._store_abi import (_ALLOC_FN, _BYTES_DATA, _LIB_MSG, _P, ErrorCode, _ItemC,  # noqa: F401
                          _ReplicateConfigC, _buffer, _cfg, _cs, _fresh_bytes, _get_scratch, _i32, _i64, _key, _keys,
@@ -91,7 +91,8 @@ class MooncakeDistributedStore(SetupMixin, DataMixin, ReplicaMixin, SegmentMixin
         self._h = 0
         self._lock = threading.Lock()
         self._no_buffer = False
-        self._pool: List[int] = []
+        self._pool: Dict[int, int] = {}  # alloc_from_mem_pool's memory: address -> size
+        self._pool_unregistered: Set[int] = set()  # of those, the ones unregister_buffer released
         self._pool_bytes = 0
         self._mem_pool_limit: Optional[int] = None  # setup_dummy's mem_pool_size
         self._task_runner = None

@@ -194,7 +194,13 @@ class TensorMixin:
         return self._t_into(_check_key(key, "get_tensor_into"), buffer_ptr, size, "get_tensor_into")
 
     def batch_get_tensor_into(self, keys, buffer_ptrs, sizes) -> list:
-        n = _same_len("batch_get_tensor_into", keys=keys, buffer_ptrs=buffer_ptrs, sizes=sizes)
+        """Reads each key's tensor object into its buffer: per key a tensor viewing the buffer, or
+        None on a miss. Lists of different lengths: INVALID_PARAMS for every key, as upstream's."""
+        if not (len(keys) == len(buffer_ptrs) == len(sizes)):
+            log.error("batch_get_tensor_into: lengths differ: keys=%d, buffer_ptrs=%d, sizes=%d",
+                      len(keys), len(buffer_ptrs), len(sizes))
+            return [_INVALID_PARAMS] * len(keys)
+        n = len(keys)
         keys = [_check_key(k, "batch_get_tensor_into") for k in keys]
         if n == 0:
             return []

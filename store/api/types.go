@@ -158,6 +158,10 @@ type UnmountSegmentRequest struct {
 	// what it holds readable (the start of an unmount's grace period; the client unmounts it
 	// when the period ends).
 	Drain bool `json:"drain,omitempty"`
+	// LocalDisk, when set, unmounts the client's local disk (SSD offload) instead, keeping its
+	// memory segments (upstream's UnmountLocalDiskSegment; SegmentID is not needed): the disk
+	// takes no more objects and the copies on it are dropped.
+	LocalDisk bool `json:"local_disk,omitempty"`
 }
 
 type PingRequest struct {

@@ -14,7 +14,10 @@ import (
 func (c *Client) mount(ctx context.Context) error {
 	rctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
-	st, err := c.master.MountSegment(rctx, &api.MountSegmentRequest{ClientID: c.id, Segment: *c.segment})
+	c.segMu.Lock()
+	seg := *c.segment // UnmountLocalDisk changes its offload fields
+	c.segMu.Unlock()
+	st, err := c.master.MountSegment(rctx, &api.MountSegmentRequest{ClientID: c.id, Segment: seg})
 	if err != nil {
 		return c.rpcErr("mount segment", err)
 	}

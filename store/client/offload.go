@@ -261,6 +261,35 @@ func (c *Client) readLocal(ctx context.Context, key string, r api.Replica, dst [
 	return nil
 }
 
+// UnmountLocalDisk takes this client's local disk (SSD offload) out of the store, keeping its
+// memory segment (upstream's unmount_local_disk_segment): the master moves nothing more there,
+// cancels the moves to it in progress and drops the copies on it (an object whose only copy was
+// there is gone); eviction then drops objects from this client's memory as without SSD offload.
+// The files on the disk are deleted as the master hands them back; the read server stays up
+// until Close. A client without SSD offload: nothing to do (logged).
+func (c *Client) UnmountLocalDisk(ctx context.Context) error {
+	if c.local == nil || c.segment == nil {
+		log.Printf("mooncake store client: unmount_local_disk_segment: SSD offload is not enabled on this client; nothing to unmount")
+		return nil
+	}
+	// Re-mounts (after the master lost this client) no longer offer the disk.
+	c.segMu.Lock()
+	c.segment.OffloadEndpoint, c.segment.OffloadCapacity = "", 0
+	id := c.segment.ID
+	c.segMu.Unlock()
+	rctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	st, err := c.master.UnmountSegment(rctx, &api.UnmountSegmentRequest{ClientID: c.id, SegmentID: id, LocalDisk: true})
+	if err != nil {
+		return c.rpcErr("unmount local disk segment", err)
+	}
+	if err := st.Err(); err != nil {
+		return fmt.Errorf("unmount local disk segment of %s: %w", c.segment.Name, err)
+	}
+	log.Printf("mooncake store client: unmounted the local disk segment (SSD offload in %s) of %s", c.local.dir, c.segment.Name)
+	return nil
+}
+
 // offloadHTTP is the HTTP client of a client without SSD offload of its own (it may still read
 // objects other clients offloaded).
 func (c *Client) offloadHTTP() *http.Client {

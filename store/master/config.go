@@ -134,7 +134,7 @@ func DefaultConfig() Config {
 		MaxKVSoftPinTTL:             24 * time.Hour,
 		AllowEvictSoftPinnedObjects: true,
 		EvictionRatio:               0.05,
-		EvictionHighWatermarkRatio:  0.95,
+		EvictionHighWatermarkRatio:  0.90, // upstream's DEFAULT_EVICTION_HIGH_WATERMARK_RATIO
 		ClientTTL:                   10 * time.Second,
 		ClusterID:                   "mooncake_cluster",
 		AllocationStrategy:          "random",

@@ -27,6 +27,8 @@ const (
 	OpPromoteDone  Op = "promote_done"  // a client copied (or failed to copy) a G3 object back into memory
 	OpReplicaClear Op = "replica_clear" // drop a key's copies on one segment (or all of them): upsert.go
 	OpDrainSegment Op = "drain_segment" // close a segment to new objects (an unmount's grace period)
+	// OpUnmountLocalDisk takes a client's local disk (SSD offload) out of the store: offload.go
+	OpUnmountLocalDisk Op = "unmount_local_disk"
 )
 
 // Entry is one change to the master's metadata. Everything Apply needs is inside it, including

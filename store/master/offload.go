@@ -1,6 +1,10 @@
 package master
 
-import "github.com/mooncake-go/mooncake/store/api"
+import (
+	"fmt"
+
+	"github.com/mooncake-go/mooncake/store/api"
+)
 
 // SSD offload: the local disk of a client set up with enable_ssd_offload as a tier under its
 // memory segment (upstream's --enable_offload). It rides on the G3 machinery of tier.go:
@@ -152,6 +156,33 @@ func (s *State) clientDisksGone(client string) {
 			s.deleteObject(o)
 		}
 	}
+}
+
+// unmountLocalDisk takes e's client's local disk out of the store (upstream's
+// unmount_local_disk_segment): its segments stop offering the disk (no new move goes there, and
+// with --enable_offload eviction drops their objects as without SSD offload), the moves to it in
+// progress are cancelled (the objects stay in memory) and the copies on it are dropped, as when
+// the client goes (clientDisksGone: an object left with no copy is removed). The client's memory
+// segments stay. A client without a local disk: nothing to do.
+func (s *State) unmountLocalDisk(e Entry) Result {
+	if e.ClientID == "" {
+		return fail(api.INVALID_PARAMS, "unmount_local_disk without a client id")
+	}
+	ids := s.clients[e.ClientID]
+	if len(ids) == 0 {
+		return fail(api.SEGMENT_NOT_FOUND, fmt.Sprintf("client %s has no segment mounted", e.ClientID))
+	}
+	for _, id := range ids {
+		seg := s.segments[id]
+		seg.OffloadEndpoint, seg.OffloadCapacity = "", 0
+	}
+	for _, key := range sortedMapKeys(s.moving) {
+		if o := s.moving[key]; o.offload != nil && o.offload.local && o.offload.client == e.ClientID {
+			s.cancelOffload(o)
+		}
+	}
+	s.clientDisksGone(e.ClientID)
+	return Result{}
 }
 
 // offloadingAny counts moves to disk in flight, copies after puts included (a put waiting for

@@ -237,3 +237,60 @@ func (s *State) diskUse(t string) diskUse {
 	}
 	return diskUse{}
 }
+
+// unmount_local_disk (upstream's unmount_local_disk_segment): the client's disk leaves the
+// store, its memory segment stays. Objects only on the disk go, moves to it in progress are
+// cancelled (the objects stay in memory), and eviction then drops objects instead of moving them.
+func TestUnmountLocalDisk(t *testing.T) {
+	h := offloadHarness(t, func(c *Config) { c.OffloadOnEvict = true })
+	h.mountOffload("c1", "s1", "host1", "host1:9000", 1<<20, 4096)
+	h.putAll("c1", 1024, 1024, 1024, 1024)
+	expectCode(t, "put e into a full memory", h.put("c1", "e", 1024, api.ReplicateConfig{}), api.NO_AVAILABLE_HANDLE)
+	if n := h.finishMoves("c1"); n != 2 {
+		t.Fatalf("%d moves, want 2", n)
+	}
+	for _, k := range []string{"e", "f"} {
+		expectCode(t, "put "+k, h.put("c1", k, 1024, api.ReplicateConfig{}), api.OK)
+	}
+	expectCode(t, "put g into a full memory", h.put("c1", "g", 1024, api.ReplicateConfig{}), api.NO_AVAILABLE_HANDLE)
+	moving := h.s.OffloadTasks("c1")
+	if len(moving) == 0 {
+		t.Fatal("no move in progress")
+	}
+	if st := h.s.Stats(h.now); st.DiskOnly != 2 || st.LocalDiskUsed != 2048 {
+		t.Fatalf("before the unmount: %+v", st)
+	}
+
+	expectCode(t, "unmount_local_disk", h.apply(Entry{Op: OpUnmountLocalDisk, ClientID: "c1"}), api.OK)
+	if tasks := h.s.OffloadTasks("c1"); len(tasks) != 0 {
+		t.Fatalf("moves left after the unmount: %+v", tasks)
+	}
+	for _, k := range []string{"a", "b"} {
+		expectCode(t, "get "+k+" (only on the disk)", h.apply(Entry{Op: OpGrantLease, ClientID: "c2", Key: k}), api.OBJECT_NOT_FOUND)
+	}
+	for _, k := range []string{"c", "d", "e", "f"} {
+		g := h.apply(Entry{Op: OpGrantLease, ClientID: "c2", Key: k})
+		expectCode(t, "get "+k, g, api.OK)
+		if len(g.Replicas) != 1 || g.Replicas[0].IsDisk() || g.Replicas[0].SegmentName != "host1" {
+			t.Fatalf("replicas of %s: %+v", k, g.Replicas)
+		}
+	}
+	if st := h.s.Stats(h.now); st.LocalDiskUsed != 0 || st.DiskOnly != 0 || st.Objects != 4 || st.Counters.LocalDiskLost != 2 {
+		t.Fatalf("after the unmount: %+v", st)
+	}
+	if seg := h.s.segments["s1"]; seg.OffloadEndpoint != "" || seg.OffloadCapacity != 0 {
+		t.Fatalf("segment still offers its disk: %+v", seg.Segment)
+	}
+	// Full memory now evicts: the put goes through and nothing moves to the disk.
+	h.advance(time.Minute) // past the leases of the gets
+	expectCode(t, "put g after the unmount", h.put("c1", "g", 1024, api.ReplicateConfig{}), api.OK)
+	if tasks := h.s.OffloadTasks("c1"); len(tasks) != 0 {
+		t.Fatalf("moves after the unmount: %+v", tasks)
+	}
+	if d := h.snapshot(); d.Digest() != h.s.Digest() {
+		t.Fatal("decoded state differs")
+	}
+	expectCode(t, "again", h.apply(Entry{Op: OpUnmountLocalDisk, ClientID: "c1"}), api.OK)
+	expectCode(t, "unknown client", h.apply(Entry{Op: OpUnmountLocalDisk, ClientID: "nobody"}), api.SEGMENT_NOT_FOUND)
+	expectCode(t, "no client", h.apply(Entry{Op: OpUnmountLocalDisk}), api.INVALID_PARAMS)
+}

@@ -461,7 +461,10 @@ func (s *Server) MountSegment(ctx context.Context, r *api.MountSegmentRequest) (
 
 func (s *Server) UnmountSegment(ctx context.Context, r *api.UnmountSegmentRequest) (*api.Status, error) {
 	op := OpUnmountSegment
-	if r.Drain {
+	switch {
+	case r.LocalDisk:
+		op = OpUnmountLocalDisk
+	case r.Drain:
 		op = OpDrainSegment
 	}
 	return statusOf(s.do(ctx, Entry{Op: op, ClientID: r.ClientID, SegmentID: r.SegmentID})), nil

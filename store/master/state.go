@@ -168,20 +168,21 @@ func (s *State) Apply(e Entry) Result {
 
 // entryOps are the ops that one method applies from the entry alone.
 var entryOps = map[Op]func(*State, Entry) Result{
-	OpMountSegment:   (*State).mountSegment,
-	OpUnmountSegment: (*State).unmountSegment,
-	OpDrainSegment:   (*State).drainSegment,
-	OpExpireClient:   (*State).expireClient,
-	OpPutStart:       (*State).putStart,
-	OpPutEnd:         (*State).putEnd,
-	OpPutRevoke:      (*State).putRevoke,
-	OpGrantLease:     (*State).grantLease,
-	OpRemove:         (*State).remove,
-	OpRemoveByRegex:  (*State).removeByRegex,
-	OpRemoveAll:      (*State).removeAll,
-	OpOffloadDone:    (*State).offloadDone,
-	OpPromoteDone:    (*State).promoteDone,
-	OpReplicaClear:   (*State).replicaClear,
+	OpMountSegment:     (*State).mountSegment,
+	OpUnmountSegment:   (*State).unmountSegment,
+	OpDrainSegment:     (*State).drainSegment,
+	OpUnmountLocalDisk: (*State).unmountLocalDisk,
+	OpExpireClient:     (*State).expireClient,
+	OpPutStart:         (*State).putStart,
+	OpPutEnd:           (*State).putEnd,
+	OpPutRevoke:        (*State).putRevoke,
+	OpGrantLease:       (*State).grantLease,
+	OpRemove:           (*State).remove,
+	OpRemoveByRegex:    (*State).removeByRegex,
+	OpRemoveAll:        (*State).removeAll,
+	OpOffloadDone:      (*State).offloadDone,
+	OpPromoteDone:      (*State).promoteDone,
+	OpReplicaClear:     (*State).replicaClear,
 }
 
 func (s *State) apply(e Entry) Result {

@@ -385,7 +385,9 @@ func (s *State) maybePromote(e Entry, o *object) *api.Replica {
 		o.diskHits < s.cfg.PromotionAdmissionThreshold || e.ClientID == "" {
 		return nil
 	}
-	if float64(s.used+alignUp(o.size)) > s.cfg.EvictionHighWatermarkRatio*float64(s.capacity) {
+	// Upstream's gate: memory below the high watermark now (the copy may take usage past it;
+	// the next eviction pass then takes least recently used objects, not this one).
+	if float64(s.used) >= s.cfg.EvictionHighWatermarkRatio*float64(s.capacity) {
 		return nil
 	}
 	pe := e

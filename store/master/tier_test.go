@@ -439,3 +439,32 @@ func TestMoveCountsFollowMoves(t *testing.T) {
 		})
 	}
 }
+
+// Promotion's watermark gate is upstream's: memory below the high watermark now, even when the
+// promoted copy takes usage past it; at or above the watermark no promotion.
+func TestPromotionGateIsTheCurrentUsage(t *testing.T) {
+	h := tierHarness(t, func(c *Config) { c.PromotionOnHit = true; c.PromotionAdmissionThreshold = 1; c.EvictionRatio = 0.01 })
+	h.mount("c1", "s1", "host1", 1<<20, 20*1024) // watermark: 18432 bytes
+	expectCode(t, "put big", h.put("c1", "big", 2048, api.ReplicateConfig{}), api.OK)
+	for i := range 17 { // the last one takes usage past the watermark: big, the oldest, moves
+		expectCode(t, "put", h.put("c1", fmt.Sprintf("f%d", i), 1024, api.ReplicateConfig{}), api.OK)
+	}
+	if n := h.finishMoves("c1"); n != 1 {
+		t.Fatalf("%d moves, want big's", n)
+	}
+	if info, _ := h.s.Query("big"); len(info.Replicas) != 1 || !info.Replicas[0].IsDisk() {
+		t.Fatalf("big is not on disk only: %+v", info.Replicas)
+	}
+	// usage 17408 + one more object: exactly the watermark, no promotion
+	expectCode(t, "put at the watermark", h.put("c1", "w", 1024, api.ReplicateConfig{}), api.OK)
+	if g := h.apply(Entry{Op: OpGrantLease, ClientID: "c2", Key: "big"}); g.Promote != nil {
+		t.Fatalf("promotion at the watermark: %+v", g.Promote)
+	}
+	// 17408 bytes used: below the watermark, though 17408 + 2048 is above it
+	expectCode(t, "remove w", h.apply(Entry{Op: OpRemove, Key: "w", Force: true}), api.OK)
+	g := h.apply(Entry{Op: OpGrantLease, ClientID: "c2", Key: "big"})
+	if g.Promote == nil {
+		t.Fatalf("no promotion below the watermark: %+v", g)
+	}
+	expectCode(t, "promote_done", h.apply(Entry{Op: OpPromoteDone, ClientID: "c2", Key: "big"}), api.OK)
+}

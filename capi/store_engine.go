@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/mooncake-go/mooncake/engine"
+	"github.com/mooncake-go/mooncake/store/client"
+)
+
+// Which transfer engine a store runs on. A store's segment name is its engine's segment name,
+// and the master tells segments apart by that name (batch_replica_clear(segment_name=...),
+// preferred_segments, the replica descriptors). So every store that is set up at the same time
+// in one process needs an engine of its own, as upstream's stores each have one
+// (get_hostname() of two stores in one process: "localhost:12577", "localhost:14210"):
+// with one shared name, clearing the replica on one store's segment would drop the other
+// store's copy too.
+//
+// The first store of the process runs on the process-wide engine (shared with process groups
+// and TransferEngine objects, as before); while a store holds it, each further store starts an
+// engine of its own, closed with that store.
+
+// procStores counts the set-up stores running on procEngine (guarded by procMu).
+var procStores int
+
+// storeEngineFor returns the engine a store set up with cfg runs on, and release, to call when
+// that store closes (it closes the engine when the store owned it).
+func storeEngineFor(cfg client.Config) (*engine.Engine, func(), error) {
+	ecfg := func() engine.Config {
+		c := client.EngineConfig(cfg)
+		if c.LocalServerName == "" {
+			c.LocalServerName = "127.0.0.1"
+		}
+		return c
+	}
+	procMu.Lock()
+	if procEngine == nil || procStores == 0 {
+		procMu.Unlock()
+		e, err := sharedEngine(ecfg)
+		if err != nil {
+			return nil, nil, err
+		}
+		procMu.Lock()
+		if procEngine == e && procStores == 0 {
+			procStores++
+			procMu.Unlock()
+			return e, releaseProcStore, nil
+		}
+		// another store took the process engine meanwhile: start one of our own
+	}
+	c := ecfg()
+	if engineAddr != "" {
+		c.BindAddress = engineAddr
+	}
+	procMu.Unlock()
+	e, err := engine.New(context.Background(), c)
+	if err != nil {
+		return nil, nil, fmt.Errorf("starting this store's transfer engine: %w", err)
+	}
+	return e, func() { e.Close() }, nil
+}
+
+func releaseProcStore() {
+	procMu.Lock()
+	procStores--
+	procMu.Unlock()
+}
