@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/mooncake-go/mooncake/engine"
 	"github.com/mooncake-go/mooncake/store/client"
@@ -17,8 +18,10 @@ import (
 // store's copy too.
 //
 // The first store of the process runs on the process-wide engine (shared with process groups
-// and TransferEngine objects, as before); while a store holds it, each further store starts an
-// engine of its own, closed with that store.
+// and TransferEngine objects, as before) when that engine publishes its segments where the
+// store's setup says (the same metadata server and cluster): a store set up with P2PHANDSHAKE on
+// an engine that registers in an HTTP metadata server would name segments its peers cannot find.
+// Any other store starts an engine of its own, closed with that store.
 
 // procStores counts the set-up stores running on procEngine (guarded by procMu).
 var procStores int
@@ -41,12 +44,13 @@ func storeEngineFor(cfg client.Config) (*engine.Engine, func(), error) {
 			return nil, nil, err
 		}
 		procMu.Lock()
-		if procEngine == e && procStores == 0 {
+		if procEngine == e && procStores == 0 && sameDirectory(e, ecfg()) {
 			procStores++
 			procMu.Unlock()
 			return e, releaseProcStore, nil
 		}
-		// another store took the process engine meanwhile: start one of our own
+		// another store took the process engine meanwhile, or it publishes elsewhere: start
+		// one of our own
 	}
 	c := ecfg()
 	if engineAddr != "" {
@@ -64,4 +68,20 @@ func releaseProcStore() {
 	procMu.Lock()
 	procStores--
 	procMu.Unlock()
+}
+
+// sameDirectory says whether e publishes its segments where an engine made from c would: the
+// same metadata server and cluster, or P2PHANDSHAKE for both (segments named by address, in no
+// cluster's namespace).
+func sameDirectory(e *engine.Engine, c engine.Config) bool {
+	meta, cluster := e.Directory()
+	want := strings.TrimSpace(c.MetadataServer)
+	if want == "" {
+		want = engine.P2PHandshake
+	}
+	p2p := strings.EqualFold(meta, engine.P2PHandshake)
+	if p2p || strings.EqualFold(want, engine.P2PHandshake) {
+		return p2p && strings.EqualFold(want, engine.P2PHandshake)
+	}
+	return meta == want && cluster == c.ClusterID
 }

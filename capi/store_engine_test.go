@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"net"
+	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/mooncake-go/mooncake/engine"
+	"github.com/mooncake-go/mooncake/engine/metadata"
 	"github.com/mooncake-go/mooncake/store/api"
 	"github.com/mooncake-go/mooncake/store/client"
 	"github.com/mooncake-go/mooncake/store/master"
@@ -113,5 +115,43 @@ func TestStoreEngineForSharesTheProcessEngineOnce(t *testing.T) {
 	defer r3()
 	if e3 != pe {
 		t.Fatalf("after both closed, a store got %s, not the process engine %s", e3.SegmentName(), pe.SegmentName())
+	}
+}
+
+// A store runs on the process engine only when that engine publishes segments where the store
+// was told to: a P2PHANDSHAKE store on an engine registered in an HTTP metadata server (made
+// first by a TransferEngine of the same process) would name a segment its peers look up by
+// address and the engine's own lookups search the metadata server for (puts to a P2PHANDSHAKE
+// peer failed "not registered in the metadata store", depending on which test made the process
+// engine); and the other way round.
+func TestStoreEngineForNeedsTheSameDirectory(t *testing.T) {
+	pe, err := processEngine()
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := httptest.NewServer(metadata.NewHTTPServer(metadata.HTTPServerConfig{}))
+	defer md.Close()
+	httpMeta := md.URL + metadata.DefaultHTTPPath
+	same := client.Config{LocalHostname: "127.0.0.1", MetadataServer: engine.P2PHandshake}
+	other := client.Config{LocalHostname: "127.0.0.1", MetadataServer: httpMeta}
+	if meta, _ := pe.Directory(); meta == httpMeta {
+		same, other = other, same
+	}
+	e, release, err := storeEngineFor(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta, _ := e.Directory()
+	if e == pe || meta != other.MetadataServer {
+		t.Fatalf("a store told %q ran on an engine publishing to %q (the process engine: %v)", other.MetadataServer, meta, e == pe)
+	}
+	release()
+	e, release, err = storeEngineFor(same)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	if e != pe {
+		t.Fatalf("a store told %q did not get the process engine, which publishes there", same.MetadataServer)
 	}
 }

@@ -48,6 +48,7 @@ type Engine struct {
 	timeout  time.Duration
 	forceTCP bool
 	cluster  string // metadata key namespace (Config.ClusterID)
+	meta     string // Config.MetadataServer as given ("" -> P2PHANDSHAKE): see Directory
 	topoJSON string // Config.CustomTopology
 	store    metadata.Store
 
@@ -107,6 +108,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		timeout:  cfg.TransferTimeout,
 		forceTCP: cfg.ForceTCP,
 		cluster:  cfg.ClusterID,
+		meta:     meta,
 		topoJSON: cfg.CustomTopology,
 		remotes:  make(map[SegmentID]*remoteSeg),
 		byName:   make(map[string]SegmentID),
@@ -271,6 +273,11 @@ func listen(cfg Config, port int) (net.Listener, error) {
 
 // SegmentName is this engine's segment name (host:port with P2PHANDSHAKE).
 func (e *Engine) SegmentName() string { return e.name }
+
+// Directory is where this engine's segments are found by others: its metadata server as
+// configured (P2PHANDSHAKE when none) and its cluster id. Two engines with the same Directory
+// see the same segments; a segment published in one directory is unknown in another.
+func (e *Engine) Directory() (metadataServer, cluster string) { return e.meta, e.cluster }
 
 // RPCPort is the port of the engine's listener (RPC and tcp data).
 func (e *Engine) RPCPort() int { return e.port }
