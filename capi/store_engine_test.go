@@ -14,11 +14,16 @@ import (
 	"github.com/mooncake-go/mooncake/store/master"
 )
 
+// testLease is the read lease of the test master: long enough that a get on a loaded machine
+// under -race finishes inside it (a get that outlives its lease fails LEASE_EXPIRED), short
+// enough to wait out.
+const testLease = time.Second
+
 func startTestMaster(t *testing.T) string {
 	t.Helper()
 	cfg := master.DefaultConfig()
 	cfg.EnableMetricReporting = false
-	cfg.DefaultKVLeaseTTL = time.Millisecond
+	cfg.DefaultKVLeaseTTL = testLease
 	srv := master.NewServer(cfg)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -67,7 +72,7 @@ func TestTwoStoresInOneProcessAreTwoSegments(t *testing.T) {
 	if err := a.PutValue(ctx, key, val, client.PutOptions{Config: api.ReplicateConfig{ReplicaNum: 2}}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(20 * time.Millisecond) // past the 1 ms lease a put may hold
+	// a put takes no lease: its copies are clearable at once
 	cleared, err := a.BatchReplicaClear(ctx, []string{key}, a.Hostname())
 	if err != nil || len(cleared) != 1 || cleared[0] != key {
 		t.Fatalf("batch_replica_clear on %s: %v %v", a.Hostname(), cleared, err)
@@ -79,7 +84,7 @@ func TestTwoStoresInOneProcessAreTwoSegments(t *testing.T) {
 		}
 	}
 	// what is left is the copy on b's segment: clearing it there takes the object
-	time.Sleep(20 * time.Millisecond) // past the leases of the gets
+	time.Sleep(testLease + 100*time.Millisecond) // past the leases of the gets
 	if cleared, err := a.BatchReplicaClear(ctx, []string{key}, b.Hostname()); err != nil || len(cleared) != 1 {
 		t.Fatalf("batch_replica_clear on %s: %v %v", b.Hostname(), cleared, err)
 	}
