@@ -133,10 +133,11 @@ package() {
 
 # MinIO, the S3-compatible server the snapshot tests start: built once from the Go module proxy
 # into $(go env GOPATH)/bin (a few minutes on a fresh machine), reused afterwards.
-minio() {
+minio_server() {
   local gobin
   gobin="$(go env GOPATH)/bin"
-  if command -v minio >/dev/null || [ -x "$gobin/minio" ]; then
+  # type -P: a file on PATH (command -v would also find a shell function of that name)
+  if type -P minio >/dev/null || [ -x "$gobin/minio" ]; then
     skipped=1
     return
   fi
@@ -185,7 +186,7 @@ step "package (Go library, Go commands, torch shim)" package
 if [ "$test_part" = 1 ]; then
   step "Debian packages for the tests (etcd-server, redis-server, prometheus, iproute2, openssl)" \
     apt_install etcd-server redis-server prometheus iproute2 openssl
-  step "MinIO" minio
+  step "MinIO" minio_server
   step "pytest" pytest_pkg
   [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
   step "Rust toolchain + libclang" rust_toolchain
