@@ -397,3 +397,44 @@ func TestOutputsByActiveRanks(t *testing.T) {
 		t.Fatalf("a list of 2 outputs: %v", err)
 	}
 }
+
+// TestLateRankTakesTheRerun: rank 2 dies; rank 1 meets it in an all_reduce, the group decides
+// (epoch 1) and rank 1 runs the op again over the survivors. Rank 0 reaches that op late, after
+// the decision is in the log, and applies it first (get_active_ranks between ops): its op must
+// be the rerun, not the aborted first attempt, so both complete with the survivors' sum
+// (tests/test_elastic.py's send_recv case: the rank that spent time on a dead peer waited at the
+// aborted op while the others waited for it at the rerun, until both timed out).
+func TestLateRankTakesTheRerun(t *testing.T) {
+	c := newCluster(t, Config{Size: 3, Timeout: 10 * time.Second, AutoDeactivate: true, AutoSync: true})
+	wantSum(t, allReduce(t, c, 0, 1, 2), 6)
+	c.kill(2)
+	pgs := c.groups()
+	b1 := make([]byte, 4)
+	binary.LittleEndian.PutUint32(b1, 2)
+	w1 := must(t)(pgs[1].AllReduce(b1, reduce.Int32, reduce.Sum))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if ok, err := pgs[1].st.Check(pgs[1].key("dec", 1)); err == nil && ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("rank 1 never recorded the failure")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := active(pgs[0]); !slices.Equal(got, []int{0, 1}) || pgs[0].Epoch() != 1 {
+		t.Fatalf("rank 0 after its catch-up: active %v epoch %d", got, pgs[0].Epoch())
+	}
+	b0 := make([]byte, 4)
+	binary.LittleEndian.PutUint32(b0, 1)
+	w0 := must(t)(pgs[0].AllReduce(b0, reduce.Int32, reduce.Sum))
+	for r, w := range map[int]*worker.Work{0: w0, 1: w1} {
+		if err := w.Wait(30 * time.Second); err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	if s0, s1 := binary.LittleEndian.Uint32(b0), binary.LittleEndian.Uint32(b1); s0 != 3 || s1 != 3 {
+		t.Fatalf("sums %d (rank 0), %d (rank 1), want 3", s0, s1)
+	}
+	wantSum(t, allReduce(t, c, 0, 1), 3)
+}

@@ -239,6 +239,15 @@ func (pg *Group) apply(d *decision) error {
 		pg.joined.Store(true)
 		pg.g.SetSeq(d.Seq)
 	}
+	if !becameMember && pg.joined.Load() && d.Kind == "fault" && d.Seq > d.FailedSeq &&
+		pg.g.Seq() == d.FailedSeq {
+		// The members that met the failure ran op #FailedSeq, aborted it (its tag space is
+		// closed on every member) and run it again at #Seq. This rank applies the decision
+		// before starting that op (a catch-up between ops: get_active_ranks after a slow p2p,
+		// say), so its next op is that rerun: it takes #Seq too, or it would wait at the
+		// aborted #FailedSeq while the others wait for it at #Seq.
+		pg.g.SetSeq(d.Seq)
+	}
 	if pg.joined.Load() && !active[me] {
 		pg.joined.Store(false) // dropped by the group, or left it
 	}
