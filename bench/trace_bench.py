@@ -13,8 +13,8 @@ prefix eviction policy (--eviction_policy=prefix, docs/store.md) reads the paren
 
 Capacity (--capacity-tokens, several values) sizes the one mooncake_client's memory segment:
 capacity_tokens / 512 blocks of --block-bytes. The master runs with --eviction_high_watermark_ratio=1
-and a tiny --eviction_ratio, so eviction takes one block when a put finds no room, and with a
-1 us read lease: the store then holds exactly the capacity. --file-tier-tokens adds the G3 file tier
+and --eviction_ratio=0.001, so eviction takes 0.1 % of the blocks (at least one) when a put finds
+no room, and with a 1 us read lease: the store holds the capacity, less at most 0.1 %. --file-tier-tokens adds the G3 file tier
 (a temporary directory of that many tokens). With --master ADDR the bench uses a running store
 instead (one capacity: the one that store was given; --policies names its policy).
 
@@ -31,6 +31,7 @@ import json
 import multiprocessing
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -118,7 +119,7 @@ class Cluster:
         rpc, self.mport = free_port(), free_port()
         flags = [f"--rpc_port={rpc}", f"--metrics_port={self.mport}", "--rpc_address=127.0.0.1",
                  "--enable_metric_reporting=false", f"--eviction_policy={policy}",
-                 "--eviction_high_watermark_ratio=1", "--eviction_ratio=0.00001", "--default_kv_lease_ttl=1us"]
+                 "--eviction_high_watermark_ratio=1", "--eviction_ratio=0.001", "--default_kv_lease_ttl=1us"]
         if file_tokens:
             self.tmp = tempfile.mkdtemp(prefix="trace-g3-")
             flags += [f"--root_fs_dir={self.tmp}", "--dfs_full_policy=evict_oldest",
@@ -320,7 +321,7 @@ def main():
     ap.add_argument("--block-bytes", type=int, default=64 << 10, help="bytes per 512-token block (default 64 KiB)")
     ap.add_argument("--capacity-tokens", type=float, nargs="+", default=[1e6, 3e6, 10e6])
     ap.add_argument("--policies", default="lru,prefix", help="master eviction policies to run, comma-separated")
-    ap.add_argument("--file-tier-tokens", type=int, default=0, help="add a G3 file tier of this many tokens (0: memory only)")
+    ap.add_argument("--file-tier-tokens", type=lambda s: int(float(s)), default=0, help="add a G3 file tier of this many tokens (0: memory only)")
     ap.add_argument("--clients", type=int, default=1, help="serving processes sharing the requests")
     ap.add_argument("--master", default="", help="use this running master (its store's capacity is --capacity-tokens)")
     ap.add_argument("--metrics-port", type=int, default=0, help="with --master: its metrics port (for evictions)")
@@ -330,6 +331,7 @@ def main():
     ap.add_argument("--plot", default="", help="draw hit ratio against capacity into this PNG")
     ap.add_argument("--write-doc", action="store_true", help="replace docs/performance.md's trace_bench section and docs/trace_bench.png")
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill still stops the servers (finally)
     policies = [p for p in args.policies.split(",") if p]
     if args.master and (len(args.capacity_tokens) != 1 or len(policies) != 1):
         raise SystemExit("--master: give one --capacity-tokens and one policy (the running store's)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import sys
 
@@ -67,7 +68,8 @@ def test_trace_bench_hit_ratios(tmp_path):
     assert lru["hit_ratio"] == 4 / 13
     assert (prefix["hits"], prefix["gets"], prefix["puts"], prefix["evictions"]) == (6, 6, 7, 4)
     assert prefix["hit_ratio"] == 6 / 13
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    head = png.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", head[16:24]) == (880, 594)  # 8 x 5.4 in, 110 dpi
 
 
 def test_trace_bench_simulator():
