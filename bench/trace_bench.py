@@ -273,8 +273,8 @@ def table(rows: list[dict]) -> str:
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         tier = f"memory + file {r['file_tier_tokens'] / 1e6:g}M" if r["file_tier_tokens"] else "memory"
-        out.append(f"| {r['capacity_tokens'] / 1e6:g}M | {tier} | {r['policy']} | {100 * r['hit_ratio']:.1f} % | "
-                   f"{100 * r['lru_hit_ratio']:.1f} % | {100 * r['ceiling']:.1f} % | {r['get_ops_s']:,.0f} | {r['get_gb_s']:.2f} | "
+        out.append(f"| {r['capacity_tokens'] / 1e6:g}M | {tier} | {r['policy']} | {100 * r['hit_ratio']:.2f} % | "
+                   f"{100 * r['lru_hit_ratio']:.2f} % | {100 * r['ceiling']:.2f} % | {r['get_ops_s']:,.0f} | {r['get_gb_s']:.2f} | "
                    f"{r['put_ops_s']:,.0f} | {r['put_gb_s']:.2f} | {r['get_p50_ms']:.2f} / {r['get_p99_ms']:.2f} | "
                    f"{r['put_p50_ms']:.2f} / {r['put_p99_ms']:.2f} | {r['evictions']:,} |")
     return "\n".join(out)
@@ -306,7 +306,7 @@ def plot(rows: list[dict], path: str) -> None:
 
 def doc_section(args, rows) -> str:
     cmd = " ".join(["python", "bench/trace_bench.py", *sys.argv[1:]])
-    return (f"`{cmd}` ({rows[0]['requests']:,} requests, {rows[0]['block_refs']:,} block references, "
+    return (f"`{cmd}`, {time.strftime('%Y-%m-%d')} ({rows[0]['requests']:,} requests, {rows[0]['block_refs']:,} block references, "
             f"{args.block_bytes // 1024} KiB per 512-token block, {args.clients} serving client(s), "
             f"{'as fast as possible' if args.speed == 0 else f'{args.speed:g}x real time'}, one master, one "
             f"mooncake_client holding the memory, tcp on loopback, {os.cpu_count()} CPUs):\n\n"
