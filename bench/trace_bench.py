@@ -254,6 +254,8 @@ def run_one(args, reqs, capacity_tokens: int, policy: str) -> dict:
         "block_refs": st["refs"], "hits": st["hits"],
         "hit_ratio": st["hits"] / st["refs"] if st["refs"] else 0.0,
         "lru_hit_ratio": lru_hit_ratio(reqs, blocks), "ceiling": ceiling(reqs),
+        # with the file tier: plain LRU over memory and file capacity together
+        "lru_hit_ratio_total": lru_hit_ratio(reqs, blocks + args.file_tier_tokens // BLOCK_TOKENS),
         "gets": st["gets"], "puts": st["puts"], "put_batches_failed": st["put_failed"],
         "get_ops_s": st["gets"] / st["get_s"] if st["get_s"] else 0.0,
         "put_ops_s": st["puts"] / st["put_s"] if st["put_s"] else 0.0,
