@@ -79,4 +79,3 @@ func (s *State) victimOrder() func(a, b *object) int {
 		return lruOrder(a, b)
 	}
 }
-
