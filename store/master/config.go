@@ -38,6 +38,7 @@ type Config struct {
 	AllowEvictSoftPinnedObjects bool          // --allow_evict_soft_pinned_objects
 	EvictionRatio               float64       // --eviction_ratio
 	EvictionHighWatermarkRatio  float64       // --eviction_high_watermark_ratio
+	EvictionPolicy              string        // --eviction_policy: lru | prefix (evictpolicy.go)
 	ClientTTL                   time.Duration // --client_ttl (s)
 	ClusterID                   string        // --cluster_id
 	AllocationStrategy          string        // --allocation_strategy: random | free_ratio_first
@@ -135,6 +136,7 @@ func DefaultConfig() Config {
 		AllowEvictSoftPinnedObjects: true,
 		EvictionRatio:               0.05,
 		EvictionHighWatermarkRatio:  0.90, // upstream's DEFAULT_EVICTION_HIGH_WATERMARK_RATIO
+		EvictionPolicy:              EvictionLRU,
 		ClientTTL:                   10 * time.Second,
 		ClusterID:                   "mooncake_cluster",
 		AllocationStrategy:          "random",
@@ -193,6 +195,9 @@ func (c Config) Validate() error {
 	}
 	if !(c.EvictionHighWatermarkRatio > 0 && c.EvictionHighWatermarkRatio <= 1) {
 		errs = append(errs, fmt.Sprintf("--eviction_high_watermark_ratio=%v must be in (0, 1]", c.EvictionHighWatermarkRatio))
+	}
+	if err := validEvictionPolicy(c.EvictionPolicy); err != nil {
+		errs = append(errs, err.Error())
 	}
 	if c.ClientTTL <= 0 {
 		errs = append(errs, "--client_ttl must be > 0 (seconds)")
@@ -370,6 +375,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.AllowEvictSoftPinnedObjects, "allow_evict_soft_pinned_objects", c.AllowEvictSoftPinnedObjects, "let eviction take soft-pinned objects (last)")
 	fs.Float64Var(&c.EvictionRatio, "eviction_ratio", c.EvictionRatio, "fraction of evictable objects evicted per pass")
 	fs.Float64Var(&c.EvictionHighWatermarkRatio, "eviction_high_watermark_ratio", c.EvictionHighWatermarkRatio, "usage ratio above which eviction runs")
+	fs.StringVar(&c.EvictionPolicy, "eviction_policy", c.EvictionPolicy, "eviction order: lru (least recently used first) or prefix (chain tails first; keys NAME|PARENT name their parent block)")
 	fs.Var(durationFlag{&c.ClientTTL, time.Second}, "client_ttl", "seconds of silence after which a client is unmounted")
 	fs.StringVar(&c.ClusterID, "cluster_id", c.ClusterID, "cluster identifier")
 	fs.StringVar(&c.AllocationStrategy, "allocation_strategy", c.AllocationStrategy, "replica placement: random or free_ratio_first")

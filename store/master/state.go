@@ -771,8 +771,8 @@ func lruOrder(a, b *object) int {
 	return strings.Compare(a.key, b.key)
 }
 
-// evictPass evicts about EvictionRatio of the evictable objects (at least one), least recently
-// used first: plain objects before soft-pinned ones, soft-pinned only when allowed, hard-pinned,
+// evictPass evicts about EvictionRatio of the evictable objects (at least one), in the order of
+// --eviction_policy (least recently used first by default, evictpolicy.go): plain objects before soft-pinned ones, soft-pinned only when allowed, hard-pinned,
 // leased, in-progress and moving objects never. Without the G3 tier an evicted object is gone;
 // with it, an object that has a G3 file loses its memory copy, and one that has none is handed
 // to its client to write to G3 (tier.go) and loses its memory copy when the file is in place.
@@ -803,12 +803,13 @@ func (s *State) evictPass(now int64) (freed, scheduled int) {
 	// The quota's least recently used, plain before soft-pinned: selected, then only they are
 	// sorted (a full sort of a million candidates held the master for a quarter of a second).
 	quota := max(1, int(math.Ceil(s.cfg.EvictionRatio*float64(total))))
+	order := s.victimOrder() // evictpolicy.go
 	var victims []*object
 	if quota <= len(plain) {
-		victims = leastK(plain, quota, lruOrder)
+		victims = leastK(plain, quota, order)
 	} else {
-		slices.SortFunc(plain, lruOrder)
-		victims = append(plain, leastK(soft, quota-len(plain), lruOrder)...)
+		slices.SortFunc(plain, order)
+		victims = append(plain, leastK(soft, quota-len(plain), order)...)
 	}
 	moving, movingBytes := s.movesDown() // counted once, then kept up as moves start
 	for _, o := range victims {
