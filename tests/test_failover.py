@@ -9,6 +9,7 @@ Each test takes seconds: the leader lease is 2 s and client_ttl 2 s here, the de
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -79,7 +80,9 @@ class Client:
                                      text=True, env=env)
         self.err: list[str] = []
         self.err_cv = threading.Condition()
+        self.out: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._drain, daemon=True).start()
+        threading.Thread(target=lambda: [self.out.put(line) for line in self.proc.stdout], daemon=True).start()
         assert self.ask(None, "SETUP") == "0", self.stderr()
 
     def _drain(self):
@@ -101,17 +104,25 @@ class Client:
                 assert left > 0, f"no log line with {text!r}:\n{''.join(self.err)}"
                 self.err_cv.wait(left)
 
-    def ask(self, cmd: str | None, want: str) -> str:
+    def ask(self, cmd: str | None, want: str, limit: float = 120) -> str:
+        """Sends cmd and returns its answer (limit only keeps a broken build from hanging: a
+        client that does not follow the leader spends 10 s on each call)."""
         if cmd is not None:
             self.proc.stdin.write(cmd + "\n")
             self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
+        try:
+            line = self.out.get(timeout=limit)
+        except queue.Empty:
+            line = f"<no answer in {limit} s>"
         assert line.startswith(want + " "), f"{cmd}: {line!r}\n{self.stderr()[-4000:]}"
         return line[len(want) + 1:].strip()
 
     def close(self):
         if self.proc.poll() is None:
-            self.proc.stdin.close()
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
             try:
                 self.proc.wait(20)
             except subprocess.TimeoutExpired:
