@@ -289,6 +289,12 @@ type ServiceStatusResponse struct {
 	ClusterID   string `json:"cluster_id"`
 	ViewVersion uint64 `json:"view_version"`
 	RootFSDir   string `json:"root_fs_dir,omitempty"` // the G3 tier's directory ("" = no tier)
+	// HA discovery, set when the master runs with --enable_ha: the store holding the leader key
+	// ("etcd" or "redis") and the endpoints a client follows it with, in the client form
+	// ("etcd://h:p,h:p", no password). A client given this master's plain address follows the
+	// leader of ClusterID there, as one given the etcd:// address would.
+	HABackend   string `json:"ha_backend,omitempty"`
+	HAEndpoints string `json:"ha_endpoints,omitempty"`
 }
 
 // OffloadTasksRequest asks for the G3 moves assigned to a client, waiting up to WaitMs for one.

@@ -222,6 +222,7 @@ func NewWithEngine(ctx context.Context, eng Engine, cfg Config) (*Client, error)
 		return fail(api.Errorf(api.CodeOf(err), "cannot reach mooncake_master at %s: %v", cfg.MasterServerAddress, err))
 	}
 	c.rootFS = ss.RootFSDir
+	c.cc.follow(ctx, ss) // a plain address of an HA master: follow its cluster's leader
 	c.stageSize = cfg.LocalBufferSize
 	if c.stageAddr, err = eng.AllocateShared(c.stageSize); err != nil {
 		return fail(api.Errorf(api.INTERNAL_ERROR, "allocate %d-byte local buffer: %v", c.stageSize, err))

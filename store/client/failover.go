@@ -3,9 +3,11 @@ package client
 import (
 	"context"
 	"fmt"
+	"log"
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -39,16 +41,35 @@ func IsHAAddress(addr string) bool {
 // master's operations are idempotent for a retrying client (a repeated put_start of the same
 // client and key returns the same replicas, put_end of a complete key succeeds, re-mounting
 // the same segment succeeds), so a call whose reply was lost may safely be sent again.
+//
+// A client given a master's plain host:port follows the leader too once that master says it
+// runs HA (ServiceStatus's HA discovery: see follow). When no master has answered for
+// outageAfter, the connection logs it once and fails each call after a single attempt, with
+// the attempt's error code (RPC_FAIL, RPC_TIMEOUT), until a master answers again (the
+// heartbeat keeps asking every second), which it logs too.
 type masterConn struct {
 	display string
-	grpc    bool               // gRPC instead of the framed RPC (Config.GRPC)
-	sec     api.ClientSecurity // TLS and token of every connection, the new leader's too
-	watcher *ha.ViewWatcher    // nil for a fixed address
+	grpc    bool                           // gRPC instead of the framed RPC (Config.GRPC)
+	sec     api.ClientSecurity             // TLS and token of every connection, the new leader's too
+	haOpts  ha.Options                     // how to reach the HA store (Config.HA)
+	watcher atomic.Pointer[ha.ViewWatcher] // nil: a fixed address (not, or not yet, following)
+
+	// outageAfter: how long calls keep retrying before the outage is declared (the
+	// client's RPCTimeout, so a failover shorter than that costs no call its result).
+	outageAfter time.Duration
 
 	mu     sync.Mutex
 	addr   string
 	cc     rpcConn
 	closed bool
+	// Outage bookkeeping: failingSince is when the first call or heartbeat failed after the
+	// last success (zero while a master answers); down once that lasted outageAfter.
+	failingSince time.Time
+	down         bool
+	lastErr      error
+	// A discovery not yet followed (the HA store was unreachable): retried by retryFollow.
+	pendingEP, pendingCluster string
+	lastFollowTry             time.Time
 }
 
 // rpcConn is a connection to one master: the framed RPC (default) or gRPC (MC_STORE_RPC=grpc).
@@ -94,7 +115,10 @@ func dialMaster(ctx context.Context, cfg Config) (*masterConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &masterConn{display: address, grpc: cfg.GRPC, sec: sec}
+	m := &masterConn{display: address, grpc: cfg.GRPC, sec: sec, haOpts: cfg.HA, outageAfter: cfg.RPCTimeout}
+	if m.outageAfter <= 0 {
+		m.outageAfter = DefaultRPCTimeout
+	}
 	if !IsHAAddress(address) {
 		cc, err := dialRPC(address, m.grpc, m.sec)
 		if err != nil {
@@ -111,8 +135,72 @@ func dialMaster(ctx context.Context, cfg Config) (*masterConn, error) {
 	if err != nil {
 		return nil, api.Errorf(api.INVALID_PARAMS, "follow the master leader of cluster %q on %s: %v", clusterID, address, err)
 	}
-	m.watcher = w
+	m.watcher.Store(w)
 	return m, nil
+}
+
+// follow makes a client given a plain host:port follow the leader of the cluster the master
+// described in ss (HA discovery), as a client given the etcd:// address does: from then on
+// calls go to whichever master leads, and a takeover is followed within the watch's delay. It
+// does nothing for an HA address, or when the master runs without HA. When the HA store
+// cannot be reached from here it logs that, keeps the plain address, and retryFollow tries
+// again.
+func (m *masterConn) follow(ctx context.Context, ss *api.ServiceStatusResponse) {
+	if ss == nil || ss.HAEndpoints == "" || m.watcher.Load() != nil {
+		return
+	}
+	m.mu.Lock()
+	m.pendingEP, m.pendingCluster = ss.HAEndpoints, ss.ClusterID
+	m.mu.Unlock()
+	m.tryFollow(ctx)
+}
+
+// retryFollow retries a pending follow at most every 5 s (the heartbeat calls it).
+func (m *masterConn) retryFollow(ctx context.Context) {
+	m.mu.Lock()
+	due := m.pendingEP != "" && time.Since(m.lastFollowTry) >= 5*time.Second
+	m.mu.Unlock()
+	if due {
+		m.tryFollow(ctx)
+	}
+}
+
+func (m *masterConn) tryFollow(ctx context.Context) {
+	m.mu.Lock()
+	ep, cluster, plain := m.pendingEP, m.pendingCluster, m.display
+	m.lastFollowTry = time.Now()
+	m.mu.Unlock()
+	if ep == "" || m.watcher.Load() != nil {
+		return
+	}
+	if cluster == "" {
+		cluster = DefaultClusterID
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	w, err := ha.WatchView(wctx, ep, cluster, ha.WithOptions(m.haOpts))
+	cancel()
+	if err != nil {
+		log.Printf("mooncake store client: master %s runs HA (cluster %q on %s) but its leader key cannot be followed from here, so calls stay on %s and a takeover will not be followed: %v", plain, cluster, ep, plain, err)
+		return
+	}
+	m.mu.Lock()
+	if m.closed || m.watcher.Load() != nil {
+		m.mu.Unlock()
+		w.Close()
+		return
+	}
+	m.pendingEP = ""
+	m.display = fmt.Sprintf("cluster %q on %s (learned from %s)", cluster, ep, plain)
+	m.watcher.Store(w)
+	m.mu.Unlock()
+	log.Printf("mooncake store client: master %s runs HA: following the leader of cluster %q on %s", plain, cluster, ep)
+}
+
+// describe names what the connection follows, for messages.
+func (m *masterConn) describe() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.display
 }
 
 // Leader is the address calls currently go to ("" before the first call of an HA client).
@@ -122,22 +210,30 @@ func (m *masterConn) Leader() string {
 	return m.addr
 }
 
-func (m *masterConn) conn(ctx context.Context) (rpcConn, error) {
-	if m.watcher == nil {
+// conn is the connection to the master to call now. wait: when following a cluster with no
+// leader at the moment, wait for one until ctx ends (else fail at once).
+func (m *masterConn) conn(ctx context.Context, wait bool) (rpcConn, error) {
+	w := m.watcher.Load()
+	if w == nil {
+		m.mu.Lock()
+		defer m.mu.Unlock()
 		return m.cc, nil
 	}
 	// Poll the watcher's view rather than wait on its Changes channel: many calls wait at
 	// once during a failover and the channel wakes only one of them.
-	v := m.watcher.Current()
+	v := w.Current()
 	for v.Leader == "" {
+		if !wait {
+			return nil, status.Errorf(codes.Unavailable, "no master leads %s", m.describe())
+		}
 		t := time.NewTimer(20 * time.Millisecond)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, status.Errorf(codes.Unavailable, "no master leads %s: %v", m.display, ctx.Err())
+			return nil, status.Errorf(codes.Unavailable, "no master leads %s: %v", m.describe(), ctx.Err())
 		case <-t.C:
 		}
-		v = m.watcher.Current()
+		v = w.Current()
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -159,11 +255,12 @@ func (m *masterConn) conn(ctx context.Context) (rpcConn, error) {
 
 func (m *masterConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
 	delay := 20 * time.Millisecond
+	once := m.isDown() // declared outage: one attempt, then the error
 	for {
-		cc, err := m.conn(ctx)
+		cc, err := m.conn(ctx, !once)
 		if err == nil {
 			actx, cancel := ctx, context.CancelFunc(func() {})
-			if m.watcher != nil {
+			if m.watcher.Load() != nil || once {
 				actx, cancel = context.WithTimeout(ctx, haAttemptTimeout)
 			}
 			if rv := reflect.ValueOf(reply); rv.Kind() == reflect.Pointer && !rv.IsNil() {
@@ -185,7 +282,20 @@ func (m *masterConn) Invoke(ctx context.Context, method string, args, reply any,
 		} else if c, ok := reply.(api.Coded); ok && c.StatusCode() == api.UNAVAILABLE_IN_CURRENT_STATUS {
 			retry = true
 		}
-		if !retry || ctx.Err() != nil {
+		if !retry {
+			if err == nil || ctx.Err() == nil {
+				m.answered() // a master answered (possibly with an error of its own)
+			} else {
+				m.failed(err)
+			}
+			return err
+		}
+		if ctx.Err() != nil || once {
+			m.failed(err)
+			return err
+		}
+		m.failed(err)
+		if m.isDown() {
 			return err
 		}
 		t := time.NewTimer(delay)
@@ -202,6 +312,47 @@ func (m *masterConn) Invoke(ctx context.Context, method string, args, reply any,
 	}
 }
 
+func (m *masterConn) isDown() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.down
+}
+
+// failed records that a call or heartbeat found no serving master; once that has lasted
+// outageAfter, the outage is declared and logged, once.
+func (m *masterConn) failed(err error) {
+	if err == nil {
+		err = api.Errorf(api.UNAVAILABLE_IN_CURRENT_STATUS, "no master is serving")
+	}
+	m.mu.Lock()
+	now := time.Now()
+	if m.failingSince.IsZero() {
+		m.failingSince = now
+	}
+	m.lastErr = err
+	declare := !m.down && now.Sub(m.failingSince) >= m.outageAfter
+	if declare {
+		m.down = true
+	}
+	since, display := m.failingSince, m.display
+	m.mu.Unlock()
+	if declare {
+		log.Printf("mooncake store client: no master reachable for %s (%s since %s): calls fail with RPC_FAIL/RPC_TIMEOUT after one attempt until one answers: %v",
+			now.Sub(since).Round(time.Millisecond), display, since.Format(time.RFC3339), err)
+	}
+}
+
+// answered records that a master answered.
+func (m *masterConn) answered() {
+	m.mu.Lock()
+	wasDown, since, display := m.down, m.failingSince, m.display
+	m.down, m.failingSince, m.lastErr = false, time.Time{}, nil
+	m.mu.Unlock()
+	if wasDown {
+		log.Printf("mooncake store client: master reachable again (%s) after %s", display, time.Since(since).Round(time.Millisecond))
+	}
+}
+
 func (m *masterConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	return nil, fmt.Errorf("mooncake store client: the master service has no streaming methods (%s)", method)
 }
@@ -212,8 +363,8 @@ func (m *masterConn) Close() error {
 	cc := m.cc
 	m.cc = nil
 	m.mu.Unlock()
-	if m.watcher != nil {
-		m.watcher.Close()
+	if w := m.watcher.Load(); w != nil {
+		w.Close()
 	}
 	if cc != nil {
 		return cc.Close()

@@ -40,10 +40,14 @@ func (c *Client) heartbeat(ctx context.Context) {
 		rctx, cancel := context.WithTimeout(ctx, max(c.cfg.PingInterval, time.Second))
 		resp, err := c.master.Ping(rctx, &api.PingRequest{ClientID: c.id})
 		cancel()
+		if err == nil && resp.Code != api.OK {
+			err = resp.Err() // no master serving (UNAVAILABLE_IN_CURRENT_STATUS): nothing to re-mount on
+		}
 		if err != nil {
 			c.setHealth(false, err)
 			continue
 		}
+		c.cc.retryFollow(ctx)
 		c.setHealth(true, nil)
 		c.remountExtra(ctx, resp.MountedSegments)
 		if c.segment != nil && !containsStr(resp.MountedSegments, c.segment.ID) {

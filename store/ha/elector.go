@@ -73,7 +73,7 @@ func (c *ElectorConfig) check() error {
 // Elector campaigns for leadership of one cluster.
 type Elector interface {
 	// Campaign blocks until this master is the leader and may serve: it holds the leader
-	// key and has waited one lease TTL since taking it. It returns early with ctx's error.
+	// key and has waited serveMargin(TTL) since taking it. It returns early with ctx's error.
 	// Call it again after a Leadership is lost to stand again. Only one Campaign at a
 	// time per Elector.
 	Campaign(ctx context.Context) (Leadership, error)
@@ -270,10 +270,15 @@ func (t *term) Resign(ctx context.Context) error {
 	return nil
 }
 
-// waitServe waits one TTL after winning so the previous leader has stopped. It returns
+// serveMargin is how long a new leader waits after winning before it serves: a margin for
+// clock-rate drift and for a deposed leader's late notice, not a whole TTL (package doc,
+// "Why a new leader waits only a margin").
+func serveMargin(ttl time.Duration) time.Duration { return ttl / 10 }
+
+// waitServe waits serveMargin after winning so the previous leader has stopped. It returns
 // nil when the term may serve, the term's error if it was lost meanwhile, or ctx's error.
 func (t *term) waitServe(ctx context.Context) error {
-	w := time.NewTimer(t.ttl)
+	w := time.NewTimer(serveMargin(t.ttl))
 	defer w.Stop()
 	select {
 	case <-w.C:
@@ -338,10 +343,10 @@ func (c *campaigner) stopped(ctx context.Context) error {
 	return nil
 }
 
-// serve takes a term just won: it waits one lease TTL (waitServe), then makes t the term this
+// serve takes a term just won: it waits serveMargin (waitServe), then makes t the term this
 // elector serves and returns it. (nil, nil): the term was lost meanwhile; campaign again.
 func (c *campaigner) serve(ctx context.Context, t *term, log *slog.Logger) (*term, error) {
-	log.Info("mooncake master won the election; waiting one lease TTL before serving", "view", t.view.Version, "ttl", t.ttl)
+	log.Info("mooncake master won the election; waiting a clock-drift margin before serving", "view", t.view.Version, "ttl", t.ttl, "margin", serveMargin(t.ttl))
 	if err := t.waitServe(ctx); err != nil {
 		t.Resign(context.Background())
 		if ctx.Err() != nil {

@@ -314,3 +314,26 @@ func withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
 	}
 	return context.WithTimeout(ctx, DefaultTimeout)
 }
+
+// ClientForm is the endpoint string a client follows the view with ("etcd://h:p,h:p",
+// "etcds://...", "redis://h:p/db", "rediss://..."), without any password: a master hands it to
+// clients that were given its plain address (store/api ServiceStatusResponse.HAEndpoints).
+// A Redis password stays with the client (MC_REDIS_PASSWORD).
+func (e Endpoints) ClientForm() string {
+	hosts := make([]string, 0, len(e.Addrs))
+	for _, a := range e.Addrs {
+		if _, rest, ok := strings.Cut(a, "://"); ok {
+			a = rest
+		}
+		hosts = append(hosts, a)
+	}
+	scheme := string(e.Kind)
+	if e.TLS {
+		scheme += "s"
+	}
+	s := scheme + "://" + strings.Join(hosts, ",")
+	if e.Kind == KindRedis && e.DB != 0 {
+		s += "/" + strconv.Itoa(e.DB)
+	}
+	return s
+}

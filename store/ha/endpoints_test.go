@@ -105,3 +105,25 @@ func FuzzDecodeBatch(f *testing.F) {
 		}
 	})
 }
+
+func TestClientForm(t *testing.T) {
+	for in, want := range map[string]string{
+		"http://127.0.0.1:2379;http://10.0.0.2:2379": "etcd://127.0.0.1:2379,10.0.0.2:2379",
+		"127.0.0.1:2379":                   "etcd://127.0.0.1:2379",
+		"etcds://h:1,h2:2":                 "etcds://h:1,h2:2",
+		"redis://:secret@127.0.0.1:6379/3": "redis://127.0.0.1:6379/3",
+		"rediss://a:1;rediss://b:2":        "rediss://a:1,b:2",
+	} {
+		ep, err := ParseEndpoints(in)
+		if err != nil {
+			t.Fatalf("ParseEndpoints(%q): %v", in, err)
+		}
+		if got := ep.ClientForm(); got != want {
+			t.Errorf("ClientForm of %q = %q, want %q", in, got, want)
+		}
+		back, err := ParseEndpoints(want)
+		if err != nil || back.Kind != ep.Kind || back.TLS != ep.TLS || back.DB != ep.DB || strings.Join(back.Addrs, ",") != strings.Join(ep.Addrs, ",") {
+			t.Errorf("ParseEndpoints(%q) = %+v, %v; want the endpoints of %q", want, back, err, in)
+		}
+	}
+}

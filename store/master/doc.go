@@ -18,7 +18,27 @@
 // is installed — the HA feature) appends it to the log before answering. Client liveness
 // (last ping per client) is deliberately outside the state: pings would flood the log. When a
 // client is silent for longer than client_ttl the server proposes an expire_client entry; a
-// newly promoted leader gives every known client a fresh client_ttl of grace.
+// newly promoted leader gives every known client a fresh client_ttl of grace, counted from one
+// discovery allowance after its takeover.
+//
+// # Failover without unmounting live clients
+//
+// A takeover must not cost a live client its segments (and every object on them) merely
+// because the client had not found the new leader yet. Two ways were possible: clients that
+// re-register (re-mount) when they reach the new leader, or a grace period. Re-registering
+// comes too late: by the time an expired client re-mounts, its objects are already gone from
+// the state, and the oplog has replicated that. So the new leader waits: a client it has not
+// heard from counts as seen at takeover + discoveryAllowance (lease TTL + 4 s), and is expired
+// only client_ttl after that. The allowance covers the time a live client needs to find the
+// leader: a watch on the leader key (an etcd:// client, or a plain-address client that learned
+// the cluster's HA discovery from ServiceStatus when it connected) sees the new view at once,
+// or within a poll or a re-established watch (at most about a lease TTL); an attempt still
+// stuck on the deposed leader gives up within 3 s (store/client's haAttemptTimeout); then the
+// next heartbeat (every second) reaches the new leader. A client that really died keeps its
+// segments that much longer after a failover (with the defaults 9 s + 10 s instead of 10 s),
+// which costs nothing but space. Clients also re-mount any segment the master no longer lists
+// in a Ping answer, so a client that was expired anyway (a network partition longer than the
+// grace) comes back, empty.
 //
 // # Semantics (Mooncake's)
 //

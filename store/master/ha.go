@@ -481,8 +481,18 @@ func (s *Server) RunHA(ctx context.Context, h HA) error {
 	return ctx.Err()
 }
 
+// discoveryAllowance is how long a client may take to find a new leader, on top of the
+// client_ttl of grace it then gets (see the package doc, "Failover"): a client's attempt at the
+// deposed leader times out within 3 s (store/client's haAttemptTimeout), its view watcher may
+// miss the change for up to one lease TTL (a poll or a watch re-established after an error),
+// and its heartbeat runs once a second.
+func discoveryAllowance(cfg Config) time.Duration {
+	return cfg.HALeaseTTL + 4*time.Second
+}
+
 // becomeLeader starts serving: fresh client liveness (every known client gets client_ttl of
-// grace to heartbeat the new leader), a committer for this term.
+// grace to heartbeat the new leader, counted from one discovery allowance after the takeover),
+// a committer for this term.
 func (s *Server) becomeLeader(lead ha.Leadership) <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -502,6 +512,7 @@ func (s *Server) becomeLeader(lead ha.Leadership) <-chan struct{} {
 	s.ha.lag.Store(0)
 	s.ha.lagAlert.Store(false)
 	s.lastSeen = map[string]time.Time{}
+	s.graceFrom = s.now().Add(discoveryAllowance(s.cfg))
 	s.setRole("leader")
 	return failed
 }

@@ -277,8 +277,15 @@ func testHAFollowPromoteSnapshot(t *testing.T, eps string) {
 	if got := stateBytes(t, b.srv); !bytes.Equal(got, want) {
 		t.Fatal("new leader's state differs from the old leader's")
 	}
-	// "live" heartbeats the new leader, "dead" never does: after client_ttl its segment goes.
-	deadline := time.Now().Add(4 * time.Second)
+	// "live" heartbeats the new leader, "dead" never does: after the discovery allowance and
+	// client_ttl its segment goes, and not before the allowance.
+	var segs []SegmentInfo
+	b.srv.CheckClients(ctx)
+	b.srv.View(func(st *State) { segs = st.Segments() })
+	if len(segs) != 2 {
+		t.Fatalf("segments right after the takeover: %+v", segs)
+	}
+	deadline := time.Now().Add(discoveryAllowance(b.srv.cfg) + b.srv.cfg.ClientTTL + 2*time.Second)
 	for time.Now().Before(deadline) {
 		if pr, err := b.mc.Ping(ctx, &api.PingRequest{ClientID: "live"}); err != nil || pr.Code != api.OK {
 			t.Fatalf("ping: %v %+v", err, pr)
@@ -289,7 +296,6 @@ func testHAFollowPromoteSnapshot(t *testing.T, eps string) {
 	if len(pr.MountedSegments) != 1 {
 		t.Fatalf("live client lost its segment: %+v", pr)
 	}
-	var segs []SegmentInfo
 	b.srv.View(func(st *State) { segs = st.Segments() })
 	if len(segs) != 1 || segs[0].ID != "seg-live" {
 		t.Fatalf("segments after client_ttl: %+v", segs)

@@ -69,6 +69,11 @@ type Server struct {
 	localGarbage map[string][]string
 	// clientExpired: WithClientExpired's hook (nil: none).
 	clientExpired func(clientID string, engines []string)
+	// HA discovery handed to clients (ServiceStatus), "" without --enable_ha.
+	haBackend, haEndpoints string
+	// graceFrom: clients this leader has not heard from yet count as seen at this moment, set
+	// one discovery allowance after the takeover (becomeLeader); zero: now.
+	graceFrom time.Time
 }
 
 var _ api.MasterServer = (*Server)(nil)
@@ -80,6 +85,9 @@ func NewServer(cfg Config, opts ...Option) *Server {
 	if cfg.EnableHA {
 		s.ha = &haState{}
 		s.role = "standby"
+		if ep, err := ha.ParseEndpoints(cfg.EtcdEndpoints); err == nil {
+			s.haBackend, s.haEndpoints = string(ep.Kind), ep.ClientForm()
+		}
 	}
 	for _, o := range opts {
 		o(s)
@@ -183,7 +191,8 @@ func (s *Server) touch(clientID string) {
 }
 
 // CheckClients expires clients silent for longer than client_ttl. Clients the state knows but
-// liveness does not (after a restart or promotion) get a full client_ttl of grace.
+// liveness does not (after a restart or promotion) get a full client_ttl of grace, counted
+// after a promotion from the end of the discovery allowance (becomeLeader).
 func (s *Server) CheckClients(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -191,9 +200,13 @@ func (s *Server) CheckClients(ctx context.Context) {
 		return
 	}
 	now := s.now()
+	seen := now
+	if s.graceFrom.After(now) {
+		seen = s.graceFrom
+	}
 	for _, id := range s.state.Clients() {
 		if _, ok := s.lastSeen[id]; !ok {
-			s.lastSeen[id] = now
+			s.lastSeen[id] = seen
 		}
 	}
 	var dead []string
@@ -712,5 +725,6 @@ func (s *Server) BatchExistKey(ctx context.Context, r *api.BatchKeysRequest) (*a
 func (s *Server) ServiceStatus(ctx context.Context, r *api.ServiceStatusRequest) (*api.ServiceStatusResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return &api.ServiceStatusResponse{Role: s.role, ClusterID: s.cfg.ClusterID, RootFSDir: s.cfg.RootFSDir}, nil
+	return &api.ServiceStatusResponse{Role: s.role, ClusterID: s.cfg.ClusterID, RootFSDir: s.cfg.RootFSDir,
+		HABackend: s.haBackend, HAEndpoints: s.haEndpoints}, nil
 }
