@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import functools
 import logging
 import signal
 import sys
@@ -99,6 +100,21 @@ def _failed(msg: str, **extra: Any) -> Response:
 
 def _ok(**fields: Any) -> Response:
     return json_response(200, {"status": "success", **fields})
+
+
+def _failures_answered(what: str):
+    """Wraps a request handler: an exception it raises is logged under what and answered 500
+    with its message (upstream's handlers catch everything the same way)."""
+    def wrap(handler):
+        @functools.wraps(handler)
+        async def answer(self, request) -> Response:
+            try:
+                return await handler(self, request)
+            except Exception as e:  # noqa: BLE001
+                log.error("%s: %s", what, e)
+                return _failed(str(e))
+        return answer
+    return wrap
 
 
 def _is_count(v: Any) -> bool:
@@ -265,21 +281,18 @@ class MooncakeStoreService:
                 log.info("store closed")
 
     # ---- /api/reconfigure -----------------------------------------------------------------------
+    @_failures_answered("RECONFIGURE")
     async def handle_reconfigure(self, request) -> Response:
-        try:
-            data = await _json_object(request)
-            if isinstance(data, Response):
-                return data
-            mode = data.get("mode", "")
-            mode = mode.lower() if isinstance(mode, str) else ""
-            if mode == "decode":
-                return await self._to_decode(data)
-            if mode == "prefill":
-                return await self._to_prefill()
-            return _bad("Invalid mode. Use 'decode' or 'prefill'")
-        except Exception as e:
-            log.error("RECONFIGURE: %s", e)
-            return _failed(str(e))
+        data = await _json_object(request)
+        if isinstance(data, Response):
+            return data
+        mode = data.get("mode", "")
+        mode = mode.lower() if isinstance(mode, str) else ""
+        if mode == "decode":
+            return await self._to_decode(data)
+        if mode == "prefill":
+            return await self._to_prefill()
+        return _bad("Invalid mode. Use 'decode' or 'prefill'")
 
     async def _to_decode(self, data: Dict[str, Any]) -> Response:
         path, size = data.get("path"), data.get("size")
@@ -334,131 +347,113 @@ class MooncakeStoreService:
             return _ok(mode=self.current_mode)
 
     # ---- segments -----------------------------------------------------------------------------
+    @_failures_answered("MOUNT_SHM")
     async def handle_mount_shm(self, request) -> Response:
-        try:
-            data = await _json_object(request)
-            if isinstance(data, Response):
-                return data
-            path = _shm_name_to_path(data.get("name"))
-            size, offset = data.get("size"), data.get("offset", 0)
-            if not path or not _is_count(size) or size <= 0:
-                return _bad("Missing or invalid name or size: name a file name in /dev/shm, size a positive integer")
-            if not _is_count(offset) or offset < 0:
-                return _bad("Invalid offset, must be a non-negative integer")
-            result = self.store.mount_segment(path, size, offset, data.get("protocol", self.config.protocol),
-                                              data.get("location", ""))
-            if result["ret"] != 0:
-                log.error("MOUNT_SHM %s: mount_segment returned %s", path, result["ret"])
-                return _failed(f"Mount failed, ret={result['ret']}")
-            return _ok(segment_ids=list(result["segment_ids"]))
-        except Exception as e:
-            log.error("MOUNT_SHM: %s", e)
-            return _failed(str(e))
+        data = await _json_object(request)
+        if isinstance(data, Response):
+            return data
+        path = _shm_name_to_path(data.get("name"))
+        size, offset = data.get("size"), data.get("offset", 0)
+        if not path or not _is_count(size) or size <= 0:
+            return _bad("Missing or invalid name or size: name a file name in /dev/shm, size a positive integer")
+        if not _is_count(offset) or offset < 0:
+            return _bad("Invalid offset, must be a non-negative integer")
+        result = self.store.mount_segment(path, size, offset, data.get("protocol", self.config.protocol),
+                                          data.get("location", ""))
+        if result["ret"] != 0:
+            log.error("MOUNT_SHM %s: mount_segment returned %s", path, result["ret"])
+            return _failed(f"Mount failed, ret={result['ret']}")
+        return _ok(segment_ids=list(result["segment_ids"]))
 
+    @_failures_answered("UNMOUNT_SHM")
     async def handle_unmount_shm(self, request) -> Response:
-        try:
-            data = await _json_object(request)
-            if isinstance(data, Response):
-                return data
-            ids = _segment_ids(data)
-            if isinstance(ids, Response):
-                return ids
-            grace = _grace(data)
-            if isinstance(grace, Response):
-                return grace
-            failed = []
-            async with self._state_lock:
-                for sid in ids:
-                    if self.store.unmount_segment([sid], grace) != 0:
-                        failed.append(sid)
-                    elif sid in self.mounted_segment_ids:
-                        self.mounted_segment_ids.remove(sid)
-                if not self.mounted_segment_ids:
-                    self.current_mode = "prefill"
-            if failed:
-                log.error("UNMOUNT_SHM: unmounting %s failed", failed)
-                return _failed("Unmount failed for one or more segments", failed_segment_ids=failed)
-            return _ok()
-        except Exception as e:
-            log.error("UNMOUNT_SHM: %s", e)
-            return _failed(str(e))
+        data = await _json_object(request)
+        if isinstance(data, Response):
+            return data
+        ids = _segment_ids(data)
+        if isinstance(ids, Response):
+            return ids
+        grace = _grace(data)
+        if isinstance(grace, Response):
+            return grace
+        failed = []
+        async with self._state_lock:
+            for sid in ids:
+                if self.store.unmount_segment([sid], grace) != 0:
+                    failed.append(sid)
+                elif sid in self.mounted_segment_ids:
+                    self.mounted_segment_ids.remove(sid)
+            if not self.mounted_segment_ids:
+                self.current_mode = "prefill"
+        if failed:
+            log.error("UNMOUNT_SHM: unmounting %s failed", failed)
+            return _failed("Unmount failed for one or more segments", failed_segment_ids=failed)
+        return _ok()
 
+    @_failures_answered("MOUNT")
     async def handle_mount(self, request) -> Response:
-        try:
-            data = await _json_object(request)
-            if isinstance(data, Response):
-                return data
-            size = data.get("size")
-            if not _is_count(size) or size <= 0:
-                return _bad("Invalid size, must be a positive integer")
-            result = self.store.allocate_and_mount_segment(size, data.get("protocol", self.config.protocol),
-                                                           data.get("location", ""))
-            if result["ret"] != 0:
-                log.error("MOUNT: allocate_and_mount_segment(%d) returned %s", size, result["ret"])
-                return _failed(f"Allocate and mount failed, ret={result['ret']}")
-            return _ok(segment_ids=list(result["segment_ids"]), allocated_size=result["allocated_size"])
-        except Exception as e:
-            log.error("MOUNT: %s", e)
-            return _failed(str(e))
+        data = await _json_object(request)
+        if isinstance(data, Response):
+            return data
+        size = data.get("size")
+        if not _is_count(size) or size <= 0:
+            return _bad("Invalid size, must be a positive integer")
+        result = self.store.allocate_and_mount_segment(size, data.get("protocol", self.config.protocol),
+                                                       data.get("location", ""))
+        if result["ret"] != 0:
+            log.error("MOUNT: allocate_and_mount_segment(%d) returned %s", size, result["ret"])
+            return _failed(f"Allocate and mount failed, ret={result['ret']}")
+        return _ok(segment_ids=list(result["segment_ids"]), allocated_size=result["allocated_size"])
 
+    @_failures_answered("UNMOUNT")
     async def handle_unmount(self, request) -> Response:
-        try:
-            data = await _json_object(request)
-            if isinstance(data, Response):
-                return data
-            ids = _segment_ids(data)
-            if isinstance(ids, Response):
-                return ids
-            grace = _grace(data)
-            if isinstance(grace, Response):
-                return grace
-            ret = self.store.unmount_and_free_segment(ids, grace)
-            if ret != 0:
-                log.error("UNMOUNT %s: unmount_and_free_segment returned %s", ids, ret)
-                return _failed(f"Unmount and free failed, ret={ret}")
-            return _ok()
-        except Exception as e:
-            log.error("UNMOUNT: %s", e)
-            return _failed(str(e))
+        data = await _json_object(request)
+        if isinstance(data, Response):
+            return data
+        ids = _segment_ids(data)
+        if isinstance(ids, Response):
+            return ids
+        grace = _grace(data)
+        if isinstance(grace, Response):
+            return grace
+        ret = self.store.unmount_and_free_segment(ids, grace)
+        if ret != 0:
+            log.error("UNMOUNT %s: unmount_and_free_segment returned %s", ids, ret)
+            return _failed(f"Unmount and free failed, ret={ret}")
+        return _ok()
 
+    @_failures_answered("UNMOUNT_LOCAL_DISK")
     async def handle_unmount_local_disk(self, request) -> Response:
         """Withdraws this client's SSD offload tier: the master stops sending readers here; the
         call then waits ``grace_period_seconds`` (off the loop) for reads in flight."""
-        try:
-            data = await _json_object(request)
-            if isinstance(data, Response):
-                return data
-            grace = _grace(data, _MAX_UNMOUNT_LOCAL_DISK_GRACE_PERIOD_SECONDS)
-            if isinstance(grace, Response):
-                return grace
-            ret = await asyncio.to_thread(self.store.unmount_local_disk_segment, grace)
-            if ret != 0:
-                log.error("UNMOUNT_LOCAL_DISK: unmount_local_disk_segment returned %s", ret)
-                return _failed(f"Unmount local disk failed, ret={ret}")
-            return _ok()
-        except Exception as e:
-            log.error("UNMOUNT_LOCAL_DISK: %s", e)
-            return _failed(str(e))
+        data = await _json_object(request)
+        if isinstance(data, Response):
+            return data
+        grace = _grace(data, _MAX_UNMOUNT_LOCAL_DISK_GRACE_PERIOD_SECONDS)
+        if isinstance(grace, Response):
+            return grace
+        ret = await asyncio.to_thread(self.store.unmount_local_disk_segment, grace)
+        if ret != 0:
+            log.error("UNMOUNT_LOCAL_DISK: unmount_local_disk_segment returned %s", ret)
+            return _failed(f"Unmount local disk failed, ret={ret}")
+        return _ok()
 
     # ---- keys ---------------------------------------------------------------------------------
+    @_failures_answered("PUT")
     async def handle_put(self, request) -> Response:
-        try:
-            data = await _json_object(request)
-            if isinstance(data, Response):
-                return data
-            key, value = data.get("key"), data.get("value")
-            if not key or value is None:
-                return _bad("Missing key or value")
-            if not isinstance(key, str) or not isinstance(value, str):
-                return _bad("key and value must be strings")
-            ret = self.store.put(key, value.encode())
-            if ret != 0:
-                log.error("PUT %r: put returned %s", key, ret)
-                return _failed(f"PUT operation failed, ret={ret}")
-            return _ok()
-        except Exception as e:
-            log.error("PUT: %s", e)
-            return _failed(str(e))
+        data = await _json_object(request)
+        if isinstance(data, Response):
+            return data
+        key, value = data.get("key"), data.get("value")
+        if not key or value is None:
+            return _bad("Missing key or value")
+        if not isinstance(key, str) or not isinstance(value, str):
+            return _bad("key and value must be strings")
+        ret = self.store.put(key, value.encode())
+        if ret != 0:
+            log.error("PUT %r: put returned %s", key, ret)
+            return _failed(f"PUT operation failed, ret={ret}")
+        return _ok()
 
     def _exists(self, key: str) -> Optional[Response]:
         """None when ``key`` exists, else its 404 / 500 answer."""
@@ -470,61 +465,49 @@ class MooncakeStoreService:
             return _failed("Exist check failed")
         return None
 
+    @_failures_answered("GET")
     async def handle_get(self, request) -> Response:
-        try:
-            key = request.match_info["key"]
+        key = request.match_info["key"]
+        miss = self._exists(key)
+        if miss is not None:
+            return miss
+        value = self.store.get(key)
+        if value is None:
+            log.error("GET %r: get returned None", key)
+            return _failed("GET operation failed")
+        if value == b"":  # an empty value, or the key went away in between
             miss = self._exists(key)
             if miss is not None:
                 return miss
-            value = self.store.get(key)
-            if value is None:
-                log.error("GET %r: get returned None", key)
-                return _failed("GET operation failed")
-            if value == b"":  # an empty value, or the key went away in between
-                miss = self._exists(key)
-                if miss is not None:
-                    return miss
-            return Response(status=200, body=value, content_type="application/octet-stream")
-        except Exception as e:
-            log.error("GET: %s", e)
-            return _failed(str(e))
+        return Response(status=200, body=value, content_type="application/octet-stream")
 
+    @_failures_answered("EXIST")
     async def handle_exist(self, request) -> Response:
-        try:
-            key = request.match_info["key"]
-            exists = self.store.is_exist(key)
-            if exists < 0:
-                log.error("EXIST %r: is_exist returned %s", key, exists)
-                return _failed("Exist check failed")
-            return json_response(200, {"exists": exists > 0})
-        except Exception as e:
-            log.error("EXIST: %s", e)
-            return _failed(str(e))
+        key = request.match_info["key"]
+        exists = self.store.is_exist(key)
+        if exists < 0:
+            log.error("EXIST %r: is_exist returned %s", key, exists)
+            return _failed("Exist check failed")
+        return json_response(200, {"exists": exists > 0})
 
+    @_failures_answered("REMOVE")
     async def handle_remove(self, request) -> Response:
-        try:
-            key = request.match_info["key"]
-            ret = self.store.remove(key)
-            if ret == _OBJECT_NOT_FOUND:
-                return json_response(404, {"error": "Key not found"})
-            if ret != 0:
-                log.error("REMOVE %r: remove returned %s", key, ret)
-                return _failed(f"Remove operation failed, ret={ret}")
-            return _ok()
-        except Exception as e:
-            log.error("REMOVE: %s", e)
-            return _failed(str(e))
+        key = request.match_info["key"]
+        ret = self.store.remove(key)
+        if ret == _OBJECT_NOT_FOUND:
+            return json_response(404, {"error": "Key not found"})
+        if ret != 0:
+            log.error("REMOVE %r: remove returned %s", key, ret)
+            return _failed(f"Remove operation failed, ret={ret}")
+        return _ok()
 
+    @_failures_answered("REMOVE_ALL")
     async def handle_remove_all(self, request) -> Response:
-        try:
-            ret = self.store.remove_all()
-            if ret < 0:
-                log.error("REMOVE_ALL: remove_all returned %s", ret)
-                return _failed(f"RemoveAll operation failed, ret={ret}")
-            return json_response(200, {"status": f"success removed {ret} keys"})
-        except Exception as e:
-            log.error("REMOVE_ALL: %s", e)
-            return _failed(str(e))
+        ret = self.store.remove_all()
+        if ret < 0:
+            log.error("REMOVE_ALL: remove_all returned %s", ret)
+            return _failed(f"RemoveAll operation failed, ret={ret}")
+        return json_response(200, {"status": f"success removed {ret} keys"})
 
 
 def parse_arguments(argv: Optional[List[str]] = None) -> argparse.Namespace:
