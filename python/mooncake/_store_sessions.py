@@ -40,15 +40,8 @@ class SessionMixin:
         """Queries the replicas of ``keys`` once and opens a get session per key (replacing one
         the key had); per key 0 or a negative code (OBJECT_NOT_FOUND, REPLICA_IS_NOT_READY while
         it is written, INVALID_REPLICA when it has no memory copy)."""
-        keys = list(keys)
-        if not keys:
-            return []
-        if not self._h:
-            return [ErrorCode.INVALID_PARAMS] * len(keys)
-        karr, enc = _keys(keys)
-        codes = _codes(len(keys))
-        _lib().mc_store_get_session_start(self._h, karr, len(keys), _addr(codes))
-        return codes.tolist()
+        return self._per_key_codes(
+            keys, lambda karr, n, codes: _lib().mc_store_get_session_start(self._h, karr, n, codes))
 
     def batch_get_session_end(self, keys: Sequence[str]) -> int:
         """Closes the get sessions of ``keys`` (keys without one are ignored); 0."""
@@ -120,14 +113,20 @@ class SessionMixin:
 
     # ---- helpers ----
     def _put_session_finish(self, keys: Sequence[str], revoke: int) -> List[int]:
+        return self._per_key_codes(
+            keys, lambda karr, n, codes: _lib().mc_store_put_session_finish(self._h, karr, n, revoke, codes))
+
+    def _per_key_codes(self, keys: Sequence[str], call) -> List[int]:
+        """Runs call(key array, n, codes address) over keys; a code per key ([] for no keys,
+        INVALID_PARAMS for each when the store is not set up)."""
         keys = list(keys)
         if not keys:
             return []
         if not self._h:
             return [ErrorCode.INVALID_PARAMS] * len(keys)
-        karr, enc = _keys(keys)
+        karr, enc = _keys(keys)  # enc keeps the encoded keys alive during the call
         codes = _codes(len(keys))
-        _lib().mc_store_put_session_finish(self._h, karr, len(keys), revoke, _addr(codes))
+        call(karr, len(keys), _addr(codes))
         return codes.tolist()
 
     def _session_ranges(self, what: str, write: int, keys, all_buffer_ptrs, all_sizes, all_offsets) -> List[int]:
