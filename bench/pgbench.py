@@ -21,6 +21,15 @@ one progress line per size on stderr (size, each backend's time on it, elapsed).
 Before the sweep rank 0 measures single-thread memcpy bandwidth of the largest size (at least
 1 MiB) while the other ranks wait, and each row reports busbw as a percentage of it
 ("%memcpy"), the reference the issue's all_reduce goal is stated against.
+
+Across hosts the reference is the network instead: with --tcp-bound (on by default with --netns)
+every round also times a raw TCP ring exchange between the ranks (bench/tcpbound.py: each rank
+sends the bytes the op puts on its link, busbw x time, to the next rank and receives as many from
+the previous one) over 1 and 4 connections (--tcp-conns), and each row reports the op's time as a
+share of the faster one's ("%tcp") in place of %memcpy, and the exchange's own times.
+
+--netns runs the ranks (-g, default 2) in network namespaces of their own: two joined by a veth
+pair, more by veths to one bridge, so the engine sees separate hosts and moves bytes over tcp.
 """
 
 from __future__ import annotations
@@ -200,6 +209,13 @@ def bench_rank(args) -> list[dict]:
         s *= args.stepfactor
     timer = dist.new_group(backend="gloo")
     rows = []
+    tcp = {}
+    if args.tcp_bound:
+        from tcpbound import RingExchange, local_address
+
+        host = local_address(os.environ.get("MASTER_ADDR", "127.0.0.1"))
+        cap = int(sizes[-1] * bus_factor(args.collective, n)) + 1
+        tcp = {c: RingExchange(timer, c, host, cap) for c in args.tcp_conns}
     memcpy = memcpy_gbps(max(sizes[-1], 1 << 20)) if rank == 0 else 0.0
     mc = torch.tensor([memcpy], dtype=torch.float64)
     dist.all_reduce(mc, op=dist.ReduceOp.MAX, group=timer)
@@ -212,6 +228,12 @@ def bench_rank(args) -> list[dict]:
         print(f"# {args.collective} dtype={args.dtype} op={args.op} ranks={n} iters={args.iters} "
               f"warmup={args.warmup} rounds={args.rounds}")
         print(f"# memcpy (1 thread, {max(sizes[-1], 1 << 20)} B, rank 0): {memcpy:.2f} GB/s")
+        if tcp:
+            names = names.replace("%memcpy", "   %tcp")
+            ratio += "| " + " ".join(f"{f'tcp{c}(us)':>10}" for c in tcp) + " "
+            print(f"# tcp bound: a raw ring exchange of busbw x time bytes per rank over "
+                  f"{' and '.join(map(str, tcp))} connection(s), timed in the same rounds; "
+                  f"%tcp = the faster exchange's time / the op's time")
         print(f"{'size(B)':>12} {'count':>12} {names}{ratio}")
     start = time.perf_counter()
     for size in sizes:
@@ -220,6 +242,7 @@ def bench_rank(args) -> list[dict]:
                "memcpy_gbps": memcpy}
         runs, wrong, times = {}, {}, {b: [] for b in backends}
         cpus, csws = {b: [] for b in backends}, {b: [] for b in backends}
+        tcp_times: dict[int, list[float]] = {}
         for b in backends:
             t0 = time.perf_counter()
             run, check, count = make_op(args.collective, size, dtype, op, groups[b], rank, n)
@@ -229,6 +252,7 @@ def bench_rank(args) -> list[dict]:
             for _ in range(args.warmup):
                 run()
             spent[b] += time.perf_counter() - t0
+        op_bytes = row["count"] * torch.tensor([], dtype=dtype).element_size()
         # Rounds alternate the backends, so a slow spell of a shared machine hits all of them;
         # each backend's time is its median round.
         for _ in range(args.rounds):
@@ -247,6 +271,15 @@ def bench_rank(args) -> list[dict]:
                 times[b].append(el.item())
                 cpus[b].append(used[0].item() / n)
                 csws[b].append(used[1].item() / n)
+            for c, ex in tcp.items():
+                nb = max(1, int(op_bytes * bus_factor(args.collective, n)))
+                dist.barrier(group=timer)
+                t0 = time.perf_counter()
+                for _ in range(args.iters):
+                    ex.exchange(nb)
+                el = torch.tensor([(time.perf_counter() - t0) / args.iters], dtype=torch.float64)
+                dist.all_reduce(el, op=dist.ReduceOp.MAX, group=timer)
+                tcp_times.setdefault(c, []).append(el.item())
         for b in backends:
             w = torch.tensor([wrong[b]], dtype=torch.int64)
             dist.all_reduce(w, group=timer)
@@ -259,6 +292,13 @@ def bench_rank(args) -> list[dict]:
                       "rounds_us": [t * 1e6 for t in times[b]],
                       "cpu_us": statistics.median(cpus[b]) * 1e6,
                       "context_switches": statistics.median(csws[b])}
+        if tcp:
+            row["tcp"] = {str(c): {"time_us": statistics.median(ts) * 1e6, "rounds_us": [t * 1e6 for t in ts],
+                                   "bytes_each_way": max(1, int(op_bytes * bus_factor(args.collective, n)))}
+                          for c, ts in tcp_times.items()}
+            best = min(v["time_us"] for v in row["tcp"].values())
+            for b in backends:
+                row[b]["pct_tcp"] = 100 * best / row[b]["time_us"]
         if "gloo" in backends:
             for b in backends:
                 if b != "gloo":
@@ -272,15 +312,21 @@ def bench_rank(args) -> list[dict]:
             line = f"{row['size']:>12} {row['count']:>12} "
             for b in backends:
                 r = row[b]
+                pct = r["pct_tcp"] if tcp else r["pct_memcpy"]
                 line += (f"| {'':>14}  {r['time_us']:>10.1f} {r['algbw']:>7.3f} {r['busbw']:>7.3f} "
-                         f"{r['pct_memcpy']:>6.1f}% {r['wrong']:>6} ")
+                         f"{pct:>6.1f}% {r['wrong']:>6} ")
                 if args.cpu:
                     line += f"{r['cpu_us']:>8.0f} {r['context_switches']:>5.0f} "
             for b in backends:
                 if b + "/gloo" in row:
                     line += f"| {row[b + '/gloo']:>15.2f}x "
+            if tcp:
+                line += "| " + " ".join(f"{row['tcp'][str(c)]['time_us']:>10.1f}" for c in tcp) + " "
             print(line, flush=True)
+    for ex in tcp.values():
+        ex.close()
     return rows
+
 
 
 def human(size: int) -> str:
@@ -385,9 +431,18 @@ def main() -> None:
     p.add_argument("-q", "--quiet", dest="progress", action="store_false",
                    help="no progress lines on stderr")
     p.add_argument("--netns", action="store_true",
-                   help="two ranks in two network namespaces joined by a veth pair (root, ip): "
-                        "two hosts as far as the engine can tell, so mooncake moves bytes over tcp")
+                   help="each rank (-g, default 2) in a network namespace of its own, two joined by a "
+                        "veth pair, more by veths to one bridge (root, ip): separate hosts as far as "
+                        "the engine can tell, so mooncake moves bytes over tcp")
+    p.add_argument("--tcp-bound", action=argparse.BooleanOptionalAction, default=None,
+                   help="also time a raw TCP ring exchange of each op's bytes in the same rounds and "
+                        "report %%tcp (default: on with --netns)")
+    p.add_argument("--tcp-conns", default="1,4",
+                   help="connections per neighbour pair of the TCP bound's exchanges (comma list)")
     args = p.parse_args()
+    args.tcp_conns = [int(c) for c in str(args.tcp_conns).split(",") if c.strip()]
+    if args.tcp_bound is None:
+        args.tcp_bound = bool(args.netns or os.environ.get("PGBENCH_NETNS"))
     if args.netns and "RANK" not in os.environ:
         return run_netns()
     if "RANK" in os.environ:  # under torchrun (or --netns)
@@ -405,16 +460,26 @@ def main() -> None:
 
 
 def run_netns() -> int:
-    """Runs this benchmark with one rank in each of two fresh network namespaces."""
+    """Runs this benchmark with each rank (-g, default 2) in a fresh network namespace of its own:
+    two joined by a veth pair, more by veths to a bridge in the root namespace."""
     import shutil
     import subprocess
     import uuid
 
     if shutil.which("ip") is None or os.geteuid() != 0:
         raise SystemExit("--netns needs root and iproute2 (ip)")
+    args = [a for a in sys.argv[1:] if a != "--netns"]
+    ranks = 2
+    for i, a in enumerate(args):
+        if a in ("-g", "--ranks") and i + 1 < len(args):
+            ranks = int(args[i + 1])
+        elif a.startswith("--ranks="):
+            ranks = int(a.split("=", 1)[1])
     tag = uuid.uuid4().hex[:6]
-    ns, veth = [f"pb{tag}a", f"pb{tag}b"], [f"pv{tag}a", f"pv{tag}b"]
-    addrs = ["10.231.19.1", "10.231.19.2"]
+    ns = [f"pb{tag}{r}" for r in range(ranks)]
+    addrs = [f"10.231.19.{r + 1}" for r in range(ranks)]
+    bridge = f"pbr{tag}" if ranks > 2 else ""
+    inner = [f"pv{tag}{r}" for r in range(ranks)]  # each rank's interface, inside its namespace
 
     def ip(*a):
         subprocess.run(["ip", *a], check=True, capture_output=True)
@@ -422,19 +487,28 @@ def run_netns() -> int:
     try:
         for n in ns:
             ip("netns", "add", n)
-        ip("link", "add", veth[0], "type", "veth", "peer", "name", veth[1])
-        for n, v, a in zip(ns, veth, addrs):
+        if bridge:
+            ip("link", "add", bridge, "type", "bridge")
+            ip("link", "set", bridge, "up")
+            for r in range(ranks):
+                outer = f"pw{tag}{r}"
+                ip("link", "add", inner[r], "type", "veth", "peer", "name", outer)
+                ip("link", "set", outer, "master", bridge)
+                ip("link", "set", outer, "up")
+        else:
+            ip("link", "add", inner[0], "type", "veth", "peer", "name", inner[1])
+        for n, v, a in zip(ns, inner, addrs):
             ip("link", "set", v, "netns", n)
             ip("-n", n, "addr", "add", f"{a}/24", "dev", v)
             ip("-n", n, "link", "set", v, "up")
             ip("-n", n, "link", "set", "lo", "up")
-        argv = [a for a in sys.argv[1:] if a != "--netns"]
         procs = []
-        for r in range(2):
-            env = dict(os.environ, RANK=str(r), LOCAL_RANK="0", WORLD_SIZE="2",
-                       MASTER_ADDR=addrs[0], MASTER_PORT="29611", GLOO_SOCKET_IFNAME=veth[r])
+        for r in range(ranks):
+            env = dict(os.environ, RANK=str(r), LOCAL_RANK="0", WORLD_SIZE=str(ranks),
+                       MASTER_ADDR=addrs[0], MASTER_PORT="29611", GLOO_SOCKET_IFNAME=inner[r],
+                       PGBENCH_NETNS="1")
             procs.append(subprocess.Popen(["ip", "netns", "exec", ns[r], sys.executable,
-                                           os.path.abspath(__file__), *argv], env=env,
+                                           os.path.abspath(__file__), *args], env=env,
                                           stdout=None if r == 0 else subprocess.DEVNULL))
         rc = 0
         for p in procs:
@@ -443,6 +517,8 @@ def run_netns() -> int:
     finally:
         for n in ns:
             subprocess.run(["ip", "netns", "del", n], capture_output=True)
+        if bridge:
+            subprocess.run(["ip", "link", "del", bridge], capture_output=True)
 
 
 if __name__ == "__main__":
