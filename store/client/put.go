@@ -124,6 +124,26 @@ func (c *Client) writeReplicas(ctx context.Context, parts []buf, reps []api.Repl
 	return nil
 }
 
+// replicaWrites appends to xs the writes of one value (its parts, in order) to every replica,
+// and to owner the value's index i once per write.
+func replicaWrites(xs []xfer, owner []int, i int, parts []buf, reps []api.Replica) ([]xfer, []int) {
+	for _, r := range reps {
+		var off uint64
+		for _, p := range parts {
+			if len(p.b) == 0 {
+				continue
+			}
+			rr := r
+			rr.Addr += off
+			rr.Size -= off
+			xs = append(xs, xfer{local: p, r: rr})
+			owner = append(owner, i)
+			off += uint64(len(p.b))
+		}
+	}
+	return xs, owner
+}
+
 // placement applies the client-side placement options: PreferAllocInSameNode names this
 // client's own segment as the preferred one when the caller named none.
 func (c *Client) placement(cfg api.ReplicateConfig) api.ReplicateConfig {
@@ -212,6 +232,10 @@ func (c *Client) batchPut(ctx context.Context, items []Item, opts PutOptions) []
 func (c *Client) finishPuts(ctx context.Context, keys []string, bufs [][]buf, idx []int, results []api.PutStartResponse, errs []error) {
 	var ended, revoked []string
 	var endIdx []int
+	// Every value's writes to every replica go out together (transferMany): one engine batch
+	// per target segment, not one synchronous transfer per value.
+	var xs []xfer
+	var owner []int
 	for j, r := range results {
 		i := idx[j]
 		switch {
@@ -219,14 +243,27 @@ func (c *Client) finishPuts(ctx context.Context, keys []string, bufs [][]buf, id
 		case r.Code != api.OK:
 			errs[i] = fmt.Errorf("put %s: %w", quote(keys[i]), r.Err())
 		default:
-			if err := c.writeReplicas(ctx, bufs[i], r.Replicas); err != nil {
-				errs[i] = fmt.Errorf("put %s: %w", quote(keys[i]), err)
-				revoked = append(revoked, keys[i])
-				continue
-			}
-			ended = append(ended, keys[i])
-			endIdx = append(endIdx, i)
+			xs, owner = replicaWrites(xs, owner, i, bufs[i], r.Replicas)
 		}
+	}
+	failed := map[int]error{}
+	for k, err := range c.transferMany(ctx, true, xs) {
+		if err != nil && failed[owner[k]] == nil {
+			failed[owner[k]] = err
+		}
+	}
+	for j, r := range results {
+		i := idx[j]
+		if r.Code != api.OK || r.Retry {
+			continue
+		}
+		if err := failed[i]; err != nil {
+			errs[i] = fmt.Errorf("put %s: %w", quote(keys[i]), err)
+			revoked = append(revoked, keys[i])
+			continue
+		}
+		ended = append(ended, keys[i])
+		endIdx = append(endIdx, i)
 	}
 	if len(revoked) > 0 {
 		rctx, cancel := c.rpcCtx(context.Background())
