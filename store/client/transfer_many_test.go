@@ -100,3 +100,50 @@ func TestBatchValuesMoveTogether(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchPutToADeadSegment: a batch put whose keys land on two segments, one of whose holders
+// no longer answers transfers (its engine closed, its segment still mounted): the keys written
+// to the live segment are stored, the others fail with TRANSFER_FAIL and are not visible (the
+// put revoked them), and a batch get reads the stored ones exactly.
+func TestBatchPutToADeadSegment(t *testing.T) {
+	_, addr := startMaster(t)
+	tcp := Config{Engine: engine.Config{ForceTCP: true}}
+	a := newClientWith(t, addr, 0, tcp)
+	newClientWith(t, addr, 32<<20, tcp)
+	dead := newClientWith(t, addr, 32<<20, tcp)
+	dead.eng.(*engine.Engine).Close()
+	ctx := context.Background()
+	var items []Item
+	for i := 0; i < 64; i++ {
+		items = append(items, Item{Key: fmt.Sprint("d", i), Parts: [][]byte{pattern(4096, byte(i))}})
+	}
+	errs := a.Put(ctx, items, PutOptions{})
+	var stored, failed []string
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			stored = append(stored, items[i].Key)
+		case api.Is(err, api.TRANSFER_FAIL):
+			failed = append(failed, items[i].Key)
+		default:
+			t.Fatalf("put %s: %v", items[i].Key, err)
+		}
+	}
+	if len(stored) == 0 || len(failed) == 0 {
+		t.Fatalf("the keys did not land on both segments: %d stored, %d failed", len(stored), len(failed))
+	}
+	sizes, xerrs := a.Exists(ctx, failed)
+	for i := range failed {
+		if xerrs[i] != nil || sizes[i] != 0 {
+			t.Fatalf("failed key %s visible: size %d err %v", failed[i], sizes[i], xerrs[i])
+		}
+	}
+	vals, gerrs := getValues(ctx, a, stored)
+	for i, k := range stored {
+		var n int
+		fmt.Sscanf(k, "d%d", &n)
+		if gerrs[i] != nil || !bytes.Equal(vals[i], pattern(4096, byte(n))) {
+			t.Fatalf("stored key %s: %v", k, gerrs[i])
+		}
+	}
+}
