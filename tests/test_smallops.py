@@ -256,14 +256,16 @@ def test_get_without_a_master_is_an_error_not_a_missing_key():
         missing = json.loads(client.ask("gets", "GETS"))
         assert missing == {"get": "b''", "get_into": NOT_FOUND, "get_buffer": None,
                            "batch_get_into": [700, NOT_FOUND], "get_batch": ["value-0" * 100, ""]}, missing
+        assert 'get "missing"' not in client.stderr()  # a missing key is no error to log
         m.proc.send_signal(signal.SIGKILL)
         m.proc.wait()
         client.wait_log("no master reachable")
         gone = json.loads(client.ask("gets", "GETS"))
         assert gone == {"get": "b''", "get_into": RPC_FAIL, "get_buffer": None,
                         "batch_get_into": [RPC_FAIL, RPC_FAIL], "get_batch": ["", ""]}, gone
-        # every failed get's log line names the master it could not reach
-        assert f"master {m.addr}" in client.stderr().split("no master reachable", 1)[1]
+        # each failed get's log line says which master it could not reach
+        after = client.stderr().split("no master reachable", 1)[1]
+        assert f'get "missing": master {m.addr} unreachable' in after, after
     finally:
         if client:
             client.close()
