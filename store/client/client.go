@@ -91,6 +91,9 @@ type Client struct {
 	chunk     uint64
 	chunks    chan uint64 // free staging chunk offsets
 
+	lookups coalescer[*api.GetReplicaListResponse] // concurrent single gets' master calls (coalesce.go)
+	ends    coalescer[struct{}]                    // concurrent single puts' PutEnd calls
+
 	segMu    sync.Mutex
 	segIDs   map[string]engine.SegmentID
 	regMu    sync.RWMutex

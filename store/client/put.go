@@ -93,16 +93,50 @@ func (c *Client) putKey(ctx context.Context, key string, parts []buf, cfg api.Re
 		c.revoke(key)
 		return fmt.Errorf("put %s: %w", quote(key), err)
 	}
+	_, err = c.ends.do(ctx, key, c.putEnd, c.putEnds)
+	return err
+}
+
+// putEnd makes key's value readable (PutEnd); putEnds does it for several keys with one
+// BatchPutEnd (other goroutines' single puts, coalesce.go).
+func (c *Client) putEnd(ctx context.Context, key string) (struct{}, error) {
 	rctx, cancel := c.rpcCtx(ctx)
 	st, err := c.master.PutEnd(rctx, &api.KeyRequest{ClientID: c.id, Key: key})
 	cancel()
 	if err != nil {
-		return c.rpcErr("put "+quote(key), err)
+		return struct{}{}, c.rpcErr("put "+quote(key), err)
 	}
 	if err := st.Err(); err != nil {
-		return fmt.Errorf("put %s: %w", quote(key), err)
+		return struct{}{}, fmt.Errorf("put %s: %w", quote(key), err)
 	}
-	return nil
+	return struct{}{}, nil
+}
+
+func (c *Client) putEnds(ctx context.Context, keys []string) ([]struct{}, []error) {
+	out := make([]struct{}, len(keys))
+	rctx, cancel := c.rpcCtx(ctx)
+	resp, err := c.master.BatchPutEnd(rctx, &api.BatchKeysRequest{ClientID: c.id, Keys: keys})
+	cancel()
+	errs := make([]error, len(keys))
+	if err != nil {
+		for i, k := range keys {
+			errs[i] = c.rpcErr("put "+quote(k), err)
+		}
+		return out, errs
+	}
+	if err := answered(resp.Status, len(resp.Results), len(keys)); err != nil {
+		errs := make([]error, len(keys))
+		for i, k := range keys {
+			errs[i] = fmt.Errorf("put %s: %w", quote(k), err)
+		}
+		return out, errs
+	}
+	for i, r := range resp.Results {
+		if r.Code != api.OK {
+			errs[i] = fmt.Errorf("put %s: %w", quote(keys[i]), r.Err())
+		}
+	}
+	return out, errs
 }
 
 func (c *Client) writeReplicas(ctx context.Context, parts []buf, reps []api.Replica) error {
