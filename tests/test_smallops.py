@@ -36,7 +36,7 @@ BATCHES = textwrap.dedent("""
     val = lambda k, n: (k.encode() * (n // len(k) + 1))[:n]
     out = {}
     for size in (100, 4096, 65536, 3 << 20):  # 3 MiB: larger than a staging chunk of 4 MiB / 16
-        keys = [f"v{size}/{i}" for i in range(40)]
+        keys = [f"v{size}/{i}" for i in range(20)]
         present = keys[::2]
         out[f"put_batch {size}"] = s.put_batch(present, [val(k, size) for k in present])
         # registered memory: batch_put_from and batch_get_into without staging
@@ -103,16 +103,16 @@ def test_batches_with_present_and_missing_keys(holder, tcp):
     assert p.returncode == 0, p.stderr[-4000:]
     out = json.loads(p.stdout.strip().splitlines()[-1])
     for size in (100, 4096, 65536, 3 << 20):
-        half = [size, NOT_FOUND] * 20
+        half = [size, NOT_FOUND] * 10
         assert out[f"put_batch {size}"] == 0
-        assert out[f"batch_put_from {size}"] == [0] * 20
+        assert out[f"batch_put_from {size}"] == [0] * 10
         assert out[f"batch_get_into registered {size}"] == half
         assert out[f"batch_get_into registered {size} exact"] is True
         assert out[f"batch_get_into {size}"] == half
         assert out[f"batch_get_into {size} exact"] is True
-        assert out[f"get_batch {size} exact"] == [True] * 40
-        assert out[f"batch_is_exist {size}"] == [1, 0] * 20
-        assert out[f"batch_get_buffer {size}"] == [True, None] * 20
+        assert out[f"get_batch {size} exact"] == [True] * 20
+        assert out[f"batch_is_exist {size}"] == [1, 0] * 10
+        assert out[f"batch_get_buffer {size}"] == [True, None] * 10
         assert out[f"overflow {size}"] == [size, int(ErrorCode.BUFFER_OVERFLOW), size]
 
 
