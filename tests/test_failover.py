@@ -58,6 +58,16 @@ CLIENT = textwrap.dedent("""
                    "get_size": s.get_size("k0"), "remove": s.remove("k0"),
                    "put_batch": s.put_batch(["a", "b"], [b"1", b"2"])}
             print("CALLS", json.dumps(out), flush=True)
+        elif cmd == "gets":  # every kind of get of k0 (present before) and of a missing key
+            import ctypes
+            buf = ctypes.create_string_buffer(1 << 12)
+            two = ctypes.create_string_buffer(2 << 12)
+            at = ctypes.addressof(two)
+            out = {"get": repr(s.get("missing")), "get_into": s.get_into("missing", ctypes.addressof(buf), len(buf)),
+                   "get_buffer": s.get_buffer("missing"),
+                   "batch_get_into": s.batch_get_into(["k0", "missing"], [at, at + 4096], [4096, 4096]),
+                   "get_batch": [v.decode() for v in s.get_batch(["k0", "missing"])]}
+            print("GETS", json.dumps(out), flush=True)
         elif cmd == "put_until_ok":  # the master is back: put until a put succeeds (the
             import time                # heartbeat re-mounts the segment within a second)
             for _ in range(600):

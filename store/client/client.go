@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
@@ -89,6 +90,9 @@ type Client struct {
 	stageSize uint64
 	chunk     uint64
 	chunks    chan uint64 // free staging chunk offsets
+
+	lookups coalescer[*api.GetReplicaListResponse] // concurrent single gets' master calls (coalesce.go)
+	ends    coalescer[struct{}]                    // concurrent single puts' PutEnd calls
 
 	segMu    sync.Mutex
 	segIDs   map[string]engine.SegmentID
@@ -290,8 +294,18 @@ func (c *Client) rpcCtx(ctx context.Context) (context.Context, context.CancelFun
 	return context.WithTimeout(ctx, c.cfg.RPCTimeout)
 }
 
-// rpcErr turns a transport failure into an *api.Error naming the master.
+// rpcErr turns a transport failure into an *api.Error naming the master, and saying so when
+// the master could not be reached (RPC_FAIL) or did not answer in time (RPC_TIMEOUT): the log
+// line of such a call is then told apart from one about the key itself.
 func (c *Client) rpcErr(op string, err error) error {
 	c.setHealth(false, err)
-	return api.Errorf(api.CodeOf(err), "%s: master %s: %v", op, c.cfg.MasterServerAddress, err)
+	code := api.CodeOf(err)
+	what := ""
+	switch code {
+	case api.RPC_FAIL:
+		what = " unreachable"
+	case api.RPC_TIMEOUT:
+		what = fmt.Sprintf(" did not answer within %v", c.cfg.RPCTimeout)
+	}
+	return api.Errorf(code, "%s: master %s%s: %v", op, c.cfg.MasterServerAddress, what, err)
 }

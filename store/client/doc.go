@@ -36,7 +36,9 @@
 // [Client.RegisterBuffer] is transferred without staging (zero copy).
 //
 // Files: client.go (configuration, New), lifecycle.go (heartbeat, health, Close), buffers.go
-// (registered buffers), transfer.go (moving bytes to and from a replica), put.go, get.go and
+// (registered buffers), transfer.go (moving bytes to and from a replica), transfer_many.go (the
+// values of a batch moved together, one engine batch per segment), coalesce.go (concurrent single
+// calls sharing master round trips), put.go, get.go and
 // read.go (the data requests), keys.go (exists, removal, tenant keys).
 //
 // The Client uses a transfer engine through the small [Engine] interface that *engine.Engine

@@ -164,6 +164,7 @@ func (c *Client) batchGet(ctx context.Context, items []Item, opts GetOptions) ([
 		}()
 	}
 	files, rest := c.sharedFiles(resp.Results, single)
+	rest = c.readMemoryValues(ctx, keys, resp.Results, start, bufs, rest, errs)
 	todo = append(todo, rest...)
 	for path, idx := range files {
 		run(func() {
@@ -192,6 +193,38 @@ func (c *Client) batchGet(ctx context.Context, items []Item, opts GetOptions) ([
 		}
 	}
 	return sizes, errs
+}
+
+// readMemoryValues reads, of the single-buffer items idx of a batch get, those whose best
+// replica is in memory, all together (transferMany: one engine batch per segment); an item whose
+// transfer failed is read again on its own by readInto, which tries its other replicas and
+// gives its own error. It returns the items it left to the caller (best replica on a disk).
+func (c *Client) readMemoryValues(ctx context.Context, keys []string, results []api.GetReplicaListResponse, start time.Time, bufs [][]buf, idx []int, errs []error) []int {
+	var xs []xfer
+	var mine, rest []int
+	for _, i := range idx {
+		reps := c.orderReplicas(results[i].Replicas)
+		if len(reps) == 0 || reps[0].IsFile() {
+			rest = append(rest, i)
+			continue
+		}
+		xs = append(xs, xfer{local: bufs[i][0], r: reps[0]})
+		mine = append(mine, i)
+	}
+	if len(xs) == 0 {
+		return rest
+	}
+	for k, err := range c.transferMany(ctx, false, xs) {
+		i := mine[k]
+		if err != nil {
+			errs[i] = c.readInto(ctx, keys[i], &results[i], start, bufs[i][0])
+			continue
+		}
+		if ttl := leaseTTL(&results[i]); ttl > 0 && sinceOver(start, ttl) {
+			errs[i] = api.Errorf(api.LEASE_EXPIRED, "get %s: the read took longer than the %v lease; the data may have been replaced", quote(keys[i]), ttl)
+		}
+	}
+	return rest
 }
 
 // sharedFiles takes out of todo the G3-only objects of a batch get that share a file with

@@ -93,16 +93,50 @@ func (c *Client) putKey(ctx context.Context, key string, parts []buf, cfg api.Re
 		c.revoke(key)
 		return fmt.Errorf("put %s: %w", quote(key), err)
 	}
+	_, err = c.ends.do(ctx, key, c.putEnd, c.putEnds)
+	return err
+}
+
+// putEnd makes key's value readable (PutEnd); putEnds does it for several keys with one
+// BatchPutEnd (other goroutines' single puts, coalesce.go).
+func (c *Client) putEnd(ctx context.Context, key string) (struct{}, error) {
 	rctx, cancel := c.rpcCtx(ctx)
 	st, err := c.master.PutEnd(rctx, &api.KeyRequest{ClientID: c.id, Key: key})
 	cancel()
 	if err != nil {
-		return c.rpcErr("put "+quote(key), err)
+		return struct{}{}, c.rpcErr("put "+quote(key), err)
 	}
 	if err := st.Err(); err != nil {
-		return fmt.Errorf("put %s: %w", quote(key), err)
+		return struct{}{}, fmt.Errorf("put %s: %w", quote(key), err)
 	}
-	return nil
+	return struct{}{}, nil
+}
+
+func (c *Client) putEnds(ctx context.Context, keys []string) ([]struct{}, []error) {
+	out := make([]struct{}, len(keys))
+	rctx, cancel := c.rpcCtx(ctx)
+	resp, err := c.master.BatchPutEnd(rctx, &api.BatchKeysRequest{ClientID: c.id, Keys: keys})
+	cancel()
+	errs := make([]error, len(keys))
+	if err != nil {
+		for i, k := range keys {
+			errs[i] = c.rpcErr("put "+quote(k), err)
+		}
+		return out, errs
+	}
+	if err := answered(resp.Status, len(resp.Results), len(keys)); err != nil {
+		errs := make([]error, len(keys))
+		for i, k := range keys {
+			errs[i] = fmt.Errorf("put %s: %w", quote(k), err)
+		}
+		return out, errs
+	}
+	for i, r := range resp.Results {
+		if r.Code != api.OK {
+			errs[i] = fmt.Errorf("put %s: %w", quote(keys[i]), r.Err())
+		}
+	}
+	return out, errs
 }
 
 func (c *Client) writeReplicas(ctx context.Context, parts []buf, reps []api.Replica) error {
@@ -122,6 +156,26 @@ func (c *Client) writeReplicas(ctx context.Context, parts []buf, reps []api.Repl
 		}
 	}
 	return nil
+}
+
+// replicaWrites appends to xs the writes of one value (its parts, in order) to every replica,
+// and to owner the value's index i once per write.
+func replicaWrites(xs []xfer, owner []int, i int, parts []buf, reps []api.Replica) ([]xfer, []int) {
+	for _, r := range reps {
+		var off uint64
+		for _, p := range parts {
+			if len(p.b) == 0 {
+				continue
+			}
+			rr := r
+			rr.Addr += off
+			rr.Size -= off
+			xs = append(xs, xfer{local: p, r: rr})
+			owner = append(owner, i)
+			off += uint64(len(p.b))
+		}
+	}
+	return xs, owner
 }
 
 // placement applies the client-side placement options: PreferAllocInSameNode names this
@@ -212,6 +266,10 @@ func (c *Client) batchPut(ctx context.Context, items []Item, opts PutOptions) []
 func (c *Client) finishPuts(ctx context.Context, keys []string, bufs [][]buf, idx []int, results []api.PutStartResponse, errs []error) {
 	var ended, revoked []string
 	var endIdx []int
+	// Every value's writes to every replica go out together (transferMany): one engine batch
+	// per target segment, not one synchronous transfer per value.
+	var xs []xfer
+	var owner []int
 	for j, r := range results {
 		i := idx[j]
 		switch {
@@ -219,14 +277,27 @@ func (c *Client) finishPuts(ctx context.Context, keys []string, bufs [][]buf, id
 		case r.Code != api.OK:
 			errs[i] = fmt.Errorf("put %s: %w", quote(keys[i]), r.Err())
 		default:
-			if err := c.writeReplicas(ctx, bufs[i], r.Replicas); err != nil {
-				errs[i] = fmt.Errorf("put %s: %w", quote(keys[i]), err)
-				revoked = append(revoked, keys[i])
-				continue
-			}
-			ended = append(ended, keys[i])
-			endIdx = append(endIdx, i)
+			xs, owner = replicaWrites(xs, owner, i, bufs[i], r.Replicas)
 		}
+	}
+	failed := map[int]error{}
+	for k, err := range c.transferMany(ctx, true, xs) {
+		if err != nil && failed[owner[k]] == nil {
+			failed[owner[k]] = err
+		}
+	}
+	for j, r := range results {
+		i := idx[j]
+		if r.Code != api.OK || r.Retry {
+			continue
+		}
+		if err := failed[i]; err != nil {
+			errs[i] = fmt.Errorf("put %s: %w", quote(keys[i]), err)
+			revoked = append(revoked, keys[i])
+			continue
+		}
+		ended = append(ended, keys[i])
+		endIdx = append(endIdx, i)
 	}
 	if len(revoked) > 0 {
 		rctx, cancel := c.rpcCtx(context.Background())

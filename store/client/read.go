@@ -82,18 +82,57 @@ func (c *Client) readInto(ctx context.Context, key string, g *api.GetReplicaList
 	return fmt.Errorf("get %s: every replica failed: %w", quote(key), errors.Join(errs...))
 }
 
+// replicas asks the master for key's replicas (and a read lease counted from start): one
+// GetReplicaList, or a part of a BatchGetReplicaList shared with other goroutines' single gets
+// (coalesce.go).
 func (c *Client) replicas(ctx context.Context, key string) (*api.GetReplicaListResponse, time.Time, error) {
 	start := time.Now()
+	g, err := c.lookups.do(ctx, key, c.replicaList, c.replicaLists)
+	return g, start, err
+}
+
+func (c *Client) replicaList(ctx context.Context, key string) (*api.GetReplicaListResponse, error) {
 	rctx, cancel := c.rpcCtx(ctx)
 	g, err := c.master.GetReplicaList(rctx, &api.KeyRequest{ClientID: c.id, Key: key})
 	cancel()
 	if err != nil {
-		return nil, start, c.rpcErr("get "+quote(key), err)
+		return nil, c.rpcErr("get "+quote(key), err)
 	}
 	if err := g.Err(); err != nil {
-		return nil, start, fmt.Errorf("get %s: %w", quote(key), err)
+		return nil, fmt.Errorf("get %s: %w", quote(key), err)
 	}
-	return g, start, nil
+	return g, nil
+}
+
+// replicaLists is replicaList for several keys with one BatchGetReplicaList.
+func (c *Client) replicaLists(ctx context.Context, keys []string) ([]*api.GetReplicaListResponse, []error) {
+	out := make([]*api.GetReplicaListResponse, len(keys))
+	rctx, cancel := c.rpcCtx(ctx)
+	resp, err := c.master.BatchGetReplicaList(rctx, &api.BatchKeysRequest{ClientID: c.id, Keys: keys})
+	cancel()
+	if err != nil {
+		errs := make([]error, len(keys))
+		for i, k := range keys {
+			errs[i] = c.rpcErr("get "+quote(k), err)
+		}
+		return out, errs
+	}
+	if err := answered(resp.Status, len(resp.Results), len(keys)); err != nil {
+		errs := make([]error, len(keys))
+		for i, k := range keys {
+			errs[i] = fmt.Errorf("get %s: %w", quote(k), err)
+		}
+		return out, errs
+	}
+	errs := make([]error, len(keys))
+	for i := range resp.Results {
+		if err := resp.Results[i].Err(); err != nil {
+			errs[i] = fmt.Errorf("get %s: %w", quote(keys[i]), err)
+			continue
+		}
+		out[i] = &resp.Results[i]
+	}
+	return out, errs
 }
 
 // readParts reads key's value into several buffers that hold exactly its bytes, in order:

@@ -247,11 +247,17 @@ func wrapIOErr(ctx context.Context, err error) error {
 	return fmt.Errorf("tcp transfer failed: %w", err)
 }
 
-// A run is written by the caller before it reads the answers when the answers cannot fill the
-// socket buffers meanwhile (which would block the server and so the caller's write): no READs
-// and at most inlineFrames frames (every answer is small; with quiet WRITEs most frames get
-// none). Other runs write on a goroutine while the caller reads answers.
-const inlineFrames = 64
+// A run is written by the caller before it reads the answers when that write cannot block on
+// a server that stops reading while its answers fill the caller's socket buffers: either the
+// answers are small (no READs; with quiet WRITEs most frames get none) and at most
+// inlineFrames, or what the caller writes fits an empty socket send buffer whatever the server
+// does (at most inlineSendBytes, half the kernel's smallest send buffer; a run starts with it empty,
+// the server having read every earlier frame before answering the last). A small get is one
+// such READ header. Other runs write on a goroutine while the caller reads answers.
+const (
+	inlineFrames    = 64
+	inlineSendBytes = 2048
+)
 
 // run sends reqs and reads their answers. It returns how many requests were reported, whether
 // any answer arrived, and the connection-level error that stopped it (nil: all reported).
@@ -260,17 +266,23 @@ func (c *Client) run(cn *conn, reqs []transport.Request, base int, r transport.R
 	reads := false
 	last := -1 // index of the last request that makes a frame
 	frames := uint32(0)
+	sendBytes := uint64(0) // headers and WRITE payloads
 	for i := range reqs {
 		if reqs[i].Length > 0 {
 			last = i
 			reads = reads || !reqs[i].Write
-			frames += uint32((reqs[i].Length + chunk - 1) / chunk)
+			f := (reqs[i].Length + chunk - 1) / chunk
+			frames += uint32(f)
+			sendBytes += f * reqHdrLen
+			if reqs[i].Write {
+				sendBytes += reqs[i].Length
+			}
 		}
 	}
 	startSeq := cn.seq
 	var werr error
 	var wg sync.WaitGroup
-	if !reads && frames <= inlineFrames {
+	if frames <= inlineFrames && (!reads || sendBytes <= inlineSendBytes) {
 		werr = c.send(cn, reqs, chunk, last)
 		if werr != nil {
 			return 0, false, werr

@@ -1,0 +1,411 @@
+#!/usr/bin/env python3
+"""Small operations: Mooncake Store against redis-server and upstream's release, in one run.
+
+For 4 KiB and 64 KiB values, times single put and get (from one thread, and from 4 threads of
+one process sharing the client: redis, one connection each) and batches of 64 keys
+(batch_put_from, batch_get_into, put_batch, get_batch, batch_is_exist) through three peers, op by
+op, alternated within each round (--rounds, median reported):
+
+  - ours: this tree's mooncake_master and a mooncake_client holding the memory, the ops from a
+    pure client process (no segment of its own) with MC_FORCE_TCP=1 (values over tcp);
+  - upstream: the release wheel in a virtualenv of its own (--upstream-venv, default
+    /work/upstream-venv; mooncake-transfer-engine-non-cuda 0.3.13.post1), its own mooncake_master
+    and mooncake_client, protocol tcp, P2PHANDSHAKE metadata; left out when the venv is missing;
+  - redis: redis-server (persistence off) over one RESP connection: SET/GET for single ops,
+    one MSET/MGET of 64 keys for a batch put/get, 64 pipelined EXISTS for batch_is_exist.
+
+Everything runs in a network namespace of its own (the bench re-executes itself under
+`unshare -n`) with loopback and a veth pair up (upstream's release needs a non-loopback
+interface); every peer listens on 127.0.0.1. Each peer's ops run in a worker process of its own
+(ours: this tree's .venv python; upstream: the venv's python). Batches count keys: a batch of 64
+keys in 1 ms is 64,000 op/s. Needs root (unshare). Other work on the host shows in the figures:
+the peers alternate so that it weighs on each alike.
+
+    python bench/smallops_bench.py [--rounds 4] [--scale 1] [--json out.json] [--write-doc]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from perfdoc import write_section  # noqa: E402
+from store_bench import binary, free_port, wait_line  # noqa: E402
+
+BATCH = 64
+# (bytes, label, single ops per round, batches per round)
+SIZES = [(4 << 10, "4 KiB", 2000, 40), (64 << 10, "64 KiB", 500, 10)]
+THREADS = 4
+OPS = ["put", "get", "put_mt", "get_mt", "batch_put_from", "batch_get_into", "put_batch", "get_batch", "batch_is_exist"]
+PEERS = ["ours", "redis", "upstream"]
+SINGLE = ("put", "get", "put_mt", "get_mt")
+LABELS = {"put_mt": f"put, {THREADS} threads", "get_mt": f"get, {THREADS} threads"}
+
+# The worker: reads one JSON command a line, answers one JSON line. argv[1]: the peer's spec.
+WORKER = r'''
+import ctypes, json, os, socket, sys, time
+spec = json.loads(sys.argv[1])
+kind = spec["kind"]
+BATCH = spec["batch"]
+
+class Redis:
+    def __init__(self, port):
+        self.s = socket.create_connection(("127.0.0.1", port))
+        self.s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.f = self.s.makefile("rb", buffering=1 << 20)
+    @staticmethod
+    def enc(*parts):
+        out = [b"*%d\r\n" % len(parts)]
+        for p in parts:
+            out += [b"$%d\r\n" % len(p), p, b"\r\n"]
+        return b"".join(out)
+    def reply(self):
+        line = self.f.readline()
+        t, rest = line[:1], line[1:-2]
+        if t in (b"+", b":"):
+            return rest
+        if t == b"-":
+            raise RuntimeError(rest.decode())
+        if t == b"$":
+            n = int(rest)
+            return None if n < 0 else self.f.read(n + 2)[:-2]
+        if t == b"*":
+            return [self.reply() for _ in range(int(rest))]
+        raise RuntimeError("unexpected reply %r" % line)
+    def cmd(self, *parts):
+        self.s.sendall(self.enc(*parts))
+        return self.reply()
+    def pipeline(self, cmds):
+        self.s.sendall(b"".join(self.enc(*c) for c in cmds))
+        return [self.reply() for _ in cmds]
+
+THREADS = spec["threads"]
+if kind == "redis":
+    r = Redis(spec["port"])
+    pool = [Redis(spec["port"]) for _ in range(THREADS)]
+else:
+    from mooncake.store import MooncakeDistributedStore
+    s = MooncakeDistributedStore()
+    rc = s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 256 << 20, "tcp", "", spec["master"])
+    if rc != 0:
+        print(json.dumps({"error": "setup failed: %d" % rc}), flush=True)
+        sys.exit(1)
+    arena = ctypes.create_string_buffer(BATCH * spec["max_size"])
+    base = ctypes.addressof(arena)
+    rc = s.register_buffer(base, len(arena))
+    if rc != 0:
+        print(json.dumps({"error": "register_buffer failed: %d" % rc}), flush=True)
+        sys.exit(1)
+print(json.dumps({"ready": True}), flush=True)
+
+def check(cond, what):
+    if not cond:
+        raise RuntimeError(what)
+
+def run(op, size, n, tag):
+    """n single ops, or n batches of BATCH keys; keys tag/i."""
+    val = bytes([i % 251 for i in range(size)])
+    single = op in ("put", "get", "put_mt", "get_mt")
+    keys = ["%s/%d" % (tag, i) for i in range(n * (1 if single else BATCH))]
+    if op in ("put_mt", "get_mt"):  # THREADS threads, each its share of the keys
+        import threading
+        errs = []
+        def part(t):
+            try:
+                mine = keys[t::THREADS]
+                if kind == "redis":
+                    c = pool[t]
+                    for k in mine:
+                        if op == "put_mt":
+                            c.cmd(b"SET", k.encode(), val)
+                        else:
+                            check(len(c.cmd(b"GET", k.encode())) == size, "GET")
+                else:
+                    for k in mine:
+                        if op == "put_mt":
+                            check(s.put(k, val) == 0, "put " + k)
+                        else:
+                            check(len(s.get(k)) == size, "get " + k)
+            except Exception as e:
+                errs.append(e)
+        ts = [threading.Thread(target=part, args=(t,)) for t in range(THREADS)]
+        t0 = time.perf_counter()
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+        secs = time.perf_counter() - t0
+        if errs:
+            raise errs[0]
+        return secs, len(keys)
+    bkeys = [k.encode() for k in keys]
+    batches = [slice(j * BATCH, (j + 1) * BATCH) for j in range(n)]
+    if kind != "redis" and op == "batch_put_from":
+        for j in range(BATCH):
+            ctypes.memmove(base + j * size, val, size)
+    ptrs = [base + j * size for j in range(BATCH)] if kind != "redis" else []
+    t0 = time.perf_counter()
+    if kind == "redis":
+        if op == "put":
+            for k in bkeys:
+                r.cmd(b"SET", k, val)
+        elif op == "get":
+            for k in bkeys:
+                check(len(r.cmd(b"GET", k)) == size, "GET")
+        elif op in ("batch_put_from", "put_batch"):
+            for b in batches:
+                args = [b"MSET"]
+                for k in bkeys[b]:
+                    args += [k, val]
+                r.cmd(*args)
+        elif op in ("batch_get_into", "get_batch"):
+            for b in batches:
+                check(all(v is not None and len(v) == size for v in r.cmd(b"MGET", *bkeys[b])), "MGET")
+        elif op == "batch_is_exist":
+            for b in batches:
+                check(r.pipeline([(b"EXISTS", k) for k in bkeys[b]]) == [b"1"] * BATCH, "EXISTS")
+    else:
+        if op == "put":
+            for k in keys:
+                check(s.put(k, val) == 0, "put " + k)
+        elif op == "get":
+            for k in keys:
+                check(len(s.get(k)) == size, "get " + k)
+        elif op == "batch_put_from":
+            sizes = [size] * BATCH
+            for b in batches:
+                check(s.batch_put_from(keys[b], ptrs, sizes) == [0] * BATCH, "batch_put_from")
+        elif op == "batch_get_into":
+            sizes = [size] * BATCH
+            for b in batches:
+                check(s.batch_get_into(keys[b], ptrs, sizes) == [size] * BATCH, "batch_get_into")
+        elif op == "put_batch":
+            vals = [val] * BATCH
+            for b in batches:
+                check(s.put_batch(keys[b], vals) == 0, "put_batch")
+        elif op == "get_batch":
+            for b in batches:
+                check([len(v) for v in s.get_batch(keys[b])] == [size] * BATCH, "get_batch")
+        elif op == "batch_is_exist":
+            for b in batches:
+                check(list(s.batch_is_exist(keys[b])) == [1] * BATCH, "batch_is_exist")
+    return time.perf_counter() - t0, len(keys)
+
+for line in sys.stdin:
+    c = json.loads(line)
+    try:
+        if c["op"] == "clear":
+            if kind == "redis":
+                r.cmd(b"FLUSHALL")
+            print(json.dumps({"ok": True}), flush=True)
+            continue
+        secs, ops = run(c["op"], c["size"], c["n"], c["tag"])
+        print(json.dumps({"secs": secs, "ops": ops}), flush=True)
+    except Exception as e:
+        print(json.dumps({"error": "%s: %s" % (type(e).__name__, e)}), flush=True)
+'''
+
+
+class Worker:
+    def __init__(self, python: str, spec: dict, env: dict, quiet: bool = False):
+        # upstream's library logs every setup step to stderr: quiet drops it
+        self.p = subprocess.Popen([python, "-c", WORKER, json.dumps(spec)], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL if quiet else None,
+                                  text=True, env=env)
+        got = self.read()
+        if not got.get("ready"):
+            raise RuntimeError(f"{spec['kind']} worker: {got}")
+
+    def read(self) -> dict:
+        line = self.p.stdout.readline()
+        if not line:
+            raise RuntimeError("worker exited")
+        return json.loads(line)
+
+    def ask(self, **cmd) -> dict:
+        self.p.stdin.write(json.dumps(cmd) + "\n")
+        self.p.stdin.flush()
+        return self.read()
+
+    def close(self):
+        try:
+            self.p.stdin.close()
+            self.p.wait(10)
+        except (OSError, subprocess.TimeoutExpired):
+            self.p.kill()
+
+
+def start(cmd, ready: str | None, env=None, port: int = 0):
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    if ready:
+        wait_line(p, ready)
+    elif port:
+        import socket
+        for _ in range(300):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            raise RuntimeError(f"{cmd[0]} never opened port {port}")
+    return p
+
+
+def bench(args) -> dict:
+    """Runs in the namespace: starts the servers and the workers, runs the rounds; returns
+    {"rows": [...], "peers": [...]}."""
+    procs, workers = [], {}
+    py = os.path.join(ROOT, ".venv", "bin", "python")
+    if not os.path.exists(py):
+        py = sys.executable
+    up = args.upstream_venv
+    have_up = bool(up) and os.path.exists(os.path.join(up, "bin", "mooncake_master"))
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",) and not k.startswith("MC_")}
+    try:
+        # ours
+        rpc, mport = free_port(), free_port()
+        procs.append(start([binary("mooncake_master"), f"--rpc_port={rpc}", f"--metrics_port={mport}",
+                            "--rpc_address=127.0.0.1", "--enable_metric_reporting=false"], "MOONCAKE_MASTER_READY"))
+        ours_addr = f"127.0.0.1:{rpc}"
+        procs.append(start([binary("mooncake_client"), f"--master_server_address={ours_addr}", "--port=0",
+                            "--host=127.0.0.1", "--global_segment_size=2 GB", "--local_buffer_size=64 MB"],
+                           "MOONCAKE_CLIENT_READY"))
+        workers["ours"] = Worker(py, {"kind": "ours", "master": ours_addr, "batch": BATCH, "threads": THREADS,
+                                      "max_size": SIZES[-1][0]}, dict(clean, MC_FORCE_TCP="1"))
+        # redis
+        rport = free_port()
+        procs.append(start(["redis-server", "--port", str(rport), "--bind", "127.0.0.1", "--save", "",
+                            "--appendonly", "no"], None, port=rport))
+        workers["redis"] = Worker(py, {"kind": "redis", "port": rport, "batch": BATCH, "threads": THREADS}, clean)
+        # upstream's release
+        if have_up:
+            urpc, uhttp, umetrics, ucport = free_port(), free_port(), free_port(), free_port()
+            upath = os.path.join(up, "bin")
+            uenv = dict(clean, PATH=upath + os.pathsep + clean.get("PATH", ""))
+            procs.append(start([os.path.join(upath, "mooncake_master"), f"--rpc_port={urpc}",
+                                f"--http_metadata_server_port={uhttp}", f"--metrics_port={umetrics}"],
+                               None, env=uenv, port=urpc))
+            up_addr = f"127.0.0.1:{urpc}"
+            procs.append(start([os.path.join(upath, "mooncake_client"), f"--master_server_address={up_addr}",
+                                "--metadata_server=P2PHANDSHAKE", "--host=127.0.0.1", f"--port={ucport}",
+                                "--global_segment_size=2 GB", "--protocol=tcp"], None, env=uenv, port=ucport))
+            time.sleep(1)  # its segment mounted
+            workers["upstream"] = Worker(os.path.join(upath, "python"), {"kind": "upstream", "master": up_addr,
+                                         "batch": BATCH, "threads": THREADS, "max_size": SIZES[-1][0]}, uenv, quiet=True)
+        peers = [p for p in PEERS if p in workers]
+        got = {}  # (op, label, peer) -> [ops/s per round]
+        t_start = time.perf_counter()
+        for rnd in range(args.rounds):
+            order = peers[rnd % len(peers):] + peers[:rnd % len(peers)]
+            for size, label, n_single, n_batch in SIZES:
+                for op in OPS:
+                    n = max(THREADS, int((n_single if op in SINGLE else n_batch) * args.scale))
+                    src = {"get": "put", "get_mt": "put_mt", "batch_get_into": "batch_put_from", "get_batch": "put_batch",
+                           "batch_is_exist": "put_batch"}.get(op, op)
+                    for peer in order:
+                        r = workers[peer].ask(op=op, size=size, n=n, tag=f"r{rnd}/{label}/{src}")
+                        if "error" in r:
+                            raise RuntimeError(f"{peer} {op} {label}: {r['error']}")
+                        got.setdefault((op, label, peer), []).append(r["ops"] / r["secs"])
+                for w in workers.values():
+                    w.ask(op="clear")
+            print(f"smallops_bench: round {rnd + 1}/{args.rounds} done; elapsed "
+                  f"{time.perf_counter() - t_start:.1f} s", file=sys.stderr, flush=True)
+        rows = []
+        for _, label, _, _ in SIZES:
+            for op in OPS:
+                row = {"op": op, "size": label, "batch": 1 if op in SINGLE else BATCH}
+                for peer in peers:
+                    row[peer] = statistics.median(got[(op, label, peer)])
+                    row[peer + "_rounds"] = got[(op, label, peer)]
+                rows.append(row)
+        return {"rows": rows, "peers": peers, "rounds": args.rounds, "scale": args.scale}
+    finally:
+        for w in workers.values():
+            w.close()
+        for p in reversed(procs):
+            p.terminate()
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def table(res: dict) -> list[str]:
+    peers = res["peers"]
+    head = "| op | value | keys per call | " + " | ".join(f"{p} (op/s)" for p in peers) + \
+        "".join(f" | ours / {p}" for p in peers if p != "ours") + " |"
+    out = [head, "|" + "---|" * (3 + len(peers) + len(peers) - 1)]
+    for r in res["rows"]:
+        cells = [f"{r[p]:,.0f}" for p in peers] + [f"{r['ours'] / r[p]:.2f}x" for p in peers if p != "ours"]
+        out.append(f"| {LABELS.get(r['op'], r['op'])} | {r['size']} | {r['batch']} | " + " | ".join(cells) + " |")
+    return out
+
+
+def doc_section(res: dict) -> str:
+    cmd = "python bench/smallops_bench.py --write-doc" + \
+        (f" --rounds {res['rounds']}" if res["rounds"] != 4 else "") + \
+        (f" --scale {res['scale']:g}" if res["scale"] != 1 else "")
+    up = "upstream = mooncake-transfer-engine-non-cuda 0.3.13.post1 (its own master and client, tcp)" \
+        if "upstream" in res["peers"] else "upstream's release was not installed: left out"
+    return "\n".join([
+        f"`{cmd}`, {time.strftime('%Y-%m-%d')}; {os.cpu_count()} cores, {platform.machine()}, "
+        f"Python {platform.python_version()}. Median of {res['rounds']} rounds, the peers alternated "
+        "op by op; one master, one client process holding the memory, one doing the ops, values over tcp "
+        "(ours: `MC_FORCE_TCP=1`); " + up + "; redis-server over one connection (batches: one "
+        "MSET/MGET of 64 keys, 64 pipelined EXISTS). Batches count keys.", ""] + table(res))
+
+
+def in_namespace(args) -> None:
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    subprocess.run("ip link add mcsv0 type veth peer name mcsv1 && ip addr add 10.214.0.1/24 dev mcsv0 && "
+                   "ip link set mcsv0 up && ip link set mcsv1 up", shell=True, check=True)
+    print("RESULT " + json.dumps(bench(args)), flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=4, help="alternated rounds (median reported)")
+    ap.add_argument("--scale", type=float, default=1.0, help="multiply the op counts")
+    ap.add_argument("--upstream-venv", default="/work/upstream-venv",
+                    help="virtualenv with upstream's release wheel ('' leaves upstream out)")
+    ap.add_argument("--json", default="", metavar="FILE", help="write the results as JSON")
+    ap.add_argument("--write-doc", action="store_true", help="replace the smallops table of docs/performance.md")
+    ap.add_argument("--in-ns", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.in_ns:
+        in_namespace(args)
+        return
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        raise SystemExit("smallops_bench needs root and unshare (it runs in a network namespace)")
+    for name in ("mooncake_master", "mooncake_client"):
+        binary(name)  # built once, before entering the namespace
+    cmd = ["unshare", "-n", sys.executable, os.path.abspath(__file__), "--in-ns", f"--rounds={args.rounds}",
+           f"--scale={args.scale}", f"--upstream-venv={args.upstream_venv}"]
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    res = None
+    for line in out.stdout.splitlines():
+        if line.startswith("RESULT "):
+            res = json.loads(line[7:])
+        else:
+            print(line)
+    if res is None:
+        raise SystemExit(f"smallops_bench: the run failed (exit {out.returncode})")
+    print("\n".join(table(res)))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=1)
+    if args.write_doc:
+        print(f"wrote the small-op figures into {write_section('smallops_bench', doc_section(res))}")
+
+
+if __name__ == "__main__":
+    main()

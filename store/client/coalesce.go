@@ -1,0 +1,87 @@
+package client
+
+import (
+	"context"
+	"sync"
+)
+
+// Single-key master calls from concurrent goroutines (threads of a serving process, each getting
+// or putting one key) go together: while one call of a kind is in flight, later ones of that
+// kind wait, and when it returns the first of them sends all those waiting as one batch call
+// (BatchGetReplicaList for GetReplicaList, BatchPutEnd for PutEnd). One caller alone still
+// makes its single call at once; callers that would have queued behind each other on the
+// master's state lock share a round trip instead. Each caller gets its own key's result.
+
+// coalescer runs the calls of one kind; the zero value is ready.
+type coalescer[R any] struct {
+	mu    sync.Mutex
+	busy  bool // a call of this kind is in flight
+	queue []*waiter[R]
+}
+
+type waiter[R any] struct {
+	key  string
+	lead chan []*waiter[R] // the batch this waiter is to send, when it is its turn
+	done chan struct{}     // closed once res and err are set
+	res  R
+	err  error
+}
+
+// do returns key's result: one(ctx, key) when no call of this kind is in flight, else the
+// key's part of a batch call many(keys) (len(keys) > 1) or one call, made by whichever waiter
+// leads the next batch. Waiting is bounded by the in-flight call and the batch call, both bounded
+// by the RPC timeout; a batch call runs without its leader's cancellation, for the others.
+func (co *coalescer[R]) do(ctx context.Context, key string, one func(context.Context, string) (R, error),
+	many func(context.Context, []string) ([]R, []error)) (R, error) {
+	co.mu.Lock()
+	if !co.busy {
+		co.busy = true
+		co.mu.Unlock()
+		res, err := one(ctx, key)
+		co.handOff()
+		return res, err
+	}
+	w := &waiter[R]{key: key, lead: make(chan []*waiter[R], 1), done: make(chan struct{})}
+	co.queue = append(co.queue, w)
+	co.mu.Unlock()
+	select {
+	case batch := <-w.lead:
+		co.run(context.WithoutCancel(ctx), batch, one, many)
+		co.handOff()
+	case <-w.done:
+	}
+	return w.res, w.err
+}
+
+// handOff ends a call: the waiters queued meanwhile become the next batch, led by the first.
+func (co *coalescer[R]) handOff() {
+	co.mu.Lock()
+	batch := co.queue
+	co.queue = nil
+	if len(batch) == 0 {
+		co.busy = false
+	}
+	co.mu.Unlock()
+	if len(batch) > 0 {
+		batch[0].lead <- batch
+	}
+}
+
+// run makes the call for batch and gives every waiter its result.
+func (co *coalescer[R]) run(ctx context.Context, batch []*waiter[R], one func(context.Context, string) (R, error),
+	many func(context.Context, []string) ([]R, []error)) {
+	if len(batch) == 1 {
+		batch[0].res, batch[0].err = one(ctx, batch[0].key)
+		close(batch[0].done)
+		return
+	}
+	keys := make([]string, len(batch))
+	for i, w := range batch {
+		keys[i] = w.key
+	}
+	res, errs := many(ctx, keys)
+	for i, w := range batch {
+		w.res, w.err = res[i], errs[i]
+		close(w.done)
+	}
+}
