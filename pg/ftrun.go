@@ -49,6 +49,9 @@ func (pg *Group) deadMembers(ctx context.Context, members []int) []int {
 func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(ctx context.Context, save []byte) error) error {
 	// A process outside the group (before join_group, or dropped) runs the op over its view,
 	// {itself}: an all_reduce returns its own input.
+	if err := pg.fencedErr(op); err != nil {
+		return err
+	}
 	var save []byte
 	if len(inplace) > 0 && len(pg.g.Members()) > 1 && !pg.cfg.Options.NoInputCopy {
 		save = pg.scratch(len(inplace))
@@ -64,6 +67,17 @@ func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(c
 			}
 			return nil
 		}
+		var fe *collective.FencedError
+		if errors.As(err, &fe) {
+			// A peer gave up on this rank in this op: the group may have gone on without it.
+			// Learn its decision (the peer proposes it right after giving up) and report it.
+			pg.logf("%s (op #%d): %v", op, seq, err)
+			pg.awaitDecision(ctx, pg.probeTimeout()+time.Second)
+			if ferr := pg.fencedErr(op); ferr != nil {
+				return ferr
+			}
+			return err
+		}
 		var mm *collective.MismatchError
 		if errors.As(err, &mm) && mm.Membership {
 			// A member is ahead of this rank in the decision log (it saw a failure this rank
@@ -74,16 +88,33 @@ func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(c
 		}
 		if !isPeerFailure(err) || ctx.Err() != nil {
 			pg.catchUp()
-			return err
+			return pg.orFenced(op, err)
 		}
 		dead := pg.deadMembers(ctx, members)
 		if len(dead) == 0 {
 			// Nobody died: the op failed for another reason (a member that aborted it, for
 			// instance because it is ahead in the decision log). Catch up and report it.
 			pg.catchUp()
-			return err
+			return pg.orFenced(op, err)
 		}
 		pg.logf("%s (op #%d) failed: %v; ranks %v do not answer probes", op, seq, err, dead)
+		if !hasMajority(len(members)-len(dead), len(members)) {
+			// Cut off from most of the group: this rank does not decide. It learns what the
+			// group decided (the group removes it, or the ranks it could not reach).
+			wait := 2*pg.probeTimeout() + time.Second
+			pg.logf("reaches only %d of the op's %d members: waiting for the group's decision", len(members)-len(dead), len(members))
+			if pg.awaitDecision(ctx, wait) {
+				if ferr := pg.fencedErr(op); ferr != nil {
+					return ferr
+				}
+				if d := pg.m.last; pg.joined.Load() && d != nil && d.Kind == "fault" && d.FailedSeq == seq {
+					failed = union(failed, d.Ranks)
+					continue // the group removed the others: rerun over the new view
+				}
+			}
+			return opErr{fmt.Errorf("%w; rank %d reaches only %d of the op's %d members, fewer than half, so it does not decide on the failure, and the group decided nothing about it within %s",
+				err, pg.cfg.Rank, len(members)-len(dead), len(members), wait)}
+		}
 		d, perr := pg.propose(func(cur *decision) (*decision, string) {
 			participating := without(cur.Active, cur.Excluded)
 			if len(without(dead, participating)) == len(dead) {
@@ -106,6 +137,9 @@ func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(c
 			return fmt.Errorf("%w; agreeing on the failed ranks failed too: %w", err, perr)
 		}
 		if !pg.joined.Load() {
+			if ferr := pg.fencedErr(op); ferr != nil {
+				return ferr
+			}
 			return opErr{fmt.Errorf("%s on rank %d: the group declared this rank failed (epoch %d): %w", op, pg.cfg.Rank, pg.g.Epoch(), err)}
 		}
 		if d != nil {
@@ -119,6 +153,14 @@ func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(c
 			return fmt.Errorf("%w (MOONCAKE_PG_FT_INPUT_COPY=0: the op is not rerun over the survivors)", err)
 		}
 	}
+}
+
+// orFenced returns the fenced error when this rank was fenced, else err.
+func (pg *Group) orFenced(op string, err error) error {
+	if ferr := pg.fencedErr(op); ferr != nil {
+		return fmt.Errorf("%w (the op failed with: %v)", ferr, err)
+	}
+	return err
 }
 
 // catchUp applies the decisions in the log that this rank has not applied.

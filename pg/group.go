@@ -34,11 +34,12 @@ type Group struct {
 	g      *collective.Group
 	q      *worker.Queue
 
-	m           membership   // elastic state (membership.go), owned by the queue's goroutine
-	joined      atomic.Bool  // an active member (false: a joining process before join_group, or a rank the group dropped)
-	save        []byte       // an in-place op's input kept for a rerun (runFT, scratch)
-	collTimeout atomic.Int64 // set_collective_timeout_us, ns (0: unset)
-	heldStarts  atomic.Bool  // ops wait for Work.Start / Work.RunHere (the torch shim)
+	m           membership               // elastic state (membership.go), owned by the queue's goroutine
+	fenced      atomic.Pointer[decision] // the decision that removed this rank after a failure (fence.go), nil: not fenced
+	joined      atomic.Bool              // an active member (false: a joining process before join_group, or a rank the group dropped)
+	save        []byte                   // an in-place op's input kept for a rerun (runFT, scratch)
+	collTimeout atomic.Int64             // set_collective_timeout_us, ns (0: unset)
+	heldStarts  atomic.Bool              // ops wait for Work.Start / Work.RunHere (the torch shim)
 
 	unauth func() // stops the engine accepting the group's token (auth.go)
 
