@@ -181,3 +181,7 @@ func (g *Group) ResetFence() {
 		f.reset()
 	}
 }
+
+// FencesOnHost reports whether this group's ops are fenced through the same-host outcome words
+// (every member maps every other's arena); without them the caller fences by other means.
+func (g *Group) FencesOnHost() bool { return g.fence.Load() != nil }

@@ -300,7 +300,7 @@ func (pg *Group) join(ctx context.Context) (Result, error) {
 		return Result{Status: ProposalApplied}, nil
 	}
 	if pg.fenced.Load() != nil {
-		if err := pg.rejoinLinks(); err != nil {
+		if err := pg.rejoinLinks(ctx); err != nil {
 			return Result{}, fmt.Errorf("join_group: %w", err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/mooncake-go/mooncake/collective"
@@ -27,13 +28,27 @@ func isPeerFailure(err error) bool {
 }
 
 // deadMembers probes the members of the op that failed and returns those that are gone.
+// The probes run in parallel: they describe one moment (a partition that heals while they
+// run must not leave a count of the dead that mixes before and after), and a cut-off rank
+// learns it in one probe timeout, not one per member.
 func (pg *Group) deadMembers(ctx context.Context, members []int) []int {
-	var dead []int
-	for _, m := range members {
+	isDead := make([]bool, len(members))
+	var wg sync.WaitGroup
+	for i, m := range members {
 		if m == pg.cfg.Rank {
 			continue
 		}
-		if err := pg.ep.PeerAlive(ctx, m); err != nil && errors.Is(err, wire.ErrPeerDead) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := pg.ep.PeerAlive(ctx, m)
+			isDead[i] = err != nil && errors.Is(err, wire.ErrPeerDead)
+		}()
+	}
+	wg.Wait()
+	var dead []int
+	for i, m := range members {
+		if isDead[i] {
 			dead = append(dead, m)
 		}
 	}
@@ -60,8 +75,25 @@ func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(c
 	for {
 		members := pg.g.Members()
 		seq := pg.g.Seq()
+		start := time.Now()
+		if pg.stall != nil && save != nil && len(inplace) <= 1<<20 {
+			copy(save, inplace) // the small paths between hosts keep no copy themselves
+		}
 		err := fn(ctx, save)
 		if err == nil {
+			rerun, cerr := pg.checkSucceeded(op, seq, start)
+			if cerr != nil {
+				return cerr
+			}
+			if rerun && (len(inplace) == 0 || save != nil) {
+				copy(inplace, save)
+				failed = union(failed, pg.m.last.Ranks)
+				pg.logf("%s (op #%d) succeeded here, but the group removed ranks %v during it: running it again over the new view", op, seq, pg.m.last.Ranks)
+				continue
+			}
+			if rerun {
+				return opErr{fmt.Errorf("%s (op #%d) on rank %d: the group removed ranks %v during the op and this rank kept no copy of its input to run it again (MOONCAKE_PG_FT_INPUT_COPY=0)", op, seq, pg.cfg.Rank, pg.m.last.Ranks)}
+			}
 			if x := union(failed, pg.g.Excluded()); len(x) > 0 {
 				return &worker.Degraded{Failed: x}
 			}
@@ -134,6 +166,9 @@ func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(c
 			return cur, ""
 		}, func(d *decision) bool { return d.Kind == "fault" && d.FailedSeq == seq })
 		if perr != nil {
+			if ferr := pg.fencedErr(op); ferr != nil {
+				return ferr
+			}
 			return fmt.Errorf("%w; agreeing on the failed ranks failed too: %w", err, perr)
 		}
 		if !pg.joined.Load() {

@@ -149,6 +149,11 @@ func (pg *Group) propose(build func(cur *decision) (*decision, string), satisfie
 			return nil, err
 		}
 		if !ok {
+			if !pg.joined.Load() {
+				// Only members propose: a rank the group removed (it may have learnt it just
+				// now, from the entry before) never decides for the group.
+				return nil, fmt.Errorf("rank %d is not a member of the group (epoch %d): it does not propose membership decisions", pg.cfg.Rank, pg.g.Epoch())
+			}
 			d, reject := build(pg.current())
 			if reject != "" {
 				return nil, &rejection{reject}

@@ -12,8 +12,10 @@ Scenarios (victim rank 2 unless said):
   sigkill    killed before step FAULT
   sigstop    stopped before step FAULT, resumed by the test: its step FAULT must fail (fenced);
              it comes back with join_group when the members call recover_ranks at step RECOVER
-  partition  its link is cut by the test before step FAULT and restored after the survivors'
-             step FAULT; then as sigstop
+  partition  it enters step FAULT first, then the test cuts its link and lets the others enter
+             it (they have its contribution: that step completes with it there, and it cannot
+             complete it here); the link is restored after the others' step FAULT+1, which
+             finds it gone; then as sigstop
   busy       busy in Python for BUSY_S seconds before step FAULT: nobody is dropped
   two        rank 2 killed before step FAULT, rank 3 before step SECOND
   recovery   rank 2 killed before step FAULT, a replacement started by the test; rank 3 killed
@@ -67,7 +69,7 @@ def step(rank: int, s: int, out: dict, store) -> bool:
         out["steps"].append([s, None, str(e)[:600]])
         return False
     out["steps"].append([s, x[0].item() if bool(torch.all(x == x[0])) else "mixed", None])
-    if s == FAULT:
+    if s == FAULT + (os.environ.get("FAULT_DONE_AFTER") == "next"):
         store.set(f"done/{rank}", b"1")
     return True
 
@@ -101,12 +103,13 @@ def loop(a, store, out: dict, start: int) -> None:
                 store.set("stopping", b"1")
                 os.kill(os.getpid(), signal.SIGSTOP)  # the test resumes it
             elif sc == "partition":
-                store.set("cut_me", b"1")
-                wait_for(lambda: store.check(["cut"]), "the test to cut the link")
+                store.set("victim_in", b"1")  # it enters the step; the test cuts its link
             elif sc == "busy":
                 t = time.time()
                 while time.time() - t < BUSY_S:
                     pass
+        if s == FAULT and sc == "partition" and rank != 2:
+            wait_for(lambda: store.check(["cut"]), "the test to cut rank 2's link")
         if s == SECOND and sc == "two" and rank == 3:
             os.kill(os.getpid(), signal.SIGKILL)
         if s == RECOVER and start == 0 and rank != 2:
