@@ -48,7 +48,7 @@ FAULT, SECOND, RECOVER, STEPS = 10, 20, 30, 36
 BUSY_S = 5.0
 
 
-def wait_for(cond, what: str, timeout: float = 90.0) -> None:
+def wait_for(cond, what: str, timeout: float = 150.0) -> None:
     end = time.time() + timeout
     while not cond():
         if time.time() > end:
