@@ -5,7 +5,9 @@ store on the bridge's address in this namespace. Rank 2 enters step FAULT, its l
 completes with it, while rank 2 never gets theirs) and find it gone at step FAULT+1; the link
 is restored after that. The majority goes on with correct sums, rank 2's step fails (never a
 success), its view is the group's, and it comes back with join_group when the members call
-recover_ranks. (The opposite order, the cut-off rank entering the step last, after the others'
+recover_ranks. The same with rank 2 frozen (SIGSTOP) before the step and resumed after the
+others finished it without it: between hosts its peers' contributions wait in its sockets, and
+its step must still fail (fenced). (The opposite order, the cut-off rank entering the step last, after the others'
 contributions reached it, is a documented limit between hosts: docs/elastic.md.) Worker: tests/fault_worker.py
 (scenario "partition"). Needs root and iproute2; the namespaces, the bridge and its veth pairs
 are removed afterwards."""
@@ -15,6 +17,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -74,25 +77,40 @@ def bridge():
     subprocess.run(["ip", "link", "del", br], capture_output=True)
 
 
-def test_partition_majority_goes_on_minority_is_fenced_then_rejoins(bridge):
+def stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+@pytest.mark.parametrize("scenario", ["partition", "sigstop"])
+def test_partition_majority_goes_on_minority_is_fenced_then_rejoins(bridge, scenario):
     host = f"{bridge['net']}.254"
     store = dist.TCPStore(host, 0, is_master=True, wait_for_workers=False,
                           timeout=timedelta(seconds=120))
     procs = {}
     try:
         for r in range(4):
-            env = dict(_env(), FAULT_DONE_AFTER="next", MC_TRANSFER_TIMEOUT="30")
+            env = dict(_env(), MC_TRANSFER_TIMEOUT="30")
+            if scenario == "partition":
+                env["FAULT_DONE_AFTER"] = "next"
             procs[r] = subprocess.Popen(
                 ["ip", "netns", "exec", bridge["ns"][r], sys.executable, WORKER, "--port",
                  str(store.port), "--store-host", host, "--rank", str(r), "--world", "4",
-                 "--scenario", "partition"],
+                 "--scenario", scenario],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        wait_store(store, ["victim_in"])
-        time.sleep(0.5)  # its contribution to the step reaches the others
-        _ip("link", "set", bridge["ports"][2], "down")
-        store.set("cut", b"1")
-        wait_store(store, ["done/0", "done/1", "done/3"])
-        _ip("link", "set", bridge["ports"][2], "up")
+        if scenario == "partition":
+            wait_store(store, ["victim_in"])
+            time.sleep(0.5)  # its contribution to the step reaches the others
+            _ip("link", "set", bridge["ports"][2], "down")
+            store.set("cut", b"1")
+            wait_store(store, ["done/0", "done/1", "done/3"])
+            _ip("link", "set", bridge["ports"][2], "up")
+        else:  # frozen between hosts: the others' contributions wait in its sockets
+            wait_store(store, ["stopping"])
+            while not stopped(procs[2].pid):
+                time.sleep(0.01)
+            wait_store(store, ["done/0", "done/1", "done/3"])
+            os.kill(procs[2].pid, signal.SIGCONT)
         res = {}
         for r, p in procs.items():
             try:
@@ -115,7 +133,8 @@ def test_partition_majority_goes_on_minority_is_fenced_then_rejoins(bridge):
                 p.kill()
                 p.wait()
     for r in (0, 1, 3):
-        check_steps(res[r], lambda s: total([0, 1, 3]) if FAULT < s < RECOVER else total(range(4)))
+        first = FAULT + (scenario == "partition")  # the first step without rank 2
+        check_steps(res[r], lambda s: total([0, 1, 3]) if first <= s < RECOVER else total(range(4)))
         assert res[r]["recover"] == 1
     v = res[2]
     assert [s[1] for s in v["steps"][:FAULT]] == [total(range(4))] * FAULT
