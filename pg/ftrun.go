@@ -76,8 +76,10 @@ func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(c
 		members := pg.g.Members()
 		seq := pg.g.Seq()
 		start := time.Now()
+		kept := len(inplace) == 0 // the input survives a success (for a rerun, checkSucceeded)
 		if pg.stall != nil && save != nil && len(inplace) <= 1<<20 {
-			copy(save, inplace) // the small paths between hosts keep no copy themselves
+			copy(save, inplace) // the op overwrites inplace; save keeps the input
+			kept = true
 		}
 		err := fn(ctx, save)
 		if err == nil {
@@ -85,14 +87,14 @@ func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(c
 			if cerr != nil {
 				return cerr
 			}
-			if rerun && (len(inplace) == 0 || save != nil) {
+			if rerun && kept {
 				copy(inplace, save)
 				failed = union(failed, pg.m.last.Ranks)
 				pg.logf("%s (op #%d) succeeded here, but the group removed ranks %v during it: running it again over the new view", op, seq, pg.m.last.Ranks)
 				continue
 			}
 			if rerun {
-				return opErr{fmt.Errorf("%s (op #%d) on rank %d: the group removed ranks %v during the op and this rank kept no copy of its input to run it again (MOONCAKE_PG_FT_INPUT_COPY=0)", op, seq, pg.cfg.Rank, pg.m.last.Ranks)}
+				return opErr{fmt.Errorf("%s (op #%d) on rank %d: the group removed ranks %v during the op, which completed here with them; this rank kept no copy of its input (over 1 MiB, or MOONCAKE_PG_FT_INPUT_COPY=0) to run it again over the new view, so it reports the op failed", op, seq, pg.cfg.Rank, pg.m.last.Ranks)}
 			}
 			if x := union(failed, pg.g.Excluded()); len(x) > 0 {
 				return &worker.Degraded{Failed: x}
