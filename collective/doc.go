@@ -100,6 +100,14 @@
 // fail at once with that wire.AbortError; the group then leaves the fast path for good and
 // later ops use Conn. The hot path does not allocate.
 //
+// # Fencing (fence.go)
+//
+// Every arena also holds an outcome word: a rank commits each op with a compare-and-swap before
+// it reports success, and a peer that gives up on it in that op (dead, or past the deadline)
+// fences it with a compare-and-swap first, so a rank frozen while the others went on can never
+// complete that op from the contributions still in their arenas: it fails with a FencedError.
+// The words outlive the fast path (the Conn path of the same ranks uses them too).
+//
 // # Membership
 //
 // SetMembership installs a view (the number of membership decisions applied, the epoch, the

@@ -69,6 +69,9 @@ type Group struct {
 
 	pool bufPool
 	shm  atomic.Pointer[shmPath] // same-host fast path (EnableSharedMemory), nil: Conn only
+	// outcome words of the same-host arenas (fence.go), nil without them; they outlive the
+	// fast path (a broken path keeps its mappings until Close)
+	fence atomic.Pointer[fences]
 }
 
 // NewGroup returns rank's view of a group of size ranks (maxSize slots, 0 -> size) over conn.
@@ -299,6 +302,7 @@ type opState struct {
 	idx     int // local index in members
 	n       int
 	timeout string
+	view    uint32 // membership decisions applied (fencing, fence.go)
 }
 
 // begin starts an op: takes the next sequence number and checks h against every member's.
@@ -320,7 +324,7 @@ func (g *Group) beginFused(ctx context.Context, h header, payload []byte, ins []
 	g.seq++
 	h.view = g.view
 	g.mu.Unlock()
-	o := &opState{g: g, ctx: ctx, name: h.kind.String(), seq: seq, members: members, idx: -1, n: len(members)}
+	o := &opState{g: g, ctx: ctx, name: h.kind.String(), seq: seq, members: members, idx: -1, n: len(members), view: h.view}
 	for i, m := range members {
 		if m == g.rank {
 			o.idx = i
@@ -455,11 +459,24 @@ func (o *opState) validate(hs []header) error {
 	return nil
 }
 
-// finish ends the op: on failure it aborts the op's tag space on every member, so no peer
-// waits for this rank any longer.
+// finish ends the op: on success it commits the op (fencing, fence.go: it fails if a peer gave
+// up on this rank in this op); on failure it fences the peers it gave up on and aborts the op's
+// tag space on every member, so no peer waits for this rank any longer.
 func (o *opState) finish(err error) error {
+	f := o.g.fence.Load()
 	if err == nil {
-		return nil
+		if f == nil || o.n <= 1 {
+			return nil
+		}
+		if err = f.commit(o.name, o.seq, o.view); err == nil {
+			return nil
+		}
+	}
+	if f != nil {
+		f.failed(o.seq)
+		if ranks := gaveUpOn(err); len(ranks) > 0 {
+			f.fenceAll(ranks, o.seq, o.view)
+		}
 	}
 	var me *MismatchError
 	// An argument mismatch is seen by every rank on its own; a membership mismatch is not (the

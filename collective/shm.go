@@ -106,7 +106,9 @@ func (o SharedOptions) withDefaults(n int) SharedOptions {
 //	128   bell   u32  futex word the owner sleeps on; posters add 1 and wake it
 //	192   abort  u32  op seq+1 of the op this rank gave up (0: none); never cleared
 //	196   nfail  u32, then up to maxAbortRanks failed ranks (i32)
-//	320   reason length u32, reason bytes up to offHeaders
+//	320   reason length u32, reason bytes up to offFence
+//	960   fence  u64  the owner's op outcome word (fence.go), written by the owner and, to
+//	                  fence it, by peers that give up on it
 //	1024  headers[2]   the op header of the round using data half 0 / 1
 //	data  halves[2]    CopyBytes (>= ChunkBytes) each, 4 KiB aligned
 const (
@@ -118,6 +120,7 @@ const (
 	offFailed     = 200
 	maxAbortRanks = 30
 	offReason     = 320
+	offFence      = 960
 	offHeaders    = 1024
 )
 
@@ -279,6 +282,7 @@ func (g *Group) EnableSharedMemory(ctx context.Context, sm SharedMemory, opts Sh
 	p.srcs = make([][]byte, 0, g.maxSize)
 	p.lag = make([]int, 0, g.maxSize)
 	p.op.p = p
+	g.fence.Store(newFences(g.rank, p.views))
 	g.shm.Store(p)
 	return true, nil
 }
@@ -291,6 +295,7 @@ func (g *Group) SharedMemoryEnabled() bool {
 
 // Close releases the fast path's mappings and arena. Call it once no op runs any more.
 func (g *Group) Close() {
+	g.fence.Store(nil)
 	p := g.shm.Swap(nil)
 	if p == nil {
 		return
@@ -452,7 +457,8 @@ func (o *shmOp) wait(target uint32) error {
 					// A peer that reached the step while it was probed published its part
 					// and may have finished the op and exited since: its arena stays mapped,
 					// so this round can still be read. Only one still behind has failed.
-					if err != nil && errors.Is(err, wire.ErrPeerDead) && int32(atomic.LoadUint32(p.stepW[m])-target) < 0 {
+					if err != nil && errors.Is(err, wire.ErrPeerDead) && int32(atomic.LoadUint32(p.stepW[m])-target) < 0 &&
+						o.giveUpOn(m) {
 						return &PeerError{Op: o.kind.String(), Rank: p.rank, Peer: m, Err: err}
 					}
 				}
@@ -476,11 +482,18 @@ func (o *shmOp) wait(target uint32) error {
 	}
 }
 
+// giveUpOn fences member m for this op (fence.go); false when m committed the op already: it
+// arrived, and its posts are there to read.
+func (o *shmOp) giveUpOn(m int) bool {
+	f := o.p.g.fence.Load()
+	return f == nil || f.fence(m, o.seq, o.hdr.view)
+}
+
 func (o *shmOp) timeoutErr(target uint32) error {
 	p := o.p
 	var lag []int
 	for _, m := range o.members {
-		if int32(atomic.LoadUint32(p.stepW[m])-target) < 0 {
+		if int32(atomic.LoadUint32(p.stepW[m])-target) < 0 && o.giveUpOn(m) {
 			lag = append(lag, m)
 		}
 	}
@@ -546,8 +559,17 @@ func decodeInto(h *header, b []byte) error {
 // records the failure in its arena so that waiting peers fail at once with its failed-ranks
 // hint, and later ops of the group take the Conn path.
 func (o *shmOp) finish(err error) error {
+	f := o.p.g.fence.Load()
 	if err == nil {
-		return nil
+		if f == nil {
+			return nil
+		}
+		if err = f.commit(o.kind.String(), o.seq, o.hdr.view); err == nil {
+			return nil
+		}
+	}
+	if f != nil {
+		f.failed(o.seq)
 	}
 	var me *MismatchError
 	if errors.As(err, &me) {
@@ -569,8 +591,8 @@ func (o *shmOp) finish(err error) error {
 		binary.LittleEndian.PutUint32(v[offFailed+4*i:], uint32(int32(r)))
 	}
 	reason := err.Error()
-	if len(reason) > offHeaders-offReason-4 {
-		reason = reason[:offHeaders-offReason-4]
+	if len(reason) > offFence-offReason-4 {
+		reason = reason[:offFence-offReason-4]
 	}
 	binary.LittleEndian.PutUint32(v[offReason:], uint32(len(reason)))
 	copy(v[offReason+4:], reason)
@@ -591,8 +613,8 @@ func readAbort(v []byte, peer int) *wire.AbortError {
 		a.Failed = append(a.Failed, int(int32(binary.LittleEndian.Uint32(v[offFailed+4*i:]))))
 	}
 	k := int(binary.LittleEndian.Uint32(v[offReason:]))
-	if k > offHeaders-offReason-4 {
-		k = offHeaders - offReason - 4
+	if k > offFence-offReason-4 {
+		k = offFence - offReason - 4
 	}
 	a.Reason = string(v[offReason+4 : offReason+4+k])
 	return a

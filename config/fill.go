@@ -199,13 +199,14 @@ func PG() pg.Options {
 }
 
 // P2P is the endpoint settings of a new process group: MC_PG_CREDITS and MC_PG_CELL_BYTES (a
-// value above 0, else the default), MC_P2P_STREAMS and MC_PG_PROBE_MS.
+// value above 0, else the default), MC_P2P_STREAMS, MC_PG_PROBE_MS and MC_PG_PROBE_TIMEOUT_MS.
 func P2P() p2p.Options {
 	return p2p.Options{
 		Credits:       PGCredits.Positive(),
 		CellBytes:     PGCellBytes.Positive(),
 		NoStreams:     !P2PStreams.Bool(),
 		ProbeInterval: time.Duration(PGProbeMS.Positive()) * time.Millisecond,
+		ProbeTimeout:  time.Duration(PGProbeTimeoutMS.Positive()) * time.Millisecond,
 	}
 }
 

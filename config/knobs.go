@@ -65,6 +65,7 @@ var (
 	PGShmSpinUS           = knob("MC_PG_SHM_SPIN_US", Int, "20 (2 when ranks outnumber CPUs)", ProcessGroupInit, "microseconds a shared-memory wait polls before it sleeps (0: no polling)")
 	P2PStreams            = knob("MC_P2P_STREAMS", Bool, "1", ProcessGroupInit, "0: p2p over the network without write streams (a round trip per batch)")
 	PGProbeMS             = knob("MC_PG_PROBE_MS", Int, "200", ProcessGroupInit, "milliseconds of silence from a peer before a liveness probe")
+	PGProbeTimeoutMS      = knob("MC_PG_PROBE_TIMEOUT_MS", Int, "2000", ProcessGroupInit, "milliseconds a liveness probe waits for the peer's answer: a stopped or cut-off rank is declared failed after this long (lower: faster recovery, more risk of dropping a rank that only stalls)")
 	PGFTInputCopy         = knob("MOONCAKE_PG_FT_INPUT_COPY", Bool, "1", ProcessGroupInit, "0: no copy of in-place inputs for an elastic rerun (a peer failure then fails the op)")
 	PGCollectiveTimeoutUS = knob("MOONCAKE_PG_COLLECTIVE_TIMEOUT_US", Int, "0 (the group's timeout)", ProcessGroupInit, "deadline of a collective in microseconds (capped by the group's timeout)")
 	PGMetricsPort         = knob("MOONCAKE_PG_METRICS_PORT", Int, "0 (off)", ProcessGroupInit, "serve process-group metrics for Prometheus on this port plus the rank (docs/monitoring.md)")

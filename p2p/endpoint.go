@@ -27,10 +27,17 @@ type Options struct {
 	// ProbeInterval is how long a wait on a silent peer lasts before it probes the peer's
 	// liveness, and between two probes; <= 0: 200 ms.
 	ProbeInterval time.Duration
+	// ProbeTimeout is how long a probe waits for the peer's answer: a peer that is stopped or
+	// cut off counts as dead once it has not answered for this long (the detection timeout of
+	// frozen and partitioned ranks); <= 0: 2 s.
+	ProbeTimeout time.Duration
 }
 
-// defaultProbeInterval is Options.ProbeInterval's default.
-const defaultProbeInterval = 200 * time.Millisecond
+// Defaults of Options.ProbeInterval and Options.ProbeTimeout.
+const (
+	defaultProbeInterval = 200 * time.Millisecond
+	DefaultProbeTimeout  = 2 * time.Second
+)
 
 func (o Options) withDefaults() Options {
 	if o.Credits <= 0 {
@@ -42,6 +49,9 @@ func (o Options) withDefaults() Options {
 	o.CellBytes = (o.CellBytes + 63) &^ 63
 	if o.ProbeInterval <= 0 {
 		o.ProbeInterval = defaultProbeInterval
+	}
+	if o.ProbeTimeout <= 0 {
+		o.ProbeTimeout = DefaultProbeTimeout
 	}
 	return o
 }
@@ -63,6 +73,8 @@ type Endpoint struct {
 
 	noStreams  bool          // Options.NoStreams
 	probeEvery time.Duration // Options.ProbeInterval
+	// Options.ProbeTimeout
+	probeTimeout time.Duration
 
 	mu         sync.Mutex
 	posted     []*Request
@@ -115,7 +127,7 @@ func New(f Fabric, rank, maxPeers int, opts Options) (*Endpoint, error) {
 	if err != nil {
 		return nil, fmt.Errorf("p2p: allocating %d bytes of shared memory for rank %d: %w", lay.size(), rank, err)
 	}
-	e := &Endpoint{f: f, rank: rank, lay: lay, noStreams: opts.NoStreams, probeEvery: opts.ProbeInterval,
+	e := &Endpoint{f: f, rank: rank, lay: lay, noStreams: opts.NoStreams, probeEvery: opts.ProbeInterval, probeTimeout: opts.ProbeTimeout,
 		base: base, mem: memview.Bytes(base, lay.size()), inst: rand.Uint64(),
 		inflight: map[*Request]*inbound{}, aborted: map[uint64]*wire.AbortError{},
 		abortSent: map[uint64]bool{},

@@ -493,7 +493,7 @@ func TestProbeCallerDeadline(t *testing.T) {
 	if !errors.Is(err, wire.ErrPeerDead) || !strings.Contains(err.Error(), "rank 1 is gone") || eps[0].Dead(1) == nil {
 		t.Fatalf("PeerAlive past the probe timeout: %v (dead: %v)", err, eps[0].Dead(1))
 	}
-	if d := time.Since(start); d < probeTimeout {
-		t.Fatalf("the probe gave up after %v, before its timeout %v", d, probeTimeout)
+	if d := time.Since(start); d < DefaultProbeTimeout {
+		t.Fatalf("the probe gave up after %v, before its timeout %v", d, DefaultProbeTimeout)
 	}
 }

@@ -23,10 +23,6 @@ type Prober interface {
 	Probe(ctx context.Context, segment, engine string) error
 }
 
-// probeTimeout bounds one probe: a process that is stopped or unreachable counts as dead
-// once it has not answered for this long.
-const probeTimeout = 2 * time.Second
-
 type deadErr struct{ err error }
 
 // Dead returns why rank was marked dead, or nil.
@@ -108,7 +104,7 @@ func (e *Endpoint) PeerAlive(ctx context.Context, rank int) error {
 	if !ok || seg == nil {
 		return nil
 	}
-	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	pctx, cancel := context.WithTimeout(ctx, e.probeTimeout)
 	defer cancel()
 	var id string
 	if v := p.engineID.Load(); v != nil {

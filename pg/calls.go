@@ -299,6 +299,11 @@ func (pg *Group) join(ctx context.Context) (Result, error) {
 	if pg.joined.Load() {
 		return Result{Status: ProposalApplied}, nil
 	}
+	if pg.fenced.Load() != nil {
+		if err := pg.rejoinLinks(ctx); err != nil {
+			return Result{}, fmt.Errorf("join_group: %w", err)
+		}
+	}
 	// The join request names this endpoint: a member that still links to it (this rank was
 	// dropped but lives on) then knows it waits to be admitted (peerState).
 	if err := pg.st.Set(pg.key("join", pg.cfg.Rank), []byte(strconv.FormatUint(pg.ep.Info().Instance, 10))); err != nil {

@@ -10,8 +10,10 @@
 //     (group.go, ops.go);
 //   - membership: the decision log in the rendezvous store that every rank applies in order
 //     (membership.go), the fault-tolerant op runner that completes an op over the survivors
-//     when a peer dies (ftrun.go), and the program calls deactivate_ranks, recover_ranks,
-//     extend_group_size_to, join_group, sync_after_failure (calls.go);
+//     when a peer dies (ftrun.go), fencing and the majority rule: a rank the group went on
+//     without fails its ops until it rejoins, and a minority never decides (fence.go), and the
+//     program calls deactivate_ranks, recover_ranks, extend_group_size_to, join_group,
+//     sync_after_failure (calls.go);
 //   - authentication of the group's connections, on by default: rank 0's token shared through
 //     the rendezvous Store, or the engine's MC_AUTH_TOKEN (auth.go, docs/security.md);
 //   - the group's configuration (config.go) and its error codes (errors.go).

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/mooncake-go/mooncake/collective"
@@ -27,13 +28,27 @@ func isPeerFailure(err error) bool {
 }
 
 // deadMembers probes the members of the op that failed and returns those that are gone.
+// The probes run in parallel: they describe one moment (a partition that heals while they
+// run must not leave a count of the dead that mixes before and after), and a cut-off rank
+// learns it in one probe timeout, not one per member.
 func (pg *Group) deadMembers(ctx context.Context, members []int) []int {
-	var dead []int
-	for _, m := range members {
+	isDead := make([]bool, len(members))
+	var wg sync.WaitGroup
+	for i, m := range members {
 		if m == pg.cfg.Rank {
 			continue
 		}
-		if err := pg.ep.PeerAlive(ctx, m); err != nil && errors.Is(err, wire.ErrPeerDead) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := pg.ep.PeerAlive(ctx, m)
+			isDead[i] = err != nil && errors.Is(err, wire.ErrPeerDead)
+		}()
+	}
+	wg.Wait()
+	var dead []int
+	for i, m := range members {
+		if isDead[i] {
 			dead = append(dead, m)
 		}
 	}
@@ -49,6 +64,9 @@ func (pg *Group) deadMembers(ctx context.Context, members []int) []int {
 func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(ctx context.Context, save []byte) error) error {
 	// A process outside the group (before join_group, or dropped) runs the op over its view,
 	// {itself}: an all_reduce returns its own input.
+	if err := pg.fencedErr(op); err != nil {
+		return err
+	}
 	var save []byte
 	if len(inplace) > 0 && len(pg.g.Members()) > 1 && !pg.cfg.Options.NoInputCopy {
 		save = pg.scratch(len(inplace))
@@ -57,12 +75,42 @@ func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(c
 	for {
 		members := pg.g.Members()
 		seq := pg.g.Seq()
+		start := time.Now()
+		kept := len(inplace) == 0 // the input survives a success (for a rerun, checkSucceeded)
+		if pg.stall != nil && save != nil && len(inplace) <= 1<<20 {
+			copy(save, inplace) // the op overwrites inplace; save keeps the input
+			kept = true
+		}
 		err := fn(ctx, save)
 		if err == nil {
+			rerun, cerr := pg.checkSucceeded(op, seq, start)
+			if cerr != nil {
+				return cerr
+			}
+			if rerun && kept {
+				copy(inplace, save)
+				failed = union(failed, pg.m.last.Ranks)
+				pg.logf("%s (op #%d) succeeded here, but the group removed ranks %v during it: running it again over the new view", op, seq, pg.m.last.Ranks)
+				continue
+			}
+			if rerun {
+				return opErr{fmt.Errorf("%s (op #%d) on rank %d: the group removed ranks %v during the op, which completed here with them; this rank kept no copy of its input (over 1 MiB, or MOONCAKE_PG_FT_INPUT_COPY=0) to run it again over the new view, so it reports the op failed", op, seq, pg.cfg.Rank, pg.m.last.Ranks)}
+			}
 			if x := union(failed, pg.g.Excluded()); len(x) > 0 {
 				return &worker.Degraded{Failed: x}
 			}
 			return nil
+		}
+		var fe *collective.FencedError
+		if errors.As(err, &fe) {
+			// A peer gave up on this rank in this op: the group may have gone on without it.
+			// Learn its decision (the peer proposes it right after giving up) and report it.
+			pg.logf("%s (op #%d): %v", op, seq, err)
+			pg.awaitDecision(ctx, pg.probeTimeout()+time.Second)
+			if ferr := pg.fencedErr(op); ferr != nil {
+				return ferr
+			}
+			return err
 		}
 		var mm *collective.MismatchError
 		if errors.As(err, &mm) && mm.Membership {
@@ -74,16 +122,33 @@ func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(c
 		}
 		if !isPeerFailure(err) || ctx.Err() != nil {
 			pg.catchUp()
-			return err
+			return pg.orFenced(op, err)
 		}
 		dead := pg.deadMembers(ctx, members)
 		if len(dead) == 0 {
 			// Nobody died: the op failed for another reason (a member that aborted it, for
 			// instance because it is ahead in the decision log). Catch up and report it.
 			pg.catchUp()
-			return err
+			return pg.orFenced(op, err)
 		}
 		pg.logf("%s (op #%d) failed: %v; ranks %v do not answer probes", op, seq, err, dead)
+		if !hasMajority(len(members)-len(dead), len(members)) {
+			// Cut off from most of the group: this rank does not decide. It learns what the
+			// group decided (the group removes it, or the ranks it could not reach).
+			wait := 2*pg.probeTimeout() + time.Second
+			pg.logf("reaches only %d of the op's %d members: waiting for the group's decision", len(members)-len(dead), len(members))
+			if pg.awaitDecision(ctx, wait) {
+				if ferr := pg.fencedErr(op); ferr != nil {
+					return ferr
+				}
+				if d := pg.m.last; pg.joined.Load() && d != nil && d.Kind == "fault" && d.FailedSeq == seq {
+					failed = union(failed, d.Ranks)
+					continue // the group removed the others: rerun over the new view
+				}
+			}
+			return opErr{fmt.Errorf("%w; rank %d reaches only %d of the op's %d members, fewer than half, so it does not decide on the failure, and the group decided nothing about it within %s",
+				err, pg.cfg.Rank, len(members)-len(dead), len(members), wait)}
+		}
 		d, perr := pg.propose(func(cur *decision) (*decision, string) {
 			participating := without(cur.Active, cur.Excluded)
 			if len(without(dead, participating)) == len(dead) {
@@ -103,9 +168,15 @@ func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(c
 			return cur, ""
 		}, func(d *decision) bool { return d.Kind == "fault" && d.FailedSeq == seq })
 		if perr != nil {
+			if ferr := pg.fencedErr(op); ferr != nil {
+				return ferr
+			}
 			return fmt.Errorf("%w; agreeing on the failed ranks failed too: %w", err, perr)
 		}
 		if !pg.joined.Load() {
+			if ferr := pg.fencedErr(op); ferr != nil {
+				return ferr
+			}
 			return opErr{fmt.Errorf("%s on rank %d: the group declared this rank failed (epoch %d): %w", op, pg.cfg.Rank, pg.g.Epoch(), err)}
 		}
 		if d != nil {
@@ -119,6 +190,14 @@ func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(c
 			return fmt.Errorf("%w (MOONCAKE_PG_FT_INPUT_COPY=0: the op is not rerun over the survivors)", err)
 		}
 	}
+}
+
+// orFenced returns the fenced error when this rank was fenced, else err.
+func (pg *Group) orFenced(op string, err error) error {
+	if ferr := pg.fencedErr(op); ferr != nil {
+		return fmt.Errorf("%w (the op failed with: %v)", ferr, err)
+	}
+	return err
 }
 
 // catchUp applies the decisions in the log that this rank has not applied.

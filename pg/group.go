@@ -34,13 +34,15 @@ type Group struct {
 	g      *collective.Group
 	q      *worker.Queue
 
-	m           membership   // elastic state (membership.go), owned by the queue's goroutine
-	joined      atomic.Bool  // an active member (false: a joining process before join_group, or a rank the group dropped)
-	save        []byte       // an in-place op's input kept for a rerun (runFT, scratch)
-	collTimeout atomic.Int64 // set_collective_timeout_us, ns (0: unset)
-	heldStarts  atomic.Bool  // ops wait for Work.Start / Work.RunHere (the torch shim)
+	m           membership               // elastic state (membership.go), owned by the queue's goroutine
+	fenced      atomic.Pointer[decision] // the decision that removed this rank after a failure (fence.go), nil: not fenced
+	joined      atomic.Bool              // an active member (false: a joining process before join_group, or a rank the group dropped)
+	save        []byte                   // an in-place op's input kept for a rerun (runFT, scratch)
+	collTimeout atomic.Int64             // set_collective_timeout_us, ns (0: unset)
+	heldStarts  atomic.Bool              // ops wait for Work.Start / Work.RunHere (the torch shim)
 
-	unauth func() // stops the engine accepting the group's token (auth.go)
+	unauth func()      // stops the engine accepting the group's token (auth.go)
+	stall  *stallWatch // between hosts: notes process stalls (fence.go); nil with same-host fences
 
 	sendMu sync.Mutex
 	sendQs map[int]*worker.Queue
@@ -98,6 +100,7 @@ func New(cfg Config, st Store, f p2p.Fabric) (*Group, error) {
 			return fail(err)
 		}
 		pg.g = g
+		pg.stall = startStallWatch(pg.probeTimeout() / 2)
 		pg.logf("started outside the running group (is_extension=%v); its ops run over itself alone until join_group", cfg.IsExtension)
 		pg.viewChanged()
 		return pg, nil
@@ -139,6 +142,9 @@ func New(cfg Config, st Store, f p2p.Fabric) (*Group, error) {
 	}
 	pg.g = g
 	pg.joined.Store(true)
+	if !g.FencesOnHost() && cfg.Size > 1 {
+		pg.stall = startStallWatch(pg.probeTimeout() / 2)
+	}
 	if cfg.Rank == 0 {
 		st.Set(groupKey(cfg.Name, "size"), []byte(strconv.Itoa(cfg.Size)))
 	}
@@ -212,6 +218,9 @@ func (pg *Group) WorldSize() int {
 func (pg *Group) Close() error {
 	if pg.closed.Swap(true) {
 		return nil
+	}
+	if pg.stall != nil {
+		close(pg.stall.stop)
 	}
 	pg.q.Close()
 	pg.sendMu.Lock()

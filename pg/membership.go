@@ -36,13 +36,16 @@ package pg
 // points its link at it, and anything the joiner sent before that would be lost.
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log"
 	"slices"
 	"time"
 
 	"github.com/mooncake-go/mooncake/p2p"
+	"github.com/mooncake-go/mooncake/wire"
 )
 
 // decisionWait bounds how long a proposer that lost the claim of a log entry waits for the
@@ -64,8 +67,9 @@ type decision struct {
 
 // membership is the rank's elastic state; only the op queue's goroutine changes it.
 type membership struct {
-	applied int64 // decisions applied
-	pending []int // failed ranks excluded, waiting for sync_after_failure
+	applied int64     // decisions applied
+	pending []int     // failed ranks excluded, waiting for sync_after_failure
+	last    *decision // the decision applied last
 }
 
 func (pg *Group) logf(format string, args ...any) {
@@ -145,6 +149,11 @@ func (pg *Group) propose(build func(cur *decision) (*decision, string), satisfie
 			return nil, err
 		}
 		if !ok {
+			if !pg.joined.Load() {
+				// Only members propose: a rank the group removed (it may have learnt it just
+				// now, from the entry before) never decides for the group.
+				return nil, fmt.Errorf("rank %d is not a member of the group (epoch %d): it does not propose membership decisions", pg.cfg.Rank, pg.g.Epoch())
+			}
 			d, reject := build(pg.current())
 			if reject != "" {
 				return nil, &rejection{reject}
@@ -212,6 +221,13 @@ func (pg *Group) apply(d *decision) error {
 			if err == nil {
 				err = pg.ep.Reconnect(info)
 			}
+			if err != nil && pg.gone(info) {
+				// A member that died during the recovery: the group's next op finds it dead
+				// and removes it, this rank included.
+				pg.logf("joining at decision #%d: member rank %d is gone (%v)", d.Index, r, err)
+				pg.ep.MarkDead(r, err)
+				continue
+			}
 			if err != nil {
 				return fmt.Errorf("joining at decision #%d: %w", d.Index, err)
 			}
@@ -248,11 +264,21 @@ func (pg *Group) apply(d *decision) error {
 		// aborted #FailedSeq while the others wait for it at #Seq.
 		pg.g.SetSeq(d.Seq)
 	}
+	if becameMember {
+		pg.fenced.Store(nil)
+		pg.g.ResetFence()
+	}
 	if pg.joined.Load() && !active[me] {
 		pg.joined.Store(false) // dropped by the group, or left it
+		if d.Kind == "fault" || d.Kind == "sync" {
+			// Removed as failed while it lives on (frozen, cut off): fenced (fence.go).
+			pg.fenced.Store(d)
+			pg.logf("fenced: membership decision #%d by rank %d declared this rank failed at op #%d (epoch %d)", d.Index, d.By, d.FailedSeq, d.Epoch)
+		}
 	}
-	if !pg.joined.Load() {
-		// Outside the group its ops run over itself alone.
+	if !pg.joined.Load() && pg.fenced.Load() == nil {
+		// Outside the group its ops run over itself alone. A fenced rank keeps the group's
+		// view instead (get_active_ranks), and its ops fail.
 		active, excluded = maskOf([]int{me}, n), nil
 	}
 	if err := pg.g.SetMembership(uint32(d.Index), d.Epoch, active, excluded); err != nil {
@@ -260,6 +286,7 @@ func (pg *Group) apply(d *decision) error {
 	}
 	pg.m.applied = d.Index
 	pg.m.pending = d.Pending
+	pg.m.last = d
 	pg.viewChanged()
 	if pg.joined.Load() && d.Kind == "activate" {
 		if err := pg.st.Set(pg.key("ack", d.Index, me), []byte("1")); err != nil {
@@ -280,6 +307,16 @@ func (pg *Group) apply(d *decision) error {
 	return nil
 }
 
+// gone reports whether the process behind endpoint info does not answer a probe.
+func (pg *Group) gone(info p2p.Info) bool {
+	if info.Segment == "" {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), pg.probeTimeout())
+	defer cancel()
+	return pg.probe(ctx, info) != nil
+}
+
 // awaitAdmission waits until every other member acknowledged decision d, which admitted this
 // rank: each acknowledges after pointing its link at this rank's endpoint, which resets what
 // it receives from this rank, so a message sent before that would be thrown away. It runs
@@ -290,9 +327,24 @@ func (pg *Group) awaitAdmission(d *decision, deadline time.Time) error {
 		if r == pg.cfg.Rank {
 			continue
 		}
-		if _, err := pg.st.Get(pg.key("ack", d.Index, r), time.Until(deadline)); err != nil {
-			return fmt.Errorf("rank %d joining at decision #%d: rank %d did not acknowledge the admission (every active rank must call activate_ranks/recover_ranks/extend_group_size_to): %w",
-				pg.cfg.Rank, d.Index, r, err)
+		for {
+			// A member that dies before it acknowledges (a fault during the recovery) is not
+			// waited for: the group's next op finds it dead and removes it, this rank included.
+			_, err := pg.st.Get(pg.key("ack", d.Index, r), min(time.Until(deadline), pg.probeTimeout()))
+			if err == nil {
+				break
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), pg.probeTimeout())
+			perr := pg.ep.PeerAlive(ctx, r)
+			cancel()
+			if perr != nil && errors.Is(perr, wire.ErrPeerDead) {
+				pg.logf("rank %d did not acknowledge decision #%d and is dead: not waiting for it", r, d.Index)
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("rank %d joining at decision #%d: rank %d did not acknowledge the admission (every active rank must call activate_ranks/recover_ranks/extend_group_size_to): %w",
+					pg.cfg.Rank, d.Index, r, err)
+			}
 		}
 	}
 	return nil

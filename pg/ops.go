@@ -43,6 +43,9 @@ func (pg *Group) submitInPlace(op string, n int, inplace []byte, fn func(ctx con
 
 // p2pCheck fails a send or receive at once when the peer is not a live member.
 func (pg *Group) p2pCheck(op string, peer int) error {
+	if err := pg.fencedErr(op); err != nil {
+		return err
+	}
 	if peer < 0 || peer == pg.cfg.Rank {
 		return nil
 	}

@@ -1,0 +1,158 @@
+"""One rank of the fault matrix (tests/test_fault_matrix.py starts it as a real process).
+
+    python tests/fault_worker.py --port P --rank R --world 4 --scenario S [--store-host H]
+
+Every rank runs an all_reduce loop (rank r contributes r+1, so a sum names its contributors)
+and prints one line "RESULT <json>": per step the value or the error, then the view it ends
+with. The fault is made by the victim itself before step FAULT (SIGKILL, SIGSTOP, a busy
+loop) or by the test (a partition); the test resumes a stopped rank (SIGCONT) once every
+survivor finished step FAULT (key "done/<rank>" in the store), so the order of events is fixed.
+
+Scenarios (victim rank 2 unless said):
+  sigkill    killed before step FAULT
+  sigstop    stopped before step FAULT, resumed by the test: its step FAULT must fail (fenced);
+             it comes back with join_group when the members call recover_ranks at step RECOVER
+  partition  it enters step FAULT first, then the test cuts its link and lets the others enter
+             it (they have its contribution: that step completes with it there, and it cannot
+             complete it here); the link is restored after the others' step FAULT+1, which
+             finds it gone; then as sigstop
+  busy       busy in Python for BUSY_S seconds before step FAULT: nobody is dropped
+  two        rank 2 killed before step FAULT, rank 3 before step SECOND
+  recovery   rank 2 killed before step FAULT, a replacement started by the test; rank 3 killed
+             while the members recover rank 2 at step RECOVER
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from datetime import timedelta
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+try:
+    import mooncake  # noqa: F401
+except ImportError:  # pragma: no cover
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+import mooncake_pg as mpg  # noqa: E402
+
+FAULT, SECOND, RECOVER, STEPS = 10, 20, 30, 36
+BUSY_S = 5.0
+
+
+def wait_for(cond, what: str, timeout: float = 150.0) -> None:
+    end = time.time() + timeout
+    while not cond():
+        if time.time() > end:
+            raise TimeoutError(f"waited {timeout}s for {what}")
+        time.sleep(0.05)
+
+
+def view() -> dict:
+    return {"active": mpg.get_active_ranks(None).tolist(), "epoch": mpg.get_current_epoch(None)}
+
+
+def step(rank: int, s: int, out: dict, store) -> bool:
+    """One all_reduce; records [step, value or None, error or None]; False on an error."""
+    x = torch.full((8,), float(rank + 1))
+    try:
+        dist.all_reduce(x)
+    except Exception as e:  # noqa: BLE001
+        out["steps"].append([s, None, str(e)[:600]])
+        return False
+    out["steps"].append([s, x[0].item() if bool(torch.all(x == x[0])) else "mixed", None])
+    if s == FAULT + (os.environ.get("FAULT_DONE_AFTER") == "next"):
+        store.set(f"done/{rank}", b"1")
+    return True
+
+
+def rejoin(rank: int, out: dict, store) -> int:
+    """A fenced rank or a replacement: join_group, then the group's step from rank 0."""
+    r = mpg.join_group(None)
+    out["join"] = int(r.status)
+    t = torch.zeros(1, dtype=torch.int64)
+    dist.broadcast(t, src=0)
+    return int(t.item())
+
+
+def recover(rank: int, victim: int, out: dict, s: int) -> None:
+    """Members: admit victim's process (when it asked to join), then tell it the step."""
+    wait_for(lambda: mpg.get_peer_state(None, [victim])[0], f"rank {victim} to ask to join")
+    r = mpg.recover_ranks(None, [victim])
+    out["recover"] = int(r.status)
+    t = torch.tensor([s], dtype=torch.int64)
+    dist.broadcast(t, src=0)
+
+
+def loop(a, store, out: dict, start: int) -> None:
+    rank, sc = a.rank, a.scenario
+    s = start
+    while s < STEPS:
+        if s == FAULT and rank == 2 and start == 0:
+            if sc == "sigkill" or sc == "two" or sc == "recovery":
+                os.kill(os.getpid(), signal.SIGKILL)
+            elif sc == "sigstop":
+                store.set("stopping", b"1")
+                os.kill(os.getpid(), signal.SIGSTOP)  # the test resumes it
+            elif sc == "partition":
+                store.set("victim_in", b"1")  # it enters the step; the test cuts its link
+            elif sc == "busy":
+                t = time.time()
+                while time.time() - t < BUSY_S:
+                    pass
+        if s == FAULT and sc == "partition" and rank != 2:
+            wait_for(lambda: store.check(["cut"]), "the test to cut rank 2's link")
+        if s == SECOND and sc == "two" and rank == 3:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if s == RECOVER and start == 0 and rank != 2:
+            if sc == "recovery" and rank == 3:
+                os.kill(os.getpid(), signal.SIGKILL)
+            if sc in ("sigstop", "partition", "recovery"):
+                recover(rank, 2, out, s)
+        if not step(rank, s, out, store):
+            if rank == 2 and sc in ("sigstop", "partition") and "fenced" not in out:
+                out["fenced"] = out["steps"][-1][2]
+                out["fenced_view"] = view()
+                s = rejoin(rank, out, store)
+                continue
+            raise RuntimeError(f"step {s} failed: {out['steps'][-1][2]}")
+        s += 1
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--store-host", default="127.0.0.1")
+    ap.add_argument("--rank", type=int, required=True)
+    ap.add_argument("--world", type=int, required=True)
+    ap.add_argument("--scenario", required=True)
+    ap.add_argument("--replacement", action="store_true")
+    a = ap.parse_args()
+    import faulthandler
+
+    faulthandler.dump_traceback_later(float(os.environ.get("MC_TEST_DUMP_S", "150")), exit=False)
+    out: dict = {"rank": a.rank, "steps": []}
+    try:
+        store = dist.TCPStore(a.store_host, a.port, is_master=False, timeout=timedelta(seconds=120))
+        dist.init_process_group("mooncake-cpu", store=store, rank=a.rank, world_size=a.world,
+                                timeout=timedelta(seconds=120))
+        mpg.set_collective_timeout_us(30_000_000)
+        start = rejoin(a.rank, out, store) if a.replacement else 0
+        loop(a, store, out, start)
+        out.update(view())
+    except Exception:  # noqa: BLE001
+        out["error"] = traceback.format_exc()
+    print("RESULT " + json.dumps(out), flush=True)
+    os._exit(0)  # skip destroy: peers may be dead
+
+
+if __name__ == "__main__":
+    sys.exit(main())

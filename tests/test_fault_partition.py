@@ -1,0 +1,149 @@
+"""A network partition: four mooncake-cpu ranks in four network namespaces on one bridge (four
+hosts as far as the engine can tell, so the group moves its bytes over tcp), the rendezvous
+store on the bridge's address in this namespace. Rank 2 enters step FAULT, its link is cut
+(its bridge port down), the others enter the step (they have its contribution, so the step
+completes with it, while rank 2 never gets theirs) and find it gone at step FAULT+1; the link
+is restored after that. The majority goes on with correct sums, rank 2's step fails (never a
+success), its view is the group's, and it comes back with join_group when the members call
+recover_ranks. The same with rank 2 frozen (SIGSTOP) before the step and resumed after the
+others finished it without it: between hosts its peers' contributions wait in its sockets, and
+its step must still fail (fenced). (The opposite order, the cut-off rank entering the step last, after the others'
+contributions reached it, is a documented limit between hosts: docs/elastic.md.) Worker: tests/fault_worker.py
+(scenario "partition"). Needs root and iproute2; the namespaces, the bridge and its veth pairs
+are removed afterwards."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from datetime import timedelta
+
+import pytest
+import torch.distributed as dist
+
+from elastic_harness import HERE, _env, wait_store
+from test_fault_matrix import FAULT, RECOVER, check_steps, total
+
+WORKER = os.path.join(HERE, "fault_worker.py")
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True)
+
+
+@pytest.fixture
+def bridge():
+    if shutil.which("ip") is None:
+        pytest.fail("the ip command is missing: `make setup` installs Debian's iproute2")
+    if os.geteuid() != 0:
+        pytest.skip("creating network namespaces needs root")
+    tag = uuid.uuid4().hex[:5]
+    net = f"10.232.{random.randrange(10, 250)}"
+    br = f"mb{tag}"
+    ns = [f"mf{tag}{r}" for r in range(4)]
+    ports = [f"mr{tag}{r}" for r in range(4)]  # bridge side
+    ends = [f"me{tag}{r}" for r in range(4)]  # namespace side
+    made: list[str] = []
+    try:
+        _ip("link", "add", br, "type", "bridge")
+        _ip("addr", "add", f"{net}.254/24", "dev", br)
+        _ip("link", "set", br, "up")
+        for r in range(4):
+            _ip("netns", "add", ns[r])
+            made.append(ns[r])
+            _ip("link", "add", ports[r], "type", "veth", "peer", "name", ends[r])
+            _ip("link", "set", ends[r], "netns", ns[r])
+            _ip("-n", ns[r], "addr", "add", f"{net}.{r + 1}/24", "dev", ends[r])
+            _ip("-n", ns[r], "link", "set", ends[r], "up")
+            _ip("-n", ns[r], "link", "set", "lo", "up")
+            _ip("link", "set", ports[r], "master", br)
+            _ip("link", "set", ports[r], "up")
+    except subprocess.CalledProcessError as e:
+        for n in made:
+            subprocess.run(["ip", "netns", "del", n], capture_output=True)
+        subprocess.run(["ip", "link", "del", br], capture_output=True)
+        pytest.skip(f"cannot create network namespaces here: {e.stderr.decode().strip()}")
+    yield {"net": net, "ns": ns, "ports": ports, "ends": ends}
+    for n in ns:
+        subprocess.run(["ip", "netns", "del", n], capture_output=True)
+    for p in ports:
+        subprocess.run(["ip", "link", "del", p], capture_output=True)
+    subprocess.run(["ip", "link", "del", br], capture_output=True)
+
+
+def stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+@pytest.mark.parametrize("scenario", ["partition", "sigstop"])
+def test_partition_majority_goes_on_minority_is_fenced_then_rejoins(bridge, scenario):
+    host = f"{bridge['net']}.254"
+    store = dist.TCPStore(host, 0, is_master=True, wait_for_workers=False,
+                          timeout=timedelta(seconds=120))
+    procs = {}
+    try:
+        for r in range(4):
+            env = dict(_env(), MC_TRANSFER_TIMEOUT="30")
+            if scenario == "partition":
+                env["FAULT_DONE_AFTER"] = "next"
+            procs[r] = subprocess.Popen(
+                ["ip", "netns", "exec", bridge["ns"][r], sys.executable, WORKER, "--port",
+                 str(store.port), "--store-host", host, "--rank", str(r), "--world", "4",
+                 "--scenario", scenario],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        if scenario == "partition":
+            wait_store(store, ["victim_in"])
+            time.sleep(0.5)  # its contribution to the step reaches the others
+            _ip("link", "set", bridge["ports"][2], "down")
+            store.set("cut", b"1")
+            wait_store(store, ["done/0", "done/1", "done/3"])
+            _ip("link", "set", bridge["ports"][2], "up")
+        else:  # frozen between hosts: the others' contributions wait in its sockets
+            wait_store(store, ["stopping"])
+            while not stopped(procs[2].pid):
+                time.sleep(0.01)
+            wait_store(store, ["done/0", "done/1", "done/3"])
+            os.kill(procs[2].pid, signal.SIGCONT)
+        res = {}
+        for r, p in procs.items():
+            try:
+                so, se = p.communicate(timeout=180)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                so, se = p.communicate()
+            line = [x for x in so.splitlines() if x.startswith("RESULT ")]
+            assert line, f"rank {r} printed no result:\n{so}\n{se[-4000:]}"
+            import json
+
+            res[r] = json.loads(line[0][7:])
+            res[r]["_stderr"] = se[-6000:]
+        for r in range(4):
+            assert "error" not in res[r], f"rank {r}: {res[r]['error']}\n{res[r]['_stderr']}\n" + \
+                "\n".join(f"rank {q}:\n{res[q]['_stderr'][-2500:]}" for q in range(4))
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for r in (0, 1, 3):
+        first = FAULT + (scenario == "partition")  # the first step without rank 2
+        check_steps(res[r], lambda s: total([0, 1, 3]) if first <= s < RECOVER else total(range(4)))
+        assert res[r]["recover"] == 1
+    v = res[2]
+    assert [s[1] for s in v["steps"][:FAULT]] == [total(range(4))] * FAULT
+    s, val, err = v["steps"][FAULT]
+    if (s, val) != (FAULT, None):
+        print(v["_stderr"])
+    assert (s, val) == (FAULT, None) and err, v["steps"][FAULT]
+    assert v["fenced_view"] == {"active": [1, 1, 0, 1], "epoch": 1}, (v["fenced_view"], err)
+    assert v["join"] == 1
+    check_steps(v, lambda s: total(range(4)), first=RECOVER)
+    for r in range(4):
+        assert (res[r]["active"], res[r]["epoch"]) == ([1, 1, 1, 1], 2), r
