@@ -116,7 +116,9 @@ grep -E "^(FAILED|ERROR|SKIPPED)" "$OUTDIR/pytest.log" | head -20 | sed 's/^/   
 if timeout 150 "$PY" $BENCH --backend mooncake,nccl -q --json "$OUTDIR/pgbench_cuda.json" > "$OUTDIR/pgbench.log" 2>&1; then
   status bench "mooncake,nccl alternated (pgbench.log)"
 else
-  status bench "mooncake,nccl together failed ($(grep -m1 -iE 'error|duplicate' "$OUTDIR/pgbench.log" | cut -c1-160)); mooncake alone"
+  why=$(grep -m1 -E 'Duplicate GPU|ncclInvalidUsage|NCCL error|pgbench: |Error: ' "$OUTDIR/pgbench.log" | cut -c1-200)
+  cp "$OUTDIR/pgbench.log" "$OUTDIR/pgbench_with_nccl.log"
+  status bench "mooncake,nccl together failed (${why:-see pgbench_with_nccl.log}); mooncake alone"
   timeout 120 "$PY" $BENCH --backend mooncake -q --json "$OUTDIR/pgbench_cuda.json" > "$OUTDIR/pgbench.log" 2>&1 ||
     status bench "mooncake alone failed too"
 fi
