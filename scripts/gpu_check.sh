@@ -61,7 +61,7 @@ assert e.libraries[0] == "stdc++", e.libraries
 assert "-fvisibility=hidden" in tb.COMPILE_ARGS
 PYEOF
   echo "stdcxx: $PY scripts/stdcxx_probe.py --json \$OUT/stdcxx.json"
-  "$PY" scripts/stdcxx_probe.py --strict > "${TMPDIR:-/tmp}/gpu_check_dry_stdcxx.log" 2>&1 ||
+  "$PY" scripts/stdcxx_probe.py --strict --json "${DRY_JSON:-/dev/null}" > "${TMPDIR:-/tmp}/gpu_check_dry_stdcxx.log" 2>&1 ||
     { cat "${TMPDIR:-/tmp}/gpu_check_dry_stdcxx.log"; echo "dry-run: stdcxx probe failed"; exit 1; }
   grep -E "format probe|bound outside" "${TMPDIR:-/tmp}/gpu_check_dry_stdcxx.log" | sed 's/^/  /'
   echo "tests: $PY -m pytest -q -rs $TESTS"
