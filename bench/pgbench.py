@@ -30,6 +30,13 @@ share of the faster one's ("%tcp") in place of %memcpy, and the exchange's own t
 
 --netns runs the ranks (-g, default 2) in network namespaces of their own: two joined by a veth
 pair, more by veths to one bridge, so the engine sees separate hosts and moves bytes over tcp.
+
+--device cuda puts the tensors on each rank's GPU (ranks share a GPU when there are fewer GPUs
+than ranks) for backends such as mooncake and nccl; timings then include a device synchronize
+after each timed loop, and the bound is the GPU's device-to-device copy bandwidth (CUDA events,
+rank 0), printed as "%d2d" (the JSON keeps the key pct_memcpy, with "bound": "d2d"):
+
+    python bench/pgbench.py --device cuda --backend mooncake,nccl -b 8 -e 256M -f 8 -g 2 -r 3
 """
 
 from __future__ import annotations
@@ -72,8 +79,9 @@ def bus_factor(coll: str, n: int) -> float:
     return 1.0
 
 
-def make_op(coll: str, size: int, dtype: torch.dtype, op, group, rank: int, n: int):
-    """Returns (run, check): run() does one op; check() counts wrong elements after a fresh run."""
+def make_op(coll: str, size: int, dtype: torch.dtype, op, group, rank: int, n: int, dev="cpu"):
+    """Returns (run, check): run() does one op; check() counts wrong elements after a fresh run.
+    The buffers live on dev (cpu, or the rank's CUDA device with --device cuda)."""
     esize = torch.tensor([], dtype=dtype).element_size()
     count = max(1, size // esize)
     if coll in ("all_gather", "reduce_scatter", "all_to_all"):
@@ -84,7 +92,7 @@ def make_op(coll: str, size: int, dtype: torch.dtype, op, group, rank: int, n: i
         t.fill_(value)
 
     if coll == "all_reduce":
-        buf = torch.ones(count, dtype=dtype)
+        buf = torch.ones(count, dtype=dtype, device=dev)
 
         def run():
             dist.all_reduce(buf, op=op, group=group)
@@ -101,8 +109,8 @@ def make_op(coll: str, size: int, dtype: torch.dtype, op, group, rank: int, n: i
             return int((buf.double() != float(exp)).sum())
         return run, check, count
     if coll == "all_gather":
-        inp = torch.ones(per, dtype=dtype)
-        out = torch.ones(per * n, dtype=dtype)
+        inp = torch.ones(per, dtype=dtype, device=dev)
+        out = torch.ones(per * n, dtype=dtype, device=dev)
 
         def run():
             dist.all_gather_into_tensor(out, inp, group=group)
@@ -111,11 +119,11 @@ def make_op(coll: str, size: int, dtype: torch.dtype, op, group, rank: int, n: i
             fill(inp, rank + 1)
             run()
             exp = torch.arange(1, n + 1, dtype=torch.float64).repeat_interleave(per)
-            return int((out.double() != exp).sum())
+            return int((out.double().cpu() != exp).sum())
         return run, check, count
     if coll == "reduce_scatter":
-        inp = torch.ones(per * n, dtype=dtype)
-        out = torch.ones(per, dtype=dtype)
+        inp = torch.ones(per * n, dtype=dtype, device=dev)
+        out = torch.ones(per, dtype=dtype, device=dev)
 
         def run():
             dist.reduce_scatter_tensor(out, inp, op=op, group=group)
@@ -126,8 +134,8 @@ def make_op(coll: str, size: int, dtype: torch.dtype, op, group, rank: int, n: i
             return int((out.double() != float(n * (n + 1) // 2)).sum())
         return run, check, count
     if coll == "all_to_all":
-        inp = torch.ones(per * n, dtype=dtype)
-        out = torch.ones(per * n, dtype=dtype)
+        inp = torch.ones(per * n, dtype=dtype, device=dev)
+        out = torch.ones(per * n, dtype=dtype, device=dev)
 
         def run():
             dist.all_to_all_single(out, inp, group=group)
@@ -138,10 +146,10 @@ def make_op(coll: str, size: int, dtype: torch.dtype, op, group, rank: int, n: i
             run()
             exp = torch.tensor([(i * n + rank) % 100 for i in range(n)],
                                dtype=torch.float64).repeat_interleave(per)
-            return int((out.double() != exp).sum())
+            return int((out.double().cpu() != exp).sum())
         return run, check, count
     if coll == "broadcast":
-        buf = torch.ones(count, dtype=dtype)
+        buf = torch.ones(count, dtype=dtype, device=dev)
         root = dist.get_global_rank(group, 0) if group is not None else 0
 
         def run():
@@ -153,8 +161,8 @@ def make_op(coll: str, size: int, dtype: torch.dtype, op, group, rank: int, n: i
             return int((buf.double() != 7).sum())
         return run, check, count
     if coll == "sendrecv":
-        sbuf = torch.ones(count, dtype=dtype)
-        rbuf = torch.ones(count, dtype=dtype)
+        sbuf = torch.ones(count, dtype=dtype, device=dev)
+        rbuf = torch.ones(count, dtype=dtype, device=dev)
         ranks = dist.get_process_group_ranks(group)
         nxt, prv = ranks[(rank + 1) % n], ranks[(rank - 1) % n]
 
@@ -196,6 +204,34 @@ def memcpy_gbps(nbytes: int, reps: int = 5) -> float:
     return nbytes / best / 1e9
 
 
+def d2d_gbps(nbytes: int, dev, reps: int = 5) -> float:
+    """Best device-to-device copy bandwidth of nbytes on dev (GB/s, bytes copied per second,
+    timed with CUDA events): the bound of --device cuda rows."""
+    src = torch.ones(nbytes, dtype=torch.uint8, device=dev)
+    dst = torch.zeros(nbytes, dtype=torch.uint8, device=dev)
+    dst.copy_(src)
+    best = float("inf")
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        dst.copy_(src)
+        b.record()
+        b.synchronize()
+        best = min(best, a.elapsed_time(b) / 1e3)
+    return nbytes / best / 1e9
+
+
+def bench_device(args):
+    """The tensors' device: cpu, or with --device cuda the rank's GPU (ranks share GPUs when
+    there are fewer GPUs than ranks)."""
+    if args.device != "cuda":
+        return torch.device("cpu"), (lambda: None)
+    if not torch.cuda.is_available():
+        raise SystemExit("pgbench: --device cuda needs a CUDA GPU and a CUDA build of torch")
+    torch.cuda.set_device(dist.get_rank() % torch.cuda.device_count())
+    return torch.device("cuda", torch.cuda.current_device()), torch.cuda.synchronize
+
+
 def bench_rank(args) -> list[dict]:
     rank, n = dist.get_rank(), dist.get_world_size()
     backends = [b.strip() for b in args.backend.split(",") if b.strip()]
@@ -216,18 +252,29 @@ def bench_rank(args) -> list[dict]:
         host = local_address(os.environ.get("MASTER_ADDR", "127.0.0.1"))
         cap = int(sizes[-1] * bus_factor(args.collective, n)) + 1
         tcp = {c: RingExchange(timer, c, host, cap) for c in args.tcp_conns}
-    memcpy = memcpy_gbps(max(sizes[-1], 1 << 20)) if rank == 0 else 0.0
+    dev, sync = bench_device(args)
+    bound = "d2d" if dev.type == "cuda" else "memcpy"
+    if rank != 0:
+        memcpy = 0.0
+    elif dev.type == "cuda":
+        memcpy = d2d_gbps(max(sizes[-1], 1 << 20), dev)
+    else:
+        memcpy = memcpy_gbps(max(sizes[-1], 1 << 20))
     mc = torch.tensor([memcpy], dtype=torch.float64)
     dist.all_reduce(mc, op=dist.ReduceOp.MAX, group=timer)
     memcpy = mc.item()
     if rank == 0:
         cpu = f"{'cpu(us)':>8} {'csw':>5} " if args.cpu else ""
-        names = "".join(f"| {b:>14}: {'time(us)':>10} {'algbw':>7} {'busbw':>7} {'%memcpy':>7} "
+        names = "".join(f"| {b:>14}: {'time(us)':>10} {'algbw':>7} {'busbw':>7} {'%' + bound:>7} "
                         f"{'#wrong':>6} {cpu}" for b in backends)
         ratio = "".join(f"| {b + '/gloo':>16} " for b in backends if b != "gloo" and "gloo" in backends)
         print(f"# {args.collective} dtype={args.dtype} op={args.op} ranks={n} iters={args.iters} "
-              f"warmup={args.warmup} rounds={args.rounds}")
-        print(f"# memcpy (1 thread, {max(sizes[-1], 1 << 20)} B, rank 0): {memcpy:.2f} GB/s")
+              f"warmup={args.warmup} rounds={args.rounds} device={dev}")
+        if dev.type == "cuda":
+            print(f"# d2d copy ({torch.cuda.get_device_name(dev)}, {max(sizes[-1], 1 << 20)} B, "
+                  f"rank 0): {memcpy:.2f} GB/s")
+        else:
+            print(f"# memcpy (1 thread, {max(sizes[-1], 1 << 20)} B, rank 0): {memcpy:.2f} GB/s")
         if tcp:
             names = names.replace("%memcpy", "   %tcp")
             ratio += "| " + " ".join(f"{f'tcp{c}(us)':>10}" for c in tcp) + " "
@@ -239,18 +286,19 @@ def bench_rank(args) -> list[dict]:
     for size in sizes:
         spent = {b: 0.0 for b in backends}  # wall time on this size, for the progress line
         row = {"collective": args.collective, "size": size, "ranks": n, "dtype": args.dtype,
-               "memcpy_gbps": memcpy}
+               "device": dev.type, "bound": bound, "memcpy_gbps": memcpy}
         runs, wrong, times = {}, {}, {b: [] for b in backends}
         cpus, csws = {b: [] for b in backends}, {b: [] for b in backends}
         tcp_times: dict[int, list[float]] = {}
         for b in backends:
             t0 = time.perf_counter()
-            run, check, count = make_op(args.collective, size, dtype, op, groups[b], rank, n)
+            run, check, count = make_op(args.collective, size, dtype, op, groups[b], rank, n, dev)
             runs[b] = run
             row["count"] = count
             wrong[b] = check() if args.check else 0
             for _ in range(args.warmup):
                 run()
+            sync()
             spent[b] += time.perf_counter() - t0
         op_bytes = row["count"] * torch.tensor([], dtype=dtype).element_size()
         # Rounds alternate the backends, so a slow spell of a shared machine hits all of them;
@@ -262,6 +310,7 @@ def bench_rank(args) -> list[dict]:
                 t0 = time.perf_counter()
                 for _ in range(args.iters):
                     runs[b]()
+                sync()  # CUDA: the ops are queued on the stream; time them to completion
                 el = torch.tensor([(time.perf_counter() - t0) / args.iters], dtype=torch.float64)
                 used = torch.tensor([(time.process_time() - c0) / args.iters,
                                      (context_switches() - s0) / args.iters], dtype=torch.float64)
@@ -424,6 +473,10 @@ def main() -> None:
     p.add_argument("-o", "--op", default="sum", choices=sorted(OPS))
     p.add_argument("-c", "--check", type=int, default=1)
     p.add_argument("-g", "--ranks", type=int, default=2, help="ranks to spawn on this node")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                   help="where the tensors live; cuda: each rank's GPU (shared when fewer GPUs "
+                        "than ranks), backends such as mooncake and nccl, and the bound is the "
+                        "GPU's device-to-device copy bandwidth instead of memcpy")
     p.add_argument("--timeout", type=int, default=300)
     p.add_argument("--json", default="")
     p.add_argument("--plot", default="", metavar="FILE.png",

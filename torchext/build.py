@@ -13,6 +13,16 @@ it under another torch with an ImportError that says to reinstall.
 
 CUDA staging support is compiled in when the installed torch is a CUDA build and the CUDA headers
 are found (CUDA_HOME, or the nvidia-*-cu* wheels torch depends on); no GPU or nvcc is needed.
+
+How it links (docs/cuda.md, "The crash on the H200"): with torch.utils.cpp_extension's flags, plus
+-fvisibility=hidden and a version script (torchext/pg_ext.map) that exports only PyInit__pg_ext,
+and libstdc++ as the first library the shim needs. torch's wheels carry copies of some libstdc++
+functions (GCC toolset's libstdc++_nonshared, linked into libc10.so, libtorch_cpu.so, ...) and
+export them; the dynamic linker searches a library's needed libraries in order, so with
+libmooncake, libc10 and libtorch_cpu listed before libstdc++ those copies answer the shim's
+std:: references whenever libstdc++ is not already in the process's global scope (torch 2.11 with
+CUDA 13.0's libcudart, which does not need libstdc++). Listing libstdc++ first binds them to
+libstdc++ itself. `LINK_FACTS` names these choices; scripts/stdcxx_probe.py shows the result.
 """
 
 from __future__ import annotations
@@ -35,6 +45,22 @@ SOURCES = [
     "p2p.cpp",
     "module.cpp",
 ]
+
+
+# Compile flags added to torch.utils.cpp_extension's own (-fPIC, -std=c++17/20, the
+# TORCH_EXTENSION_NAME and ABI defines).
+COMPILE_ARGS = ["-O2", "-Wno-unused-parameter", "-fvisibility=hidden", "-fvisibility-inlines-hidden"]
+VERSION_SCRIPT = os.path.join(HERE, "pg_ext.map")
+# What the checks and scripts/gpu_check.sh report about the link (a docs/cuda.md section each).
+LINK_FACTS = {
+    "visibility": "hidden (-fvisibility=hidden -fvisibility-inlines-hidden)",
+    "exports": "PyInit__pg_ext only (version script torchext/pg_ext.map)",
+    "first_needed": "libstdc++.so.6",
+}
+
+
+def link_args() -> list[str]:
+    return ["-Wl,-rpath,$ORIGIN", "-Wl,--version-script=" + VERSION_SCRIPT]
 
 
 def _rel(p: str) -> str:
@@ -79,7 +105,8 @@ def ext_modules(relative: bool = True):
     debug = os.environ.get("MOONCAKE_DEBUG_BUILD", "") not in ("", "0")
     define_macros = [("MOONCAKE_TORCH_VERSION", '"%s"' % torch.__version__)]
     include_dirs = [os.path.join(ROOT, "capi", "include"), HERE]
-    libraries = ["mooncake"]
+    # libstdc++ first: see the module docstring.
+    libraries = ["stdc++", "mooncake"]
     cuda_inc = cuda_include_dirs()
     if cuda_inc:
         define_macros.append(("MOONCAKE_WITH_CUDA", "1"))
@@ -95,8 +122,8 @@ def ext_modules(relative: bool = True):
             libraries=libraries,
             # No debug info and a stripped link (the shim is 17 MB with -g, under 1 MB without);
             # MOONCAKE_DEBUG_BUILD=1 keeps them.
-            extra_compile_args=["-O2", "-Wno-unused-parameter"] + ([] if debug else ["-g0"]),
-            extra_link_args=["-Wl,-rpath,$ORIGIN"] + ([] if debug else ["-s"]),
+            extra_compile_args=COMPILE_ARGS + ([] if debug else ["-g0"]),
+            extra_link_args=link_args() + ([] if debug else ["-s"]),
         )
     ]
 

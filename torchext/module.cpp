@@ -70,6 +70,22 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::module_::import("torch.distributed");
   m.attr("TORCH_VERSION") = MOONCAKE_TORCH_VERSION;
   m.attr("WITH_CUDA") = mooncake::builtWithCuda();
+  // How this build was compiled, for scripts/stdcxx_probe.py and scripts/gpu_check.sh: the
+  // compiler, the C++ library headers and the string ABI they were used with (compare with
+  // torch._C._GLIBCXX_USE_CXX11_ABI; docs/cuda.md).
+  py::dict info;
+  info["compiler"] = __VERSION__;
+  info["glibcxx_use_cxx11_abi"] = static_cast<int>(_GLIBCXX_USE_CXX11_ABI);
+  info["glibcxx_release"] = static_cast<int>(_GLIBCXX_RELEASE);
+  info["glibcxx_date"] = static_cast<long>(__GLIBCXX__);
+  info["cplusplus"] = static_cast<long>(__cplusplus);
+  m.attr("BUILD_INFO") = info;
+  // Formats a number the way every TORCH_CHECK message of the shim does (c10::str: an
+  // ostringstream built in the shim, then std::ostream::_M_insert<long>/<double>): the path
+  // that crashed on the H200. scripts/stdcxx_probe.py calls it in a child process.
+  m.def("_format_probe", [](int64_t v) {
+    return c10::str("n=", v, " x=", 0.5 * static_cast<double>(v));
+  });
 
   py::class_<
       mooncake::MooncakeBackend,
