@@ -84,24 +84,10 @@ func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(c
 			return err
 		}
 		pg.logf("%s (op #%d) failed: %v; ranks %v do not answer probes", op, seq, err, dead)
-		d, perr := pg.propose(func(cur *decision) (*decision, string) {
-			participating := without(cur.Active, cur.Excluded)
-			if len(without(dead, participating)) == len(dead) {
-				return nil, "" // already out (a decision this rank applied meanwhile)
-			}
-			cur.Kind, cur.Ranks, cur.FailedSeq = "fault", dead, seq
-			if pg.cfg.AutoDeactivate && pg.cfg.AutoSync {
-				cur.Epoch++
-				cur.Active = without(cur.Active, dead)
-				cur.Excluded = without(cur.Excluded, dead)
-			} else {
-				cur.Excluded = union(cur.Excluded, dead)
-				if pg.cfg.AutoDeactivate {
-					cur.Pending = union(cur.Pending, dead)
-				}
-			}
-			return cur, ""
-		}, func(d *decision) bool { return d.Kind == "fault" && d.FailedSeq == seq })
+		dead = pg.reconcile(ctx, members, dead) // peerfault.go
+		// (a fault agreed outside a collective has Seq == FailedSeq: peerfault.go)
+		d, perr := pg.propose(pg.faultDecision(dead, seq),
+			func(d *decision) bool { return d.Kind == "fault" && d.FailedSeq == seq && d.Seq > seq })
 		if perr != nil {
 			return fmt.Errorf("%w; agreeing on the failed ranks failed too: %w", err, perr)
 		}
