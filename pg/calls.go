@@ -55,7 +55,6 @@ type Request struct {
 // build has no coordinator process), set by the torch shim's creator (mooncake.pg).
 const CoordinatorKey = "coordinator_addr"
 
-
 // Membership runs one program call on the op queue and waits for it.
 func (pg *Group) Membership(req Request) (Result, error) {
 	switch req.Op {

@@ -141,3 +141,33 @@ func TestFaultWindowGathersFailures(t *testing.T) {
 		}
 	}
 }
+
+// TestSurvivorBehindOnAP2PFault: rank 0 alone met the dead rank 2 (a send) and the group
+// agreed on it; rank 1 did no p2p with rank 2 and never looked at the log. Their next
+// all_reduce meets different views: both run it again over the agreed view and get the
+// survivors' sum, and the group is consistent afterwards.
+func TestSurvivorBehindOnAP2PFault(t *testing.T) {
+	c := newCluster(t, Config{Size: 3, Timeout: 20 * time.Second, AutoDeactivate: true, AutoSync: true})
+	wantSum(t, allReduce(t, c, 0, 1, 2), 6)
+	c.kill(2)
+	pgs := c.groups()
+	w := must(t)(pgs[0].Send([]byte{7}, 2, 5))
+	if err := w.Wait(30 * time.Second); err != nil || !slices.Equal(w.FailedRanks(), []int{2}) || pgs[0].Epoch() != 1 {
+		t.Fatalf("send to the dead rank: %v, hint %v, epoch %d", err, w.FailedRanks(), pgs[0].Epoch())
+	}
+	if pgs[1].Epoch() != 0 {
+		t.Fatalf("rank 1 applied the decision before its op: epoch %d", pgs[1].Epoch())
+	}
+	res := allReduce(t, c, 0, 1)
+	for r, x := range res {
+		if x.err != nil || x.got != 3 {
+			t.Fatalf("rank %d: sum %d err %v, want 3", r, x.got, x.err)
+		}
+	}
+	for _, r := range []int{0, 1} {
+		if pgs[r].Epoch() != 1 || !slices.Equal(active(pgs[r]), []int{0, 1}) {
+			t.Fatalf("rank %d: epoch %d active %v", r, pgs[r].Epoch(), active(pgs[r]))
+		}
+	}
+	wantSum(t, allReduce(t, c, 0, 1), 3)
+}
