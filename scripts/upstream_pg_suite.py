@@ -52,6 +52,7 @@ def test_files(folder: str) -> list[str]:
 
 
 def run_file(name: str, tests: str, python: str, filt: str, timeout: int, keep: str | None) -> dict:
+    python = os.path.abspath(python)  # the file runs in a copy of the folder
     tmp = tempfile.mkdtemp(prefix="upstream-pg-suite-")
     run_dir = os.path.join(tmp, "tests")
     shutil.copytree(tests, run_dir)

@@ -120,9 +120,11 @@ def test_driver_counts_upstream_style_files(tmp_path):
 
     # --filter '' runs every class: the CUDA class's setUpClass skips it (unittest counts one skip
     # for the class, and no test run).
-    p = subprocess.run([sys.executable, DRIVER, "--tests", str(tests), "--python", sys.executable,
-                        "--files", "test_pg_alpha.py", "--filter", "", "--json", str(out)],
-                       capture_output=True, text=True, timeout=600)
+    # (and --python relative to the current folder, as `make upstream-pg-suite` passes it)
+    p = subprocess.run([sys.executable, DRIVER, "--tests", str(tests), "--python",
+                        os.path.relpath(sys.executable, ROOT), "--files", "test_pg_alpha.py",
+                        "--filter", "", "--json", str(out)],
+                       capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert p.returncode == 0, p.stdout + p.stderr
     r = json.loads(out.read_text())["files"][0]
     assert (r["ran"], r["passed"], r["failed"], r["errors"], r["skipped"]) == (5, 2, 1, 1, 2), r
