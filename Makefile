@@ -65,3 +65,10 @@ test-rust:
 	cd rust && $(CARGO_PATH) cargo test --locked
 	cd rust && $(CARGO_PATH) cargo clippy --locked --all-targets -- -D warnings
 	cd rust && $(CARGO_PATH) cargo fmt --check
+
+# Upstream Mooncake PG's own tests (mooncake-pg/tests, a scratch copy outside the repository:
+# docs/elastic.md), against this tree's .venv; root (network namespaces). Not part of `test`.
+.PHONY: upstream-pg-suite
+upstream-pg-suite: setup
+	@test -n "$(UPSTREAM_PG_TESTS)" || { echo "set UPSTREAM_PG_TESTS=/path/to/mooncake-pg/tests (git -C MIRROR archive HEAD mooncake-pg | tar -x)"; exit 2; }
+	python3 scripts/upstream_pg_suite.py --tests "$(UPSTREAM_PG_TESTS)" --python $(VENV)/bin/python

@@ -151,7 +151,7 @@ func mc_store_setup(h C.uint64_t, local, meta *C.char, segSize, bufSize C.uint64
 		LocalHostname: goString(local), MetadataServer: goString(meta), GlobalSegmentSize: uint64(segSize),
 		LocalBufferSize: uint64(bufSize), Protocol: goString(proto), DeviceName: goString(dev),
 		MasterServerAddress: goString(masterAddr),
-	}, false, "")
+	}, false, "", 0)
 }
 
 // setupOptions are the options of mc_store_setup_json (the names of upstream's setup()).
@@ -166,12 +166,14 @@ type setupOptions struct {
 	EnableSSDOffload  bool   `json:"enable_ssd_offload"`
 	SSDOffloadPath    string `json:"ssd_offload_path"`
 	TenantID          string `json:"tenant_id"`
+	// Engine: a TransferEngine's handle (get_engine_ptr) the store runs on (0: see storeEngineFor).
+	Engine uint64 `json:"engine"`
 }
 
 // mc_store_setup_json is mc_store_setup with its arguments as one JSON object of upstream's
 // setup() names (local_hostname, metadata_server, global_segment_size, local_buffer_size,
-// protocol, rdma_devices, master_server_addr, enable_ssd_offload, ssd_offload_path, tenant_id); unknown
-// names are refused.
+// protocol, rdma_devices, master_server_addr, enable_ssd_offload, ssd_offload_path, tenant_id)
+// and engine (a TransferEngine's handle, from get_engine_ptr); unknown names are refused.
 //
 //export mc_store_setup_json
 func mc_store_setup_json(h C.uint64_t, opts *C.char) C.int {
@@ -185,12 +187,12 @@ func mc_store_setup_json(h C.uint64_t, opts *C.char) C.int {
 		LocalHostname: o.LocalHostname, MetadataServer: o.MetadataServer, GlobalSegmentSize: o.GlobalSegmentSize,
 		LocalBufferSize: o.LocalBufferSize, Protocol: o.Protocol, DeviceName: o.RDMADevices,
 		MasterServerAddress: o.MasterServerAddr, TenantID: o.TenantID,
-	}, o.EnableSSDOffload, o.SSDOffloadPath)
+	}, o.EnableSSDOffload, o.SSDOffloadPath, o.Engine)
 }
 
 // storeSetup sets up store h; ssdOffload (setup's enable_ssd_offload, with its directory or ""
 // for MOONCAKE_OFFLOAD_FILE_STORAGE_PATH) does what mc_store_enable_ssd_offload does.
-func storeSetup(h C.uint64_t, base client.Config, ssdOffload bool, offloadPath string) C.int {
+func storeSetup(h C.uint64_t, base client.Config, ssdOffload bool, offloadPath string, engineHandle uint64) C.int {
 	s, ok := stores.get(uint64(h))
 	if !ok {
 		return serr(api.Errorf(api.INVALID_PARAMS, "unknown store handle %d", uint64(h)))
@@ -215,7 +217,7 @@ func storeSetup(h C.uint64_t, base client.Config, ssdOffload bool, offloadPath s
 	} else if ssdOffload {
 		cfg.Offload = config.StoreOffload(offloadPath)
 	}
-	eng, release, err := storeEngineFor(cfg)
+	eng, release, err := storeEngine(engineHandle, cfg) // store_engine.go
 	if err != nil {
 		return serr(api.Errorf(api.INVALID_PARAMS, "%v", err))
 	}

@@ -46,7 +46,7 @@ func mc_store_setup_dummy(h C.uint64_t, memPoolSize, localBufferSize C.uint64_t,
 		LocalHostname: info.Host, MetadataServer: info.MetadataServer, LocalBufferSize: uint64(localBufferSize),
 		Protocol: info.Protocol, MasterServerAddress: info.MasterServerAddress, ClusterID: info.ClusterID,
 		TenantID: info.TenantID,
-	}, false, "")
+	}, false, "", 0)
 	if rc != 0 {
 		conn.Close()
 		return rc

@@ -1,5 +1,10 @@
 package main
 
+/*
+#include <stdint.h>
+*/
+import "C"
+
 import (
 	"context"
 	"fmt"
@@ -22,6 +27,25 @@ import (
 // store's setup says (the same metadata server and cluster): a store set up with P2PHANDSHAKE on
 // an engine that registers in an HTTP metadata server would name segments its peers cannot find.
 // Any other store starts an engine of its own, closed with that store.
+
+// storeEngine returns the engine a store set up with cfg runs on: the TransferEngine whose
+// handle (get_engine_ptr) setup was given, or, with none (0), the one storeEngineFor chooses.
+func storeEngine(handle uint64, cfg client.Config) (*engine.Engine, func(), error) {
+	if handle == 0 {
+		return storeEngineFor(cfg)
+	}
+	e, err := engineOf(C.uint64_t(handle))
+	if err != nil {
+		return nil, nil, fmt.Errorf("setup(engine=...): %w", err)
+	}
+	if c := client.EngineConfig(cfg); !sameDirectory(e, c) {
+		meta, cluster := e.Directory()
+		return nil, nil, fmt.Errorf("setup(engine=...): the engine %s publishes its segments at %q (cluster %q), the store's metadata_server is %q (cluster %q): a store's segment must be where its peers look",
+			e.SegmentName(), meta, cluster, c.MetadataServer, c.ClusterID)
+	}
+	// The engine belongs to its TransferEngine, which closes it.
+	return e, func() {}, nil
+}
 
 // procStores counts the set-up stores running on procEngine (guarded by procMu).
 var procStores int

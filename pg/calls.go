@@ -36,6 +36,8 @@ type Result struct {
 	RejectReason string `json:"reject_reason"`
 	PeerState    []bool `json:"peer_state,omitempty"`
 	NumSynced    int    `json:"num_synced"`
+	Coordinator  string `json:"coordinator,omitempty"`
+	Segment      string `json:"segment,omitempty"`
 }
 
 type Request struct {
@@ -43,7 +45,15 @@ type Request struct {
 	Ranks               []int  `json:"ranks"`
 	Size                int    `json:"size"`
 	CollectiveTimeoutUS int64  `json:"collective_timeout_us"`
+	FaultWindowUS       int64  `json:"fault_reconciliation_window_us"`
+	P2PTimeoutUS        int64  `json:"p2p_timeout_us"`
 }
+
+// CoordinatorKey is the rendezvous-store key (in the store the group was created with) under
+// which rank 0 publishes the address of the group's control plane, as upstream's rank 0
+// publishes its coordinator's: here the rendezvous store that holds the decision log (this
+// build has no coordinator process), set by the torch shim's creator (mooncake.pg).
+const CoordinatorKey = "coordinator_addr"
 
 // Membership runs one program call on the op queue and waits for it.
 func (pg *Group) Membership(req Request) (Result, error) {
@@ -52,6 +62,26 @@ func (pg *Group) Membership(req Request) (Result, error) {
 		return Result{PeerState: pg.peerState(req.Ranks)}, nil
 	case "configure":
 		pg.collTimeout.Store(int64(time.Duration(max(req.CollectiveTimeoutUS, 0)) * time.Microsecond))
+		return Result{}, nil
+	case "configure_p2p_timeout":
+		if req.P2PTimeoutUS < 0 {
+			return Result{}, invalid(fmt.Sprintf("set_p2p_timeout_us: %d is negative", req.P2PTimeoutUS))
+		}
+		pg.p2pTimeout.Store(int64(time.Duration(req.P2PTimeoutUS) * time.Microsecond))
+		return Result{}, nil
+	case "coordinator_address":
+		v, err := pg.st.Get(CoordinatorKey, pg.cfg.Timeout)
+		if err != nil {
+			return Result{}, fmt.Errorf("the group's coordinator address (store key %q, published by rank 0): %w", CoordinatorKey, err)
+		}
+		return Result{Coordinator: string(v)}, nil
+	case "endpoint":
+		return Result{Segment: pg.ep.Info().Segment}, nil
+	case "configure_fault_window":
+		if req.FaultWindowUS < 0 {
+			return Result{}, invalid(fmt.Sprintf("set_fault_reconciliation_window_us: %d is negative", req.FaultWindowUS))
+		}
+		pg.faultWindow.Store(int64(time.Duration(req.FaultWindowUS) * time.Microsecond))
 		return Result{}, nil
 	}
 	var res Result

@@ -72,6 +72,7 @@ func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(c
 		save = pg.scratch(len(inplace))
 	}
 	var failed []int
+	retried := false // retryOnce
 	for {
 		members := pg.g.Members()
 		seq := pg.g.Seq()
@@ -118,6 +119,13 @@ func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(c
 			// did not, or a membership call this rank did not make): catch up, so the next op
 			// runs with the same view on every rank.
 			pg.catchUp()
+			if ferr := pg.fencedErr(op); ferr != nil {
+				return pg.orFenced(op, err)
+			}
+			if pg.retryOnce(&retried, op, seq, err, save, inplace) {
+				pg.closeOp(seq, members, err)
+				continue
+			}
 			return err
 		}
 		if !isPeerFailure(err) || ctx.Err() != nil {
@@ -127,9 +135,16 @@ func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(c
 		dead := pg.deadMembers(ctx, members)
 		if len(dead) == 0 {
 			// Nobody died: the op failed for another reason (a member that aborted it, for
-			// instance because it is ahead in the decision log). Catch up and report it.
+			// instance because it is behind in the decision log). Catch up and report it.
 			pg.catchUp()
-			return pg.orFenced(op, err)
+			if ferr := pg.fencedErr(op); ferr != nil {
+				return pg.orFenced(op, err)
+			}
+			if pg.retryOnce(&retried, op, seq, err, save, inplace) {
+				pg.closeOp(seq, members, err)
+				continue
+			}
+			return err
 		}
 		pg.logf("%s (op #%d) failed: %v; ranks %v do not answer probes", op, seq, err, dead)
 		if !hasMajority(len(members)-len(dead), len(members)) {
@@ -149,24 +164,10 @@ func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(c
 			return opErr{fmt.Errorf("%w; rank %d reaches only %d of the op's %d members, fewer than half, so it does not decide on the failure, and the group decided nothing about it within %s",
 				err, pg.cfg.Rank, len(members)-len(dead), len(members), wait)}
 		}
-		d, perr := pg.propose(func(cur *decision) (*decision, string) {
-			participating := without(cur.Active, cur.Excluded)
-			if len(without(dead, participating)) == len(dead) {
-				return nil, "" // already out (a decision this rank applied meanwhile)
-			}
-			cur.Kind, cur.Ranks, cur.FailedSeq = "fault", dead, seq
-			if pg.cfg.AutoDeactivate && pg.cfg.AutoSync {
-				cur.Epoch++
-				cur.Active = without(cur.Active, dead)
-				cur.Excluded = without(cur.Excluded, dead)
-			} else {
-				cur.Excluded = union(cur.Excluded, dead)
-				if pg.cfg.AutoDeactivate {
-					cur.Pending = union(cur.Pending, dead)
-				}
-			}
-			return cur, ""
-		}, func(d *decision) bool { return d.Kind == "fault" && d.FailedSeq == seq })
+		dead = pg.reconcile(ctx, members, dead) // peerfault.go
+		// (a fault agreed outside a collective has Seq == FailedSeq: peerfault.go)
+		d, perr := pg.propose(pg.faultDecision(dead, seq),
+			func(d *decision) bool { return d.Kind == "fault" && d.FailedSeq == seq && d.Seq > seq })
 		if perr != nil {
 			if ferr := pg.fencedErr(op); ferr != nil {
 				return ferr
@@ -189,6 +190,7 @@ func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(c
 			// moved on without the dead ranks, this op reports the failure.
 			return fmt.Errorf("%w (MOONCAKE_PG_FT_INPUT_COPY=0: the op is not rerun over the survivors)", err)
 		}
+		pg.closeOp(seq, members, err)
 	}
 }
 
@@ -198,6 +200,30 @@ func (pg *Group) orFenced(op string, err error) error {
 		return fmt.Errorf("%w (the op failed with: %v)", ferr, err)
 	}
 	return err
+}
+
+// retryOnce says whether an op that failed without a dead member (a membership mismatch, or a
+// member that gave it up) runs again, once: members behind in the decision log (a dead rank
+// another survivor agreed on over p2p, peerfault.go) meet the failure they had not seen, give the
+// op up, and run it again over the agreed view at the next op number, so this rank, ahead, does
+// too. A rank that skipped a membership call meets the mismatch again and the op fails. Not for
+// an in-place op without its input copy (MOONCAKE_PG_FT_INPUT_COPY=0).
+func (pg *Group) retryOnce(retried *bool, op string, seq uint64, err error, save, inplace []byte) bool {
+	if *retried || (save == nil && len(inplace) > 0) || !pg.joined.Load() {
+		return false
+	}
+	*retried = true
+	pg.logf("%s (op #%d): %v; running it again with the group's view (decision #%d)", op, seq, err, pg.m.applied)
+	return true
+}
+
+// closeOp closes op #seq's tag space on every member before this rank runs the op again at the
+// next op number: a member that waits for it over the Conn path (its view differs, so it did not
+// take the shared-memory path this rank failed on, or this rank failed before sending it
+// anything) fails it at once and runs it again too, instead of waiting out its deadline.
+func (pg *Group) closeOp(seq uint64, members []int, err error) {
+	ab := &wire.AbortError{Peer: pg.cfg.Rank, Reason: fmt.Sprintf("rank %d runs op #%d again: %v", pg.cfg.Rank, seq, err)}
+	pg.ep.Abort(wire.SpaceOf(wire.Tag(seq, 0)), without(members, []int{pg.cfg.Rank}), ab)
 }
 
 // catchUp applies the decisions in the log that this rank has not applied.

@@ -39,6 +39,9 @@ type Group struct {
 	joined      atomic.Bool              // an active member (false: a joining process before join_group, or a rank the group dropped)
 	save        []byte                   // an in-place op's input kept for a rerun (runFT, scratch)
 	collTimeout atomic.Int64             // set_collective_timeout_us, ns (0: unset)
+	faultWindow atomic.Int64             // set_fault_reconciliation_window_us, ns (peerfault.go)
+	p2pTimeout  atomic.Int64             // set_p2p_timeout_us, ns (0: the group's timeout; p2pDeadline)
+	reconciling atomic.Bool              // a fault decision is waiting out faultWindow (peerfault.go)
 	heldStarts  atomic.Bool              // ops wait for Work.Start / Work.RunHere (the torch shim)
 
 	unauth func()      // stops the engine accepting the group's token (auth.go)

@@ -73,13 +73,12 @@ func (pg *Group) Send(buf []byte, dst int, tag int32) (*worker.Work, error) {
 	}
 	pg.sendMu.Unlock()
 	return pg.submitTo(q, "send", len(buf), func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, pg.p2pDeadline())
+		defer cancel()
 		// A send to a rank that is dead or out of the group completes without error and
 		// names that rank in its failed-ranks hint (get_local_success False), as upstream's:
-		// the message is lost, the program decides what to do.
-		lost := func(why error) error {
-			pg.logf("send to rank %d (tag %d) not delivered: %v", dst, tag, why)
-			return &worker.Degraded{Failed: []int{dst}}
-		}
+		// the message is lost, the program decides what to do (peerfault.go).
+		lost := func(why error) error { return pg.p2pLost("send", dst, tag, why) }
 		if err := pg.p2pCheck("send", dst); err != nil {
 			return lost(err)
 		}
@@ -91,20 +90,30 @@ func (pg *Group) Send(buf []byte, dst int, tag int32) (*worker.Work, error) {
 			case errors.Is(err, wire.ErrPeerDead) || errors.Is(pg.ep.PeerAlive(ctx, dst), wire.ErrPeerDead):
 				return lost(err)
 			case errors.Is(err, context.DeadlineExceeded):
-				return opErr{fmt.Errorf("send on rank %d to rank %d (tag %d): rank %d did not take the message within %s", pg.cfg.Rank, dst, tag, dst, pg.cfg.Timeout)}
+				return opErr{fmt.Errorf("send on rank %d to rank %d (tag %d): rank %d did not take the message within %s", pg.cfg.Rank, dst, tag, dst, pg.p2pDeadline())}
 			}
 			return opErr{fmt.Errorf("send on rank %d to rank %d (tag %d): %w", pg.cfg.Rank, dst, tag, err)}
 		}
-		// Over shared memory a write into a dead peer's mailbox succeeds: ask whether it is
-		// alive (at most one probe per peer per deadPeerCheck while it says nothing).
-		if err := pg.ep.AliveRecently(ctx, dst, deadPeerCheck); err != nil && errors.Is(err, wire.ErrPeerDead) {
-			return lost(err)
+		// Over shared memory a write into a dead peer's mailbox succeeds: a peer that did not
+		// take the message within deadPeerCheck is probed.
+		if !pg.ep.Delivered(ctx, dst, deadPeerCheck) {
+			if err := pg.ep.PeerAlive(ctx, dst); err != nil && errors.Is(err, wire.ErrPeerDead) {
+				return lost(err)
+			}
 		}
 		return nil
 	}), nil
 }
 
-// deadPeerCheck is how long a peer may be silent before a send to it probes its liveness.
+// p2pDeadline bounds a send or receive: set_p2p_timeout_us when set, else the group's timeout.
+func (pg *Group) p2pDeadline() time.Duration {
+	if d := time.Duration(pg.p2pTimeout.Load()); d > 0 {
+		return d
+	}
+	return pg.cfg.Timeout
+}
+
+// deadPeerCheck is how long a send waits for its peer to take the message before it probes the peer.
 const deadPeerCheck = 10 * time.Millisecond
 
 // Recv posts the receive now (so receives match in call order) and completes the work when a
@@ -123,7 +132,12 @@ func (pg *Group) Recv(buf []byte, src int, tag int32) (*worker.Work, error) {
 		return w, nil
 	}
 	if err := pg.p2pCheck("recv", src); err != nil {
-		w.Finish(err)
+		// Like a send's: completes with the peer in the hint (peerfault.go).
+		pg.recvs.Add(1)
+		go func() {
+			defer pg.recvs.Done()
+			w.FinishFrom(src, pg.p2pLost("recv", src, tag, err))
+		}()
 		return w, nil
 	}
 	r := pg.ep.PostRecv(peer, wire.UserTag(tag), buf)
@@ -135,12 +149,18 @@ func (pg *Group) Recv(buf []byte, src int, tag int32) (*worker.Work, error) {
 	start := pg.observeStart() // observer hook (observer.go)
 	go func() {
 		defer pg.recvs.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), pg.cfg.Timeout)
+		wait := pg.p2pDeadline()
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		defer cancel()
 		n, s, err := r.Wait(ctx)
 		switch {
+		case src >= 0 && err != nil && !pg.closed.Load() &&
+			(errors.Is(err, wire.ErrPeerDead) || errors.Is(pg.ep.PeerAlive(ctx, src), wire.ErrPeerDead)):
+			// The peer died before its message came: completes with the peer in the hint.
+			err = pg.p2pLost("recv", src, tag, err)
+			s = src
 		case errors.Is(err, context.DeadlineExceeded):
-			err = opErr{fmt.Errorf("recv on rank %d: no message from %s (tag %d) within %s: %w", pg.cfg.Rank, from, tag, pg.cfg.Timeout, worker.ErrTimeout)}
+			err = opErr{fmt.Errorf("recv on rank %d: no message from %s (tag %d) within %s: %w", pg.cfg.Rank, from, tag, wait, worker.ErrTimeout)}
 		case err != nil:
 			err = opErr{fmt.Errorf("recv on rank %d from %s (tag %d): %w", pg.cfg.Rank, from, tag, err)}
 		case n != len(buf):
@@ -210,11 +230,17 @@ func (pg *Group) Reduce(buf []byte, dt reduce.DType, op reduce.Op, root int) (*w
 // AllGather gathers every member's in into outs[rank] on every member (len(outs) ==
 // WorldSize()).
 func (pg *Group) AllGather(in []byte, outs [][]byte) (*worker.Work, error) {
-	outs, err := pg.byRank("all_gather", "outputs", outs)
+	layout, err := pg.byRankWhenRun("all_gather", "outputs", outs) // peerfault.go
 	if err != nil {
 		return nil, err
 	}
-	return pg.submit("all_gather", len(in), func(ctx context.Context) error { return pg.g.AllGather(ctx, in, outs) }), nil
+	return pg.submit("all_gather", len(in), func(ctx context.Context) error {
+		outs, err := layout(ctx)
+		if err != nil {
+			return err
+		}
+		return pg.g.AllGather(ctx, in, outs)
+	}), nil
 }
 
 // Gather gathers every member's in into root's outs (nil on the other ranks).
@@ -222,11 +248,17 @@ func (pg *Group) Gather(in []byte, outs [][]byte, root int) (*worker.Work, error
 	if err := pg.checkRank("gather", "root", root); err != nil {
 		return nil, err
 	}
-	outs, err := pg.byRank("gather", "outputs", outs)
+	layout, err := pg.byRankWhenRun("gather", "outputs", outs)
 	if err != nil {
 		return nil, err
 	}
-	return pg.submit("gather", len(in), func(ctx context.Context) error { return pg.g.Gather(ctx, in, outs, root) }), nil
+	return pg.submit("gather", len(in), func(ctx context.Context) error {
+		outs, err := layout(ctx)
+		if err != nil {
+			return err
+		}
+		return pg.g.Gather(ctx, in, outs, root)
+	}), nil
 }
 
 // Scatter sends root's ins[rank] to every member's out (ins nil on the other ranks).
@@ -234,20 +266,32 @@ func (pg *Group) Scatter(ins [][]byte, out []byte, root int) (*worker.Work, erro
 	if err := pg.checkRank("scatter", "root", root); err != nil {
 		return nil, err
 	}
-	ins, err := pg.byRank("scatter", "inputs", ins)
+	layout, err := pg.byRankWhenRun("scatter", "inputs", ins)
 	if err != nil {
 		return nil, err
 	}
-	return pg.submit("scatter", len(out), func(ctx context.Context) error { return pg.g.Scatter(ctx, ins, out, root) }), nil
+	return pg.submit("scatter", len(out), func(ctx context.Context) error {
+		ins, err := layout(ctx)
+		if err != nil {
+			return err
+		}
+		return pg.g.Scatter(ctx, ins, out, root)
+	}), nil
 }
 
 // ReduceScatter reduces ins[rank] across the members into each member's out.
 func (pg *Group) ReduceScatter(ins [][]byte, out []byte, dt reduce.DType, op reduce.Op) (*worker.Work, error) {
-	ins, err := pg.byRank("reduce_scatter", "inputs", ins)
+	layout, err := pg.byRankWhenRun("reduce_scatter", "inputs", ins)
 	if err != nil {
 		return nil, err
 	}
-	return pg.submit("reduce_scatter", sizeOf(ins), func(ctx context.Context) error { return pg.g.ReduceScatter(ctx, ins, out, dt, op) }), nil
+	return pg.submit("reduce_scatter", sizeOf(ins), func(ctx context.Context) error {
+		ins, err := layout(ctx)
+		if err != nil {
+			return err
+		}
+		return pg.g.ReduceScatter(ctx, ins, out, dt, op)
+	}), nil
 }
 
 // AllToAll sends ins[r] to rank r, which receives it in outs[sender].

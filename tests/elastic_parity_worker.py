@@ -218,6 +218,10 @@ def outputs(a, store, out: dict) -> None:
         out["two_entries"] = "accepted"
     except Exception as e:  # noqa: BLE001
         out["two_entries"] = str(e)[:300]
+    # Stay until every survivor made that call: it probes the group, and a survivor that had
+    # exited meanwhile would be found dead (and 2 entries would then fit the 2 left).
+    store.add("outputs_done", 1)
+    wait_until(lambda: int(store.add("outputs_done", 0)) >= n, "the other survivors")
 
 
 def listening_addrs() -> list:

@@ -61,8 +61,8 @@ def run_op(op: str, rank: int, world: int, survivors: list[int], out: dict) -> N
         want = float(sum((r + 1) * (rank + 1) for r in survivors))
         out["correct"] = bool(torch.equal(o, torch.full((N,), want)))
     elif op == "send_recv":
-        # Survivors exchange in a ring among themselves; the rank after the dead one also tries
-        # to receive from it, which must fail fast with a clear error.
+        # Survivors exchange in a ring among themselves; the rank after the dead one also
+        # receives from it, which completes at once (as upstream's) with the rank in the hint.
         i = survivors.index(rank)
         nxt, prv = survivors[(i + 1) % len(survivors)], survivors[i - 1]
         buf = torch.zeros(N)
@@ -74,8 +74,9 @@ def run_op(op: str, rank: int, world: int, survivors: list[int], out: dict) -> N
         if dead and rank == survivors[0]:
             t1 = time.time()
             try:
-                dist.recv(torch.zeros(N), dead[0])
-                out["recv_from_dead"] = "returned"
+                rw = dist.irecv(torch.zeros(N), dead[0])
+                rw.wait()
+                out["recv_from_dead"] = {"local_success": mpg.get_local_success(rw), "hint": hint_ranks(rw)}
             except Exception as e:  # noqa: BLE001
                 out["recv_from_dead"] = str(e)[:300]
             out["recv_from_dead_s"] = round(time.time() - t1, 3)

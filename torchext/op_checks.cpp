@@ -94,10 +94,12 @@ void MooncakeBackend::Op::groupList(size_t n, const char* what) {
     return;
   }
   const int active = b_->activeCount();
+  // Fewer than this rank's active ranks: its peers may have met failures it has not; the op
+  // probes the group and lays the list out by the agreed view when it runs (pg, peerfault.go).
   TORCH_CHECK(
-      static_cast<int>(n) == active, where(), ": ", what, " has ", n,
-      " tensors, expected the group size ", size(),
-      active != size() ? " or one per active rank (" + std::to_string(active) + ")" : "");
+      (n >= 1 && static_cast<int>(n) <= active), where(), ": ", what, " has ", n,
+      " tensors, expected the group size ", size(), " or one per active rank (up to ", active,
+      ")");
 }
 
 int MooncakeBackend::Op::parts(const at::Tensor& whole, const at::Tensor& part) {
@@ -165,14 +167,18 @@ void MooncakeBackend::Op::wholeGroup(
   if (whole.numel() == part.numel() * size()) {
     return;
   }
-  // After a failure upstream sizes it by the active ranks (parts in rank order of the mask).
+  // Sized by the active ranks (upstream's layout after a failure), or by fewer: this rank's
+  // peers may have met failures it has not; the op probes the group and lays the buffer out by
+  // the agreed view when it runs (pg, peerfault.go).
   const int active = b_->activeCount();
+  const int64_t p = part.numel();
   TORCH_CHECK(
-      active != size() && whole.numel() == part.numel() * active, where(), ": ",
+      p > 0 && whole.numel() % p == 0 && whole.numel() / p >= 1 && whole.numel() / p <= active,
+      where(), ": ",
       outIsWhole ? "output" : "input", " ", index < 0 ? std::string("tensor") : std::to_string(index),
       " must have group size (", size(), ") x ", outIsWhole ? "input" : "output",
       " elements (", part.numel(), "), got ", whole.numel(),
-      active != size() ? " (or active ranks (" + std::to_string(active) + ") x that)" : "");
+      " (or up to the active ranks (", active, ") x that, laid out by the active ranks)");
 }
 
 ReduceArgs MooncakeBackend::Op::reduction(const at::Tensor& t, const c10d::ReduceOp& rop) {

@@ -136,9 +136,13 @@ class SetupMixin:
 
         Also ``setup(config_dict)`` with those names as keys (and ``device_name`` /
         ``master_server_address``, the MooncakeConfig spellings), or ``setup(MooncakeConfig)``.
-        ``engine`` (a TransferEngine to share) is accepted and not needed: the first store of
+        ``engine``: a TransferEngine (or its ``get_engine()``) for the store to run on, so the
+        store's segment is that engine's (``get_hostname()`` is its segment name) and it shares
+        the engine with the program and, after ``mooncake.pg.set_transfer_engine(engine)``, the
+        process groups; the engine must outlive the store and publish its segments where the
+        store's ``metadata_server`` says (else INVALID_PARAMS). Without it the first store of
         the process runs on the process's transfer engine, and a store set up while another is
-        gets an engine of its own, so each store is its own segment (``get_hostname()``). ``local_buffer_size=0``
+        gets an engine of its own, so each store is its own segment. ``local_buffer_size=0``
         gives a client without a local buffer: the copying calls (put, get, ...) then fail with
         INVALID_PARAMS, as upstream's; the zero-copy ones (put_from, get_into) work.
         ``enable_ssd_offload=True`` keeps evicted objects on this host's disk, in
@@ -180,7 +184,7 @@ class SetupMixin:
         buf = parse_size(local_buffer_size, "local_buffer_size")
         if tenant_id is not None and not isinstance(tenant_id, str):
             raise TypeError(f"setup(tenant_id=...): want a str, got {type(tenant_id).__name__}")
-        if engine is not None and not hasattr(engine, "get_rpc_port"):
+        if engine is not None and not hasattr(engine, "get_engine_ptr"):
             raise TypeError(f"setup(engine=...): want a mooncake.engine.TransferEngine, got {type(engine).__name__}")
         opts = {
             "local_hostname": local_hostname or "", "metadata_server": metadata_server or "",
@@ -190,6 +194,7 @@ class SetupMixin:
             # client-local SSD offload: one flag, read by the Go client (store/client Config)
             "enable_ssd_offload": bool(enable_ssd_offload), "ssd_offload_path": ssd_offload_path or "",
             "tenant_id": tenant_id or "",
+            "engine": int(engine.get_engine_ptr()) if engine is not None else 0,
         }
         return self._set_up("setup", lambda l, h: l.mc_store_setup_json(h, json.dumps(opts).encode()), buf)
 

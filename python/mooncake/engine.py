@@ -94,6 +94,10 @@ class InnerTransferEngine:
     def get_rpc_port(self) -> int:
         return self._owner.get_rpc_port()
 
+    def get_engine_ptr(self) -> int:
+        """The engine's handle in libmooncake (TransferEngine.get_engine_ptr)."""
+        return self.handle
+
     def get_segment_name(self) -> str:
         return self.segment_name
 
@@ -222,6 +226,12 @@ class TransferEngine:
 
     def get_rpc_port(self) -> int:
         return _lib().mc_engine_rpc_port(self._need())
+
+    def get_engine_ptr(self) -> int:
+        """The engine's handle in libmooncake (upstream: the address of its C++ engine), what
+        ``mooncake.pg.set_transfer_engine`` and ``MooncakeDistributedStore.setup(engine=...)``
+        take to run on this engine."""
+        return self._need()
 
     def get_engine(self) -> InnerTransferEngine:
         """The engine behind this TransferEngine (see InnerTransferEngine)."""

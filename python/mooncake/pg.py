@@ -56,6 +56,7 @@ if _pg_ext.TORCH_VERSION != torch.__version__:  # pragma: no cover
 __all__ = [
     "MooncakeBackendOptions",
     "ProposalResponse",
+    "ProposeViewUpdateResponse",
     "SyncAfterFailureResponse",
     "get_peer_state",
     "get_num_synced_ranks",
@@ -66,6 +67,11 @@ __all__ = [
     "sync_after_failure",
     "extend_group_size_to",
     "set_collective_timeout_us",
+    "set_p2p_timeout_us",
+    "set_fault_reconciliation_window_us",
+    "set_transfer_engine",
+    "get_coordinator_address",
+    "COORDINATOR_STORE_KEY",
     "set_device_filter",
     "set_host_ip",
     "ProposalStatus",
@@ -163,6 +169,33 @@ class MooncakeBackendOptions:
 # set_collective_timeout_us; 0: the library reads MOONCAKE_PG_COLLECTIVE_TIMEOUT_US when a group
 # is created (so a value set in os.environ after this import counts).
 _collective_timeout_us = 0
+# set_p2p_timeout_us and set_fault_reconciliation_window_us (0: unset), given to every group
+# created afterwards and to the default group.
+_p2p_timeout_us = 0
+_fault_window_us = 0
+
+# The store key under which rank 0 publishes the address of the group's control plane (upstream:
+# its coordinator's RPC address; here: the rendezvous store holding the decision log).
+COORDINATOR_STORE_KEY = "coordinator_addr"
+
+
+def _control_plane_address(store: Any) -> str:
+    """host:port of the TCPStore under a group's (prefixed) rendezvous store; "" for a store
+    without a network address (a FileStore, a HashStore)."""
+    while isinstance(store, dist.PrefixStore):
+        store = store.underlying_store
+    if isinstance(store, dist.TCPStore):
+        return f"{store.host}:{store.port}"
+    return ""
+
+
+def _configure(backend: Any) -> None:
+    if _collective_timeout_us > 0:
+        _call(backend, "configure", collective_timeout_us=_collective_timeout_us)
+    if _p2p_timeout_us > 0:
+        _call(backend, "configure_p2p_timeout", p2p_timeout_us=_p2p_timeout_us)
+    if _fault_window_us > 0:
+        _call(backend, "configure_fault_window", fault_reconciliation_window_us=_fault_window_us)
 
 
 def _make_creator(cuda: bool):
@@ -200,8 +233,10 @@ def _make_creator(cuda: bool):
             opts.auto_sync_on_failure,
             cuda,
         )
-        if _collective_timeout_us > 0:
-            _call(backend, "configure", collective_timeout_us=_collective_timeout_us)
+        _configure(backend)
+        if rank == 0:
+            # As upstream's rank 0 publishes its coordinator (pg.CoordinatorKey, docs/elastic.md).
+            dist_backend_opts.store.set(COORDINATOR_STORE_KEY, _control_plane_address(dist_backend_opts.store))
         return backend
 
     create.__name__ = f"create_mooncake_{device}_backend"
@@ -310,6 +345,10 @@ class ProposalResponse:
     new_epoch: int
     dropped_ranks: List[int] = field(default_factory=list)
     reject_reason: str = ""
+
+
+# Upstream's class name for these answers (its bindings' type of ProposalResponse).
+ProposeViewUpdateResponse = ProposalResponse
 
 
 @dataclass
@@ -491,3 +530,81 @@ def set_collective_timeout_us(timeout_us: int) -> None:
         except ValueError:
             return
         _call(b, "configure", collective_timeout_us=_collective_timeout_us)
+
+
+def _default_backend() -> Any:
+    if not dist.is_initialized():
+        return None
+    try:
+        return get_backend(None)
+    except ValueError:
+        return None
+
+
+def _us(name: str, us: Any) -> int:
+    if isinstance(us, bool) or not isinstance(us, int):
+        raise TypeError(f"{name}: want an int of microseconds, got {us!r}")
+    if us < 0:
+        raise ValueError(f"{name}: {us} is negative")
+    return int(us)
+
+
+def set_p2p_timeout_us(timeout_us: int) -> None:
+    """Deadline of every send and receive of mooncake groups created afterwards (and of the
+    default group when it exists), in microseconds; 0 restores the group's timeout. A receive
+    whose message does not come in time fails naming the deadline; a dead peer is found by
+    liveness probes well before it."""
+    global _p2p_timeout_us
+    _p2p_timeout_us = _us("set_p2p_timeout_us", timeout_us)
+    b = _default_backend()
+    if b is not None:
+        _call(b, "configure_p2p_timeout", p2p_timeout_us=_p2p_timeout_us)
+
+
+def set_fault_reconciliation_window_us(window_us: int) -> None:
+    """How long a rank that found members dead waits before the group decides, so that members
+    failing meanwhile are agreed on in the same decision (one epoch) instead of one after the
+    other: upstream's coordinator waits so for every rank's report. 0 (the default here: a
+    liveness probe has proved the ranks dead) decides at once; the wait delays the op that met
+    the failure by the window. Applies to mooncake groups created afterwards and to the default
+    group; negative values raise ValueError."""
+    global _fault_window_us
+    _fault_window_us = _us("set_fault_reconciliation_window_us", window_us)
+    b = _default_backend()
+    if b is not None:
+        _call(b, "configure_fault_window", fault_reconciliation_window_us=_fault_window_us)
+
+
+def set_transfer_engine(engine: Any) -> None:
+    """Makes ``engine`` (a ``mooncake.engine.TransferEngine``, or its ``get_engine()``) the
+    process's transfer engine: process groups created afterwards run on it (their endpoints are
+    its segment), as does a store given it (``setup(..., engine=engine)``). ``None`` returns to
+    the default (the first engine the process created, else one made from the environment).
+    Call it before the process's first group; it raises ValueError while a group or a store
+    runs on the current engine. The engine must outlive the groups (upstream's rule too)."""
+    from mooncake import _native
+
+    if engine is None:
+        h = 0
+    else:
+        get = getattr(engine, "get_engine_ptr", None)
+        if get is None:
+            raise TypeError(f"set_transfer_engine: want a mooncake.engine.TransferEngine, got {type(engine).__name__}")
+        h = int(get())
+    fn = _native.lib().mc_set_process_engine
+    fn.argtypes = [ctypes.c_uint64]
+    fn.restype = ctypes.c_int
+    if fn(ctypes.c_uint64(h)) != 0:
+        raise ValueError(f"mooncake: {_native.last_error()}")
+
+
+def get_coordinator_address(pg: Any = None) -> str:
+    """The address rank 0 published under ``"coordinator_addr"`` in the group's rendezvous store,
+    as upstream's rank 0 publishes its coordinator's: here the host:port of the TCPStore that
+    holds the group's membership decisions (this build has no coordinator process). Raises
+    RuntimeError for a group whose store has no network address (a FileStore)."""
+    addr = _call(get_backend(pg), "coordinator_address").get("coordinator", "")
+    if not addr:
+        raise RuntimeError("mooncake: the group's rendezvous store has no network address (not a "
+                           "TCPStore): its control plane is that store")
+    return addr
