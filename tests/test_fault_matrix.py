@@ -59,7 +59,17 @@ def matrix_job(request):
 
 
 def results(job: Job, names) -> dict[str, dict]:
-    return {n: job.result(n) for n in names}
+    """Every named process's result; when one fails, the error holds every process's log (what
+    the others saw is usually what explains it)."""
+    out, errors = {}, []
+    for n in names:
+        try:
+            out[n] = job.result(n)
+        except AssertionError as e:
+            errors.append(str(e))
+    if errors:
+        raise AssertionError("\n\n".join(errors + [f"--- {n}'s log ---\n{r['_stderr'][-3000:]}" for n, r in out.items()]))
+    return out
 
 
 @pytest.mark.parametrize("matrix_job", ["sigkill"], indirect=True)

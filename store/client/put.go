@@ -140,19 +140,10 @@ func (c *Client) putEnds(ctx context.Context, keys []string) ([]struct{}, []erro
 }
 
 func (c *Client) writeReplicas(ctx context.Context, parts []buf, reps []api.Replica) error {
-	for _, r := range reps {
-		var off uint64
-		for _, p := range parts {
-			if len(p.b) == 0 {
-				continue
-			}
-			rr := r
-			rr.Addr += off
-			rr.Size -= off
-			if err := c.transfer(ctx, true, p, rr); err != nil {
-				return err
-			}
-			off += uint64(len(p.b))
+	xs, _ := replicaWrites(nil, nil, 0, parts, reps)
+	for _, x := range xs {
+		if err := c.transfer(ctx, true, x.local, x.r); err != nil {
+			return err
 		}
 	}
 	return nil
