@@ -65,7 +65,9 @@
 // stays silent while a receive or a credit wait waits on it is probed (liveness.go: the
 // engine's ping, every Options.ProbeInterval, default 200 ms); one that does not answer is marked dead,
 // and every wait on it and every send to it fails at once with an error wrapping
-// wire.ErrPeerDead. PeerAlive answers the collective fast path's liveness question.
+// wire.ErrPeerDead; what it wrote before is delivered first, what it writes after is neither
+// taken nor credited (so the peer's Delivered says false: the membership layer's fencing
+// between hosts rests on it). PeerAlive answers the collective fast path's liveness question.
 // Reconnect points a link at a replacement process (a new incarnation of the rank): both
 // directions' mailbox counters restart and what the old process left is dropped.
 //

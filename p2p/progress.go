@@ -87,6 +87,11 @@ func (e *Endpoint) drain(resets bool) (did, ok bool) {
 			p.reset.Store(nil)
 			close(*rc)
 		}
+		if p.dead.Load() != nil {
+			// Given up (MarkDead drained it first): what it writes now is not taken and not
+			// credited, so its Delivered stays false until Reconnect resets the link.
+			continue
+		}
 		h := atomic.LoadUint32(p.headWord)
 		c := p.consumed.Load()
 		if c == h || h-c > K {

@@ -13,7 +13,14 @@ package pg
 //     half (1 of 2, 2 of 4), both may propose and the rendezvous store's atomic claim of the
 //     log entry decides: the first proposal wins, the other side applies it and is fenced. So
 //     a lone survivor of a group of two goes on, as upstream's does.
-//   - Between hosts (no shared words) an op that succeeded is checked against the decision log
+//   - Between hosts (no shared words) an op that completed here completes only once every
+//     member took what this rank sent it (its credits came back: confirmDelivered). A rank cut
+//     off after the others' contributions reached it and before its own left (it entered a
+//     one-round op last, at the moment of the cut) would otherwise return a value the group
+//     never computed; a member that gave this rank up no longer takes its messages (package
+//     p2p does not drain a peer it marked dead), so such an op waits, probes the members that
+//     did not take it and goes the way of a failed op: the majority rule, then fenced or rerun.
+//   - Then the op is checked against the decision log
 //     when the others may have given up on this rank during it: it ran for at least half the
 //     detection timeout (a partition, a peer that stalls), or this process stalled that long
 //     since shortly before it (SIGSTOP; a watcher goroutine ticks every 100 ms and notes gaps).
@@ -29,6 +36,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/mooncake-go/mooncake/wire"
 )
 
 // fencedErr is the error of an op on a fenced rank, nil when the rank is not fenced.
@@ -172,4 +181,41 @@ func (pg *Group) checkSucceeded(op string, seq uint64, start time.Time) (rerun b
 		return true, nil
 	}
 	return false, nil
+}
+
+// confirmDelivered waits until every member of the op took what this rank sent it (see the file
+// comment), on a group without same-host fences. It returns nil once they all did; an error
+// wrapping wire.ErrPeerDead when members that did not take it do not answer probes (the op then
+// fails here as if a peer had died during it, so the majority rule decides); the fenced error
+// when the group's decision log removed this rank meanwhile; or ctx's error.
+func (pg *Group) confirmDelivered(ctx context.Context, op string, seq uint64, members []int) error {
+	pt := pg.probeTimeout()
+	wait := pt / 2
+	for {
+		var late []int
+		for _, m := range members {
+			if m == pg.cfg.Rank {
+				continue
+			}
+			if pg.ep.Dead(m) == nil && pg.ep.Delivered(ctx, m, wait) {
+				continue
+			}
+			late = append(late, m)
+			wait = time.Millisecond // the others had as long: just look at them
+		}
+		if len(late) == 0 {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return opErr{fmt.Errorf("%s (op #%d) on rank %d: ranks %v did not take this rank's last messages of the op before its deadline: %w", op, seq, pg.cfg.Rank, late, err)}
+		}
+		pg.catchUp()
+		if ferr := pg.fencedErr(op); ferr != nil {
+			return ferr
+		}
+		if dead := pg.deadMembers(ctx, late); len(dead) > 0 {
+			return fmt.Errorf("%s (op #%d) completed on rank %d, but ranks %v did not take its last messages and do not answer probes: %w", op, seq, pg.cfg.Rank, dead, wire.ErrPeerDead)
+		}
+		wait = pt / 2
+	}
 }

@@ -16,6 +16,12 @@ Scenarios (victim rank 2 unless said):
              it (they have its contribution: that step completes with it there, and it cannot
              complete it here); the link is restored after the others' step FAULT+1, which
              finds it gone; then as sigstop
+  partition_last
+             the others enter step FAULT first (their contributions reach it), then the test
+             cuts its link and it enters the step (its carrier down, FAULT_IFACE): it has every
+             contribution but its own never leaves, so the others finish the step without it
+             and its step must fail (fenced), not return the sum of four; the link is restored
+             after the others' step FAULT; then as sigstop
   busy       busy in Python for BUSY_S seconds before step FAULT: nobody is dropped
   two        rank 2 killed before step FAULT, rank 3 before step SECOND
   recovery   rank 2 killed before step FAULT, a replacement started by the test; rank 3 killed
@@ -104,10 +110,26 @@ def loop(a, store, out: dict, start: int) -> None:
                 os.kill(os.getpid(), signal.SIGSTOP)  # the test resumes it
             elif sc == "partition":
                 store.set("victim_in", b"1")  # it enters the step; the test cuts its link
+            elif sc == "partition_last":
+                wait_for(lambda: store.check([f"in/{r}" for r in (0, 1, 3)]), "the others to enter the step")
+                time.sleep(1.0)  # their contributions reach this rank's mailboxes
+                store.set("victim_ready", b"1")  # the test cuts its link now
+                carrier = f"/sys/class/net/{os.environ['FAULT_IFACE']}/carrier"
+
+                def cut() -> bool:
+                    try:
+                        with open(carrier) as f:
+                            return f.read().strip() == "0"
+                    except OSError:  # reading carrier of a link that is down: EINVAL
+                        return True
+
+                wait_for(cut, "the test to cut this rank's link")
             elif sc == "busy":
                 t = time.time()
                 while time.time() - t < BUSY_S:
                     pass
+        if s == FAULT and sc == "partition_last" and rank != 2:
+            store.set(f"in/{rank}", b"1")
         if s == FAULT and sc == "partition" and rank != 2:
             wait_for(lambda: store.check(["cut"]), "the test to cut rank 2's link")
         if s == SECOND and sc == "two" and rank == 3:
@@ -115,10 +137,10 @@ def loop(a, store, out: dict, start: int) -> None:
         if s == RECOVER and start == 0 and rank != 2:
             if sc == "recovery" and rank == 3:
                 os.kill(os.getpid(), signal.SIGKILL)
-            if sc in ("sigstop", "partition", "recovery"):
+            if sc in ("sigstop", "partition", "partition_last", "recovery"):
                 recover(rank, 2, out, s)
         if not step(rank, s, out, store):
-            if rank == 2 and sc in ("sigstop", "partition") and "fenced" not in out:
+            if rank == 2 and sc in ("sigstop", "partition", "partition_last") and "fenced" not in out:
                 out["fenced"] = out["steps"][-1][2]
                 out["fenced_view"] = view()
                 s = rejoin(rank, out, store)

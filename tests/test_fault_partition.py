@@ -1,15 +1,18 @@
 """A network partition: four mooncake-cpu ranks in four network namespaces on one bridge (four
 hosts as far as the engine can tell, so the group moves its bytes over tcp), the rendezvous
 store on the bridge's address in this namespace. Rank 2 enters step FAULT, its link is cut
-(its bridge port down), the others enter the step (they have its contribution, so the step
-completes with it, while rank 2 never gets theirs) and find it gone at step FAULT+1; the link
-is restored after that. The majority goes on with correct sums, rank 2's step fails (never a
+(its bridge port down), the others enter the step: they have its contribution, but rank 2
+never takes theirs, so they do not complete the step with it (an op between hosts completes
+only when every member took what the rank sent it): they find it gone and run the step again
+without it. The link is restored after their step FAULT+1. The majority goes on with correct sums, rank 2's step fails (never a
 success), its view is the group's, and it comes back with join_group when the members call
 recover_ranks. The same with rank 2 frozen (SIGSTOP) before the step and resumed after the
 others finished it without it: between hosts its peers' contributions wait in its sockets, and
-its step must still fail (fenced). (The opposite order, the cut-off rank entering the step last, after the others'
-contributions reached it, is a documented limit between hosts: docs/elastic.md.) Worker: tests/fault_worker.py
-(scenario "partition"). Needs root and iproute2; the namespaces, the bridge and its veth pairs
+its step must still fail (fenced). And the opposite order: rank 2 enters the step last, after
+the others' contributions reached it, with its link already cut: it could compute the sum of
+four from what it holds, but its own contribution never leaves, so the others finish the step
+without it and its step must fail (fenced), never return a value the group did not compute.
+Worker: tests/fault_worker.py (scenarios "partition", "partition_last", "sigstop"). Needs root and iproute2; the namespaces, the bridge and its veth pairs
 are removed afterwards."""
 
 from __future__ import annotations
@@ -82,7 +85,7 @@ def stopped(pid: int) -> bool:
         return f.read().rsplit(")", 1)[1].split()[0] == "T"
 
 
-@pytest.mark.parametrize("scenario", ["partition", "sigstop"])
+@pytest.mark.parametrize("scenario", ["partition", "partition_last", "sigstop"])
 def test_partition_majority_goes_on_minority_is_fenced_then_rejoins(bridge, scenario):
     host = f"{bridge['net']}.254"
     store = dist.TCPStore(host, 0, is_master=True, wait_for_workers=False,
@@ -93,6 +96,7 @@ def test_partition_majority_goes_on_minority_is_fenced_then_rejoins(bridge, scen
             env = dict(_env(), MC_TRANSFER_TIMEOUT="30")
             if scenario == "partition":
                 env["FAULT_DONE_AFTER"] = "next"
+            env["FAULT_IFACE"] = bridge["ends"][r]
             procs[r] = subprocess.Popen(
                 ["ip", "netns", "exec", bridge["ns"][r], sys.executable, WORKER, "--port",
                  str(store.port), "--store-host", host, "--rank", str(r), "--world", "4",
@@ -103,6 +107,11 @@ def test_partition_majority_goes_on_minority_is_fenced_then_rejoins(bridge, scen
             time.sleep(0.5)  # its contribution to the step reaches the others
             _ip("link", "set", bridge["ports"][2], "down")
             store.set("cut", b"1")
+            wait_store(store, ["done/0", "done/1", "done/3"])
+            _ip("link", "set", bridge["ports"][2], "up")
+        elif scenario == "partition_last":
+            wait_store(store, ["victim_ready"])
+            _ip("link", "set", bridge["ports"][2], "down")
             wait_store(store, ["done/0", "done/1", "done/3"])
             _ip("link", "set", bridge["ports"][2], "up")
         else:  # frozen between hosts: the others' contributions wait in its sockets
@@ -133,7 +142,7 @@ def test_partition_majority_goes_on_minority_is_fenced_then_rejoins(bridge, scen
                 p.kill()
                 p.wait()
     for r in (0, 1, 3):
-        first = FAULT + (scenario == "partition")  # the first step without rank 2
+        first = FAULT  # the first step without rank 2
         check_steps(res[r], lambda s: total([0, 1, 3]) if first <= s < RECOVER else total(range(4)))
         assert res[r]["recover"] == 1
     v = res[2]
