@@ -23,6 +23,11 @@ Scenarios (victim rank 2 unless said):
              and its step must fail (fenced), not return the sum of four; the link is restored
              after the others' step FAULT; then as sigstop
   busy       busy in Python for BUSY_S seconds before step FAULT: nobody is dropped
+  rejoin_collective, rejoin_p2p
+             two ranks (upstream's in-place rejoin): a checked all_reduce (or a
+             batch_isend_irecv exchange), then the test cuts rank 1's link and both run the op
+             once more (rank 0 after the cut), the link is restored, rank 1 calls join_group in
+             the same process, rank 0 activate_ranks([1]), and the op runs checked again
   two        rank 2 killed before step FAULT, rank 3 before step SECOND
   recovery   rank 2 killed before step FAULT, a replacement started by the test; rank 3 killed
              while the members recover rank 2 at step RECOVER
@@ -114,16 +119,7 @@ def loop(a, store, out: dict, start: int) -> None:
                 wait_for(lambda: store.check([f"in/{r}" for r in (0, 1, 3)]), "the others to enter the step")
                 time.sleep(1.0)  # their contributions reach this rank's mailboxes
                 store.set("victim_ready", b"1")  # the test cuts its link now
-                carrier = f"/sys/class/net/{os.environ['FAULT_IFACE']}/carrier"
-
-                def cut() -> bool:
-                    try:
-                        with open(carrier) as f:
-                            return f.read().strip() == "0"
-                    except OSError:  # reading carrier of a link that is down: EINVAL
-                        return True
-
-                wait_for(cut, "the test to cut this rank's link")
+                wait_for(carrier_down, "the test to cut this rank's link")
             elif sc == "busy":
                 t = time.time()
                 while time.time() - t < BUSY_S:
@@ -149,6 +145,57 @@ def loop(a, store, out: dict, start: int) -> None:
         s += 1
 
 
+def carrier_down() -> bool:
+    """Whether this namespace's link (FAULT_IFACE) lost its carrier: the test cut it."""
+    try:
+        with open(f"/sys/class/net/{os.environ['FAULT_IFACE']}/carrier") as f:
+            return f.read().strip() == "0"
+    except OSError:  # the carrier of a link that is down reads EINVAL
+        return True
+
+
+def inplace_rejoin(a, store, out: dict) -> None:
+    """Scenarios rejoin_collective and rejoin_p2p (see the module comment)."""
+    rank, peer = a.rank, 1 - a.rank
+
+    def op():
+        """The op; its value is the sum of both ranks' contributions it saw (3 with both)."""
+        mine = torch.full((8,), float(rank + 1))
+        if a.scenario == "rejoin_collective":
+            w = dist.all_reduce(mine, async_op=True)
+            w.wait()
+            return mine[0].item(), [w]
+        got = torch.zeros(8)
+        works = dist.batch_isend_irecv([dist.P2POp(dist.isend, mine, peer),
+                                        dist.P2POp(dist.irecv, got, peer)])
+        for w in works:
+            w.wait()
+        return got[0].item() + rank + 1, works
+
+    def record(name: str) -> None:
+        try:
+            v, works = op()
+            out[name] = [v, [bool(mpg.get_local_success(w)) for w in works], None]
+        except Exception as e:  # noqa: BLE001
+            out[name] = [None, None, str(e)[:600]]
+        out[name + "_view"] = view()
+
+    record("before")
+    if rank == 1:
+        store.set("victim_in", b"1")  # the test cuts this rank's link now
+        wait_for(carrier_down, "the test to cut this rank's link")
+    else:
+        wait_for(lambda: store.check(["cut"]), "the test to cut rank 1's link")
+    record("fault")
+    store.set(f"fault_done/{rank}", b"1")  # rank 1's waits for the link to come back
+    if rank == 1:
+        out["join"] = int(mpg.join_group(None).status)
+    else:
+        wait_for(lambda: mpg.get_peer_state(None, [1])[0], "rank 1 to ask to join")
+        out["activate"] = int(mpg.activate_ranks(None, [1]).status)
+    record("after")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
@@ -167,8 +214,11 @@ def main() -> int:
         dist.init_process_group("mooncake-cpu", store=store, rank=a.rank, world_size=a.world,
                                 timeout=timedelta(seconds=120))
         mpg.set_collective_timeout_us(30_000_000)
-        start = rejoin(a.rank, out, store) if a.replacement else 0
-        loop(a, store, out, start)
+        if a.scenario.startswith("rejoin_"):
+            inplace_rejoin(a, store, out)
+        else:
+            start = rejoin(a.rank, out, store) if a.replacement else 0
+            loop(a, store, out, start)
         out.update(view())
     except Exception:  # noqa: BLE001
         out["error"] = traceback.format_exc()

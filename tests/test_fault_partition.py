@@ -156,3 +156,69 @@ def test_partition_majority_goes_on_minority_is_fenced_then_rejoins(bridge, scen
     check_steps(v, lambda s: total(range(4)), first=RECOVER)
     for r in range(4):
         assert (res[r]["active"], res[r]["epoch"]) == ([1, 1, 1, 1], 2), r
+
+
+@pytest.mark.parametrize("op", ["collective", "p2p"])
+def test_inplace_rejoin_after_a_cut_link(bridge, op):
+    """Upstream's in-place rejoin (its test_pg_elastic test_inplace_rejoin_collective / _p2p, which
+    fail rank 1's transfers by interposing upstream's C++ engine): two ranks, rank 1's link cut
+    while both run an op, restored; rank 1 rejoins in the same process (join_group) and rank 0
+    admits it (activate_ranks). Rank 0, which still reaches the store, decides (one of two: the
+    store's first claim) and completes over itself with local success False; rank 1's op never
+    succeeds (fenced; a p2p op completes with local success False), and its view is the group's; after the rejoin the op is exact on both again."""
+    host = f"{bridge['net']}.254"
+    store = dist.TCPStore(host, 0, is_master=True, wait_for_workers=False,
+                          timeout=timedelta(seconds=120))
+    procs = {}
+    try:
+        for r in range(2):
+            env = dict(_env(), MC_TRANSFER_TIMEOUT="30", FAULT_IFACE=bridge["ends"][r])
+            procs[r] = subprocess.Popen(
+                ["ip", "netns", "exec", bridge["ns"][r], sys.executable, WORKER, "--port",
+                 str(store.port), "--store-host", host, "--rank", str(r), "--world", "2",
+                 "--scenario", f"rejoin_{op}"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        wait_store(store, ["victim_in"])
+        _ip("link", "set", bridge["ports"][1], "down")
+        store.set("cut", b"1")
+        wait_store(store, ["fault_done/0"])
+        _ip("link", "set", bridge["ports"][1], "up")
+        res = {}
+        for r, p in procs.items():
+            try:
+                so, se = p.communicate(timeout=180)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                so, se = p.communicate()
+            line = [x for x in so.splitlines() if x.startswith("RESULT ")]
+            assert line, f"rank {r} printed no result:\n{so}\n{se[-4000:]}"
+            import json
+
+            res[r] = json.loads(line[0][7:])
+            res[r]["_stderr"] = se[-6000:]
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    logs = "\n".join(f"rank {q}:\n{res[q]['_stderr'][-2500:]}" for q in range(2))
+    n_works = 1 if op == "collective" else 2
+    for r in range(2):
+        assert "error" not in res[r], f"rank {r}: {res[r]['error']}\n{logs}"
+        assert res[r]["before"] == [3.0, [True] * n_works, None], (r, res[r]["before"])
+        assert res[r]["before_view"] == {"active": [1, 1], "epoch": 0}
+    # rank 0 went on alone: its own contribution, local success False
+    assert res[0]["fault"][0] == 1.0 and not all(res[0]["fault"][1]), (res[0]["fault"], logs)
+    assert res[0]["fault_view"] == {"active": [1, 0], "epoch": 1}, res[0]["fault_view"]
+    # rank 1: never a success (a collective fails fenced; a p2p op completes with local
+    # success False, its receive untouched, as upstream's do), with the group's view
+    v, ok, err = res[1]["fault"]
+    if op == "collective":
+        assert v is None and "fenced" in err, (res[1]["fault"], logs)
+    else:
+        assert (v, ok, err) == (2.0, [False, False], None), (res[1]["fault"], logs)
+    assert res[1]["fault_view"] == {"active": [1, 0], "epoch": 1}, (res[1]["fault_view"], logs)
+    assert res[1]["join"] == 1 and res[0]["activate"] == 1, (res[1].get("join"), res[0].get("activate"))
+    for r in range(2):
+        assert res[r]["after"] == [3.0, [True] * n_works, None], (r, res[r]["after"], logs)
+        assert res[r]["after_view"] == {"active": [1, 1], "epoch": 2}, (r, res[r]["after_view"])
