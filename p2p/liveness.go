@@ -10,8 +10,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"syscall"
 	"time"
 
+	"github.com/mooncake-go/mooncake/engine/transport"
 	"github.com/mooncake-go/mooncake/wire"
 )
 
@@ -23,7 +25,10 @@ type Prober interface {
 	Probe(ctx context.Context, segment, engine string) error
 }
 
-type deadErr struct{ err error }
+type deadErr struct {
+	err  error
+	gone bool // its process is known to have ended (Gone)
+}
 
 // Dead returns why rank was marked dead, or nil.
 func (e *Endpoint) Dead(rank int) error {
@@ -36,9 +41,22 @@ func (e *Endpoint) Dead(rank int) error {
 	return nil
 }
 
+// Gone reports whether rank was marked dead because its process is known to have ended: a
+// probe found its host refusing the connection, or its same-host process no longer there (not
+// a peer that did not answer, which may be stopped or cut off and still running).
+func (e *Endpoint) Gone(rank int) bool {
+	if rank < 0 || rank >= len(e.peers) {
+		return false
+	}
+	d := e.peers[rank].dead.Load()
+	return d != nil && d.gone
+}
+
 // MarkDead declares rank dead (the membership layer does it for ranks the group agreed have
 // failed): waits on it and sends to it fail at once, until Reconnect gives it a new endpoint.
-func (e *Endpoint) MarkDead(rank int, why error) {
+func (e *Endpoint) MarkDead(rank int, why error) { e.markDead(rank, why, false) }
+
+func (e *Endpoint) markDead(rank int, why error, gone bool) {
 	if rank < 0 || rank >= len(e.peers) || rank == e.rank {
 		return
 	}
@@ -55,7 +73,7 @@ func (e *Endpoint) MarkDead(rank int, why error) {
 		e.drain(false)
 	}
 	e.drainMu.Unlock()
-	e.peers[rank].dead.CompareAndSwap(nil, &deadErr{why})
+	e.peers[rank].dead.CompareAndSwap(nil, &deadErr{err: why, gone: gone})
 	e.failPosted(rank, why)
 	e.wake()
 }
@@ -120,7 +138,8 @@ func (e *Endpoint) PeerAlive(ctx context.Context, rank int) error {
 		// says nothing about the peer, which must not be marked dead for it.
 		return ctx.Err()
 	}
-	e.MarkDead(rank, fmt.Errorf("rank %d is gone: %w (%v)", rank, wire.ErrPeerDead, err))
+	gone := errors.Is(err, transport.ErrPeerGone) || errors.Is(err, syscall.ECONNREFUSED)
+	e.markDead(rank, fmt.Errorf("rank %d is gone: %w (%v)", rank, wire.ErrPeerDead, err), gone)
 	return e.Dead(rank)
 }
 

@@ -135,19 +135,7 @@ func (e *Endpoint) creditor(p *peer) {
 		c := p.consumed.Load()
 		l := p.link.Load()
 		if c != last || l != lastLink {
-			sc := memview.Bytes(p.scratch, line)
-			binary.LittleEndian.PutUint32(sc[4:], c)
-			w := [1]Write{{Src: p.scratch + 4, Dst: l.remote + uint64(e.lay.ctrl(e.rank)+4), Len: 4}}
-			// Over the sender's stream a credit costs no round trip; a broken stream (the
-			// peer failed, or it is being replaced) falls back to a plain write.
-			err := errors.New("no stream")
-			if l.stream != nil {
-				err = l.stream.Write(context.Background(), w[:])
-			}
-			if err != nil {
-				err = e.f.Write(context.Background(), l.seg, w[:])
-			}
-			if err != nil {
+			if err := e.writeCredit(context.Background(), p, l, c); err != nil {
 				if p.dead.Load() != nil && p.link.Load() == l {
 					// A dead peer takes no credits; wait for a new incarnation.
 					select {
@@ -171,7 +159,33 @@ func (e *Endpoint) creditor(p *peer) {
 		select {
 		case <-p.creditCh:
 		case <-e.closed:
+			// The last credits go out before the endpoint closes: a sender's op between
+			// hosts completes only when its last messages are credited (pg's fencing).
+			if c := p.consumed.Load(); c != last && p.dead.Load() == nil {
+				if l := p.link.Load(); l != nil {
+					ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+					e.writeCredit(ctx, p, l, c)
+					cancel()
+				}
+			}
 			return
 		}
 	}
+}
+
+// writeCredit writes c, the count of p's cells consumed here, into p's tail word for us. Over
+// the sender's stream a credit costs no round trip; a broken stream (the peer failed, or it is
+// being replaced) falls back to a plain write.
+func (e *Endpoint) writeCredit(ctx context.Context, p *peer, l *link, c uint32) error {
+	sc := memview.Bytes(p.scratch, line)
+	binary.LittleEndian.PutUint32(sc[4:], c)
+	w := [1]Write{{Src: p.scratch + 4, Dst: l.remote + uint64(e.lay.ctrl(e.rank)+4), Len: 4}}
+	err := errors.New("no stream")
+	if l.stream != nil {
+		err = l.stream.Write(ctx, w[:])
+	}
+	if err != nil {
+		err = e.f.Write(ctx, l.seg, w[:])
+	}
+	return err
 }

@@ -184,17 +184,19 @@ func (pg *Group) checkSucceeded(op string, seq uint64, start time.Time) (rerun b
 }
 
 // confirmDelivered waits until every member of the op took what this rank sent it (see the file
-// comment), on a group without same-host fences. It returns nil once they all did; an error
-// wrapping wire.ErrPeerDead when members that did not take it do not answer probes (the op then
-// fails here as if a peer had died during it, so the majority rule decides); the fenced error
-// when the group's decision log removed this rank meanwhile; or ctx's error.
+// comment), on a group without same-host fences. It returns nil once they all did, or the ones
+// that did not are gone (their processes ended: a member that finished the op and exited before
+// its credits went out; a group that went on without this rank is made of live members); an
+// error wrapping wire.ErrPeerDead when members that did not take it do not answer probes (the
+// op then fails here as if a peer had died during it, so the majority rule decides); the
+// fenced error when the group's decision log removed this rank meanwhile; or ctx's error.
 func (pg *Group) confirmDelivered(ctx context.Context, op string, seq uint64, members []int) error {
 	pt := pg.probeTimeout()
-	wait := pt / 2
+	wait := 20 * time.Millisecond // the credits of the op's last messages are on their way
 	for {
 		var late []int
 		for _, m := range members {
-			if m == pg.cfg.Rank {
+			if m == pg.cfg.Rank || pg.ep.Gone(m) {
 				continue
 			}
 			if pg.ep.Dead(m) == nil && pg.ep.Delivered(ctx, m, wait) {
@@ -209,13 +211,20 @@ func (pg *Group) confirmDelivered(ctx context.Context, op string, seq uint64, me
 		if err := ctx.Err(); err != nil {
 			return opErr{fmt.Errorf("%s (op #%d) on rank %d: ranks %v did not take this rank's last messages of the op before its deadline: %w", op, seq, pg.cfg.Rank, late, err)}
 		}
-		pg.catchUp()
+		dead := pg.deadMembers(ctx, late) // at once for a gone process, a probe timeout for a silent one
+		var silent []int
+		for _, m := range dead {
+			if !pg.ep.Gone(m) {
+				silent = append(silent, m)
+			}
+		}
+		pg.catchUp() // a member that answers but does not take them gave this rank up
 		if ferr := pg.fencedErr(op); ferr != nil {
 			return ferr
 		}
-		if dead := pg.deadMembers(ctx, late); len(dead) > 0 {
-			return fmt.Errorf("%s (op #%d) completed on rank %d, but ranks %v did not take its last messages and do not answer probes: %w", op, seq, pg.cfg.Rank, dead, wire.ErrPeerDead)
+		if len(silent) > 0 {
+			return fmt.Errorf("%s (op #%d) completed on rank %d, but ranks %v did not take its last messages and do not answer probes: %w", op, seq, pg.cfg.Rank, silent, wire.ErrPeerDead)
 		}
-		wait = pt / 2
+		wait = pt / 2 // alive (or gone): wait again for the ones alive
 	}
 }
