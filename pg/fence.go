@@ -18,8 +18,9 @@ package pg
 //     off after the others' contributions reached it and before its own left (it entered a
 //     one-round op last, at the moment of the cut) would otherwise return a value the group
 //     never computed; a member that gave this rank up no longer takes its messages (package
-//     p2p does not drain a peer it marked dead), so such an op waits, probes the members that
-//     did not take it and goes the way of a failed op: the majority rule, then fenced or rerun.
+//     p2p does not drain a peer it marked dead), so such an op waits and probes the members
+//     that did not take it: on the minority side it waits for the group's decision and is
+//     fenced; on the majority side the result stands and the next op agrees they failed.
 //   - Then the op is checked against the decision log
 //     when the others may have given up on this rank during it: it ran for at least half the
 //     detection timeout (a partition, a peer that stalls), or this process stalled that long
@@ -36,8 +37,6 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
-
-	"github.com/mooncake-go/mooncake/wire"
 )
 
 // fencedErr is the error of an op on a fenced rank, nil when the rank is not fenced.
@@ -162,6 +161,9 @@ func (pg *Group) checkSucceeded(op string, seq uint64, start time.Time) (rerun b
 	if pg.stall == nil {
 		return false, nil
 	}
+	if d := pg.m.last; pg.joined.Load() && d != nil && d.Kind == "fault" && d.FailedSeq == seq {
+		return true, nil // confirmDelivered applied the decision that the op failed
+	}
 	pt := pg.probeTimeout()
 	if time.Since(start) < pt/2 && !pg.stall.stalledSince(start.Add(-2*pt)) {
 		return false, nil
@@ -186,10 +188,10 @@ func (pg *Group) checkSucceeded(op string, seq uint64, start time.Time) (rerun b
 // confirmDelivered waits until every member of the op took what this rank sent it (see the file
 // comment), on a group without same-host fences. It returns nil once they all did, or the ones
 // that did not are gone (their processes ended: a member that finished the op and exited before
-// its credits went out; a group that went on without this rank is made of live members); an
-// error wrapping wire.ErrPeerDead when members that did not take it do not answer probes (the
-// op then fails here as if a peer had died during it, so the majority rule decides); the
-// fenced error when the group's decision log removed this rank meanwhile; or ctx's error.
+// its credits went out; a group that went on without this rank is made of live members), or
+// they do not answer probes and this rank is on the majority side (the op's result, which has
+// their contributions, stands; the next op agrees on them); the fenced error when the group
+// removed this rank (a minority waits for that decision); else an error.
 func (pg *Group) confirmDelivered(ctx context.Context, op string, seq uint64, members []int) error {
 	pt := pg.probeTimeout()
 	wait := 20 * time.Millisecond // the credits of the op's last messages are on their way
@@ -211,7 +213,17 @@ func (pg *Group) confirmDelivered(ctx context.Context, op string, seq uint64, me
 		if err := ctx.Err(); err != nil {
 			return opErr{fmt.Errorf("%s (op #%d) on rank %d: ranks %v did not take this rank's last messages of the op before its deadline: %w", op, seq, pg.cfg.Rank, late, err)}
 		}
-		dead := pg.deadMembers(ctx, late) // at once for a gone process, a probe timeout for a silent one
+		dead, decided := pg.probeWatchingLog(ctx, late) // at once for a gone process, a probe timeout for a silent one
+		if decided {
+			pg.catchUp()
+			if ferr := pg.fencedErr(op); ferr != nil {
+				return ferr
+			}
+			if d := pg.m.last; d != nil && d.Kind == "fault" && d.FailedSeq == seq {
+				return nil // the group agreed this op failed: checkSucceeded runs it again
+			}
+			continue
+		}
 		var silent []int
 		for _, m := range dead {
 			if !pg.ep.Gone(m) {
@@ -223,8 +235,51 @@ func (pg *Group) confirmDelivered(ctx context.Context, op string, seq uint64, me
 			return ferr
 		}
 		if len(silent) > 0 {
-			return fmt.Errorf("%s (op #%d) completed on rank %d, but ranks %v did not take its last messages and do not answer probes: %w", op, seq, pg.cfg.Rank, silent, wire.ErrPeerDead)
+			// The op completed here with every member's contribution. On the majority side
+			// the result stands, as on the other survivors that completed it: the next op
+			// meets the silent members (marked dead here by the probe) and the group agrees
+			// on them there, every survivor at the same op. On the minority side (this rank
+			// is the one cut off) the op must not succeed: it waits for the group's decision,
+			// which fences it.
+			lost := pg.deadMembers(ctx, members)
+			if hasMajority(len(members)-len(lost), len(members)) {
+				return nil
+			}
+			wait := 2*pt + time.Second
+			pg.logf("%s (op #%d) completed here, but ranks %v did not take its last messages and this rank reaches only %d of the op's %d members: waiting for the group's decision",
+				op, seq, silent, len(members)-len(lost), len(members))
+			pg.awaitDecision(ctx, wait)
+			if ferr := pg.fencedErr(op); ferr != nil {
+				return ferr
+			}
+			return opErr{fmt.Errorf("%s (op #%d) on rank %d: ranks %v did not take this rank's last messages of the op and do not answer probes, and this rank reaches only %d of the op's %d members, fewer than half, so the op does not complete here; the group decided nothing about it within %s",
+				op, seq, pg.cfg.Rank, silent, len(members)-len(lost), len(members), wait)}
 		}
 		wait = pt / 2 // alive (or gone): wait again for the ones alive
+	}
+}
+
+// probeWatchingLog probes ranks (deadMembers) while it watches the decision log: a decision that
+// lands meanwhile (the other members agreed on a failure in this op, or fenced this rank) ends
+// the wait at once (decided), without waiting out the probe timeout.
+func (pg *Group) probeWatchingLog(ctx context.Context, ranks []int) (dead []int, decided bool) {
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan []int, 1)
+	go func() { done <- pg.deadMembers(pctx, ranks) }()
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	next := pg.key("dec", pg.m.applied+1)
+	for {
+		select {
+		case d := <-done:
+			return d, false
+		case <-t.C:
+			if ok, err := pg.st.Check(next); err == nil && ok {
+				cancel() // a cancelled probe marks nobody dead
+				<-done
+				return nil, true
+			}
+		}
 	}
 }

@@ -74,6 +74,7 @@ func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(c
 	var failed []int
 	retried := false // retryOnce
 	lost := false    // the op overwrote its in-place input and kept no copy: no rerun
+	reran := false   // this attempt runs again, over a new view, an op the group agreed failed
 	for {
 		members := pg.g.Members()
 		seq := pg.g.Seq()
@@ -107,6 +108,7 @@ func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(c
 				copy(inplace, save)
 				failed = union(failed, pg.m.last.Ranks)
 				pg.logf("%s (op #%d) succeeded here, but the group removed ranks %v during it: running it again over the new view", op, seq, pg.m.last.Ranks)
+				reran = true
 				continue
 			}
 			if rerun {
@@ -133,9 +135,21 @@ func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(c
 			// A member is ahead of this rank in the decision log (it saw a failure this rank
 			// did not, or a membership call this rank did not make): catch up, so the next op
 			// runs with the same view on every rank.
+			before := pg.m.applied
 			pg.catchUp()
 			if ferr := pg.fencedErr(op); ferr != nil {
 				return pg.orFenced(op, err)
+			}
+			if reran && pg.m.applied == before {
+				// This rank runs again an op that failed here and meets members that have not
+				// applied the decision: they completed the op before the failure was agreed
+				// (the failed rank's last messages reached them) and run their next op now.
+				// Running this one again with them would combine two different calls: it
+				// fails here, and this rank's next op lines up with theirs (they catch up and
+				// run that op again).
+				pg.closeOp(seq, members, err)
+				return opErr{fmt.Errorf("%s (op #%d) on rank %d: the op failed here and the group agreed on the failed ranks %v, but other members completed it before that (they run their next op now), so it cannot run again over the survivors: the op fails here, and the next op runs with them: %w",
+					op, seq, pg.cfg.Rank, failed, err)}
 			}
 			if pg.retryOnce(&retried, op, seq, err, save, inplace) {
 				pg.closeOp(seq, members, err)
@@ -173,6 +187,7 @@ func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(c
 				}
 				if d := pg.m.last; pg.joined.Load() && d != nil && d.Kind == "fault" && d.FailedSeq == seq && !lost {
 					failed = union(failed, d.Ranks)
+					reran = true
 					continue // the group removed the others: rerun over the new view
 				}
 			}
@@ -209,6 +224,7 @@ func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(c
 			return fmt.Errorf("%w (MOONCAKE_PG_FT_INPUT_COPY=0: the op is not rerun over the survivors)", err)
 		}
 		pg.closeOp(seq, members, err)
+		reran = true
 	}
 }
 
