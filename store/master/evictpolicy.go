@@ -50,32 +50,23 @@ func keyParent(key string) (string, bool) {
 }
 
 // victimOrder returns the comparison evictPass selects its victims by under the configured
-// policy. The prefix policy's is built from the objects holding memory now.
+// policy. The prefix policy's reads each object's chain node (chains.go), kept up as objects
+// come and go, so it costs a pass no more than lru's: every object it compares is resident.
 func (s *State) victimOrder() func(a, b *object) int {
 	if s.cfg.EvictionPolicy != EvictionPrefix {
 		return lruOrder
 	}
-	parents := make(map[string]struct{})
-	for o := range s.resident {
-		if len(o.replicas) == 0 {
-			continue
+	return prefixOrder
+}
+
+// prefixOrder: objects that are no resident object's parent first, then by lruOrder.
+func prefixOrder(a, b *object) int {
+	ca, cb := hasCachedChild(a), hasCachedChild(b)
+	if ca != cb {
+		if ca {
+			return 1
 		}
-		if p, ok := keyParent(o.key); ok {
-			parents[p] = struct{}{}
-		}
+		return -1
 	}
-	hasChild := func(o *object) bool {
-		_, ok := parents[keyName(o.key)]
-		return ok
-	}
-	return func(a, b *object) int {
-		ca, cb := hasChild(a), hasChild(b)
-		if ca != cb {
-			if ca {
-				return 1
-			}
-			return -1
-		}
-		return lruOrder(a, b)
-	}
+	return lruOrder(a, b)
 }
