@@ -7,7 +7,7 @@ package master
 // A chainNode stands for one key name (the part of a key before ParentSep). kids counts the
 // resident objects whose key names it as their parent; refs counts the resident objects that
 // point at it (as their own name or as their parent), and the node leaves State.chains when
-// refs drops to 0. An object in the resident index under the prefix policy holds both
+// refs drops to 0 and the G3 index (orphans.go) counts nothing in it either. An object in the resident index under the prefix policy holds both
 // pointers; outside it, neither.
 //
 // The index is derived (never encoded): a restore or a standby rebuilds it through the same
@@ -15,6 +15,10 @@ package master
 type chainNode struct {
 	kids int
 	refs int
+	// G3 under the prefix policy (orphans.go): the objects of State.objects with this name,
+	// and the objects with a G3 file whose key names this one as their parent.
+	held  int
+	files map[*object]struct{}
 }
 
 // addResident puts o in the resident index (once) and, under the prefix policy, links it to
@@ -52,18 +56,30 @@ func (s *State) dropResident(o *object) {
 	o.chainSelf, o.chainParent = nil, nil
 }
 
-func (s *State) chainRef(name string) *chainNode {
+// chainNodeOf returns name's node, making it.
+func (s *State) chainNodeOf(name string) *chainNode {
 	n := s.chains[name]
 	if n == nil {
 		n = &chainNode{}
 		s.chains[name] = n
 	}
+	return n
+}
+
+func (s *State) chainRef(name string) *chainNode {
+	n := s.chainNodeOf(name)
 	n.refs++
 	return n
 }
 
 func (s *State) chainUnref(name string, n *chainNode) {
-	if n.refs--; n.refs == 0 {
+	n.refs--
+	s.chainTidy(name, n)
+}
+
+// chainTidy forgets name's node once nothing counts in it.
+func (s *State) chainTidy(name string, n *chainNode) {
+	if n.refs == 0 && n.held == 0 && len(n.files) == 0 {
 		delete(s.chains, name)
 	}
 }

@@ -60,19 +60,50 @@ func checkChains(t *testing.T, step int, s *State) {
 			t.Fatalf("step %d: victim %d is %q by the rebuilt parents, %q by the chain index", step, i, byOld[i].key, byNew[i].key)
 		}
 	}
-	refs := map[string]int{}
+	refs, held, files := map[string]int{}, map[string]int{}, map[string]int{}
 	for _, o := range mem {
 		refs[keyName(o.key)]++
 		if p, ok := keyParent(o.key); ok {
 			refs[p]++
 		}
 	}
-	if len(refs) != len(s.chains) {
-		t.Fatalf("step %d: %d chain nodes, %d names in memory", step, len(s.chains), len(refs))
+	names := map[string]bool{}
+	for name := range refs {
+		names[name] = true
+	}
+	for _, o := range s.objects {
+		if !s.orphanIndex {
+			break
+		}
+		held[keyName(o.key)]++
+		names[keyName(o.key)] = true
+		if p, ok := keyParent(o.key); ok && o.disk != nil && tierOf(o.disk) == "" {
+			files[p]++
+			names[p] = true
+		}
+	}
+	if len(names) != len(s.chains) {
+		t.Fatalf("step %d: %d chain nodes, %d names in memory, objects or G3 parents", step, len(s.chains), len(names))
 	}
 	for name, n := range s.chains {
-		if n.refs != refs[name] || (n.kids > 0) != parents[name] {
-			t.Fatalf("step %d: node %q refs %d kids %d, want refs %d parent %v", step, name, n.refs, n.kids, refs[name], parents[name])
+		if n.refs != refs[name] || (n.kids > 0) != parents[name] || n.held != held[name] || len(n.files) != files[name] {
+			t.Fatalf("step %d: node %q refs %d kids %d held %d files %d, want refs %d parent %v held %d files %d",
+				step, name, n.refs, n.kids, n.held, len(n.files), refs[name], parents[name], held[name], files[name])
+		}
+	}
+	// Every G3 copy whose parent no object holds is queued among the orphans, in disk order.
+	queued := map[*object]bool{}
+	for i, it := range s.orphans {
+		if i > 0 && itemBefore(s.orphans[i-1], it) >= 0 {
+			t.Fatalf("step %d: orphans out of order at %d", step, i)
+		}
+		if s.orphanCopy(it) {
+			queued[it.o] = true
+		}
+	}
+	for _, o := range s.objects {
+		if p, ok := keyParent(o.key); ok && o.disk != nil && tierOf(o.disk) == "" && held[p] == 0 && !queued[o] {
+			t.Fatalf("step %d: G3 orphan %q not queued", step, o.key)
 		}
 	}
 }

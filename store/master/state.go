@@ -97,7 +97,14 @@ type State struct {
 	// chains: under the prefix policy, the resident objects' key names and how many resident
 	// objects name each as their parent (chains.go; derived, never encoded). nil under lru.
 	chains map[string]*chainNode
-	stats  derivedStats // the counts and indexes behind Stats (stats.go)
+	// orphans: under the prefix policy, G3 copies whose parent no object holds, oldest first,
+	// with stale entries; orphansBusy/orphansLater hold new ones while dropOrphans walks it
+	// (orphans.go; derived, never encoded).
+	orphanIndex  bool // prefix policy, G3 tier, --dfs_full_policy=evict_oldest
+	orphans      []diskItem
+	orphansBusy  bool
+	orphansLater []diskItem
+	stats        derivedStats // the counts and indexes behind Stats (stats.go)
 	// retired are the memory copies of objects an upsert replaced while readers held a lease on
 	// them: freed when the lease is over (upsert.go).
 	retired  []retiredRec
@@ -145,6 +152,7 @@ func NewState(cfg Config) *State {
 	}
 	if cfg.EvictionPolicy == EvictionPrefix {
 		s.chains = map[string]*chainNode{}
+		s.orphanIndex = cfg.RootFSDir != "" && cfg.DFSFullPolicy == "evict_oldest"
 	}
 	return s
 }
@@ -477,6 +485,7 @@ func (s *State) putStart(e Entry) Result {
 	}
 	if _, ok := s.objects[e.Key]; !ok {
 		s.objects[e.Key] = o // an upsert's new version stays out of objects until its PutEnd
+		s.holdName(o)        // orphans.go
 		s.noteResident(o)
 	}
 	s.pending[e.Key] = o
@@ -576,7 +585,10 @@ func (s *State) putEnd(e Entry) Result {
 		}
 		s.retire(cur, e.Now) // an upsert: the old version goes as the new one becomes readable
 	}
-	s.objects[e.Key] = o
+	if s.objects[e.Key] != o {
+		s.objects[e.Key] = o
+		s.holdName(o) // orphans.go
+	}
 	s.noteResident(o)
 	o.complete = true
 	o.upsert, o.keepPin, o.softPinTTL = false, false, 0
@@ -713,6 +725,7 @@ func (s *State) deleteObject(o *object) {
 	if s.objects[o.key] == o {
 		s.dropTiers(o)
 		delete(s.objects, o.key)
+		s.releaseName(o) // orphans.go
 		s.dropResident(o)
 		s.forgetStat(o)
 	}
