@@ -97,6 +97,16 @@ func (s *State) noteOrphan(o *object) {
 	}
 }
 
+// orphanedNow reports whether o became an orphan during the current dropOrphans walk.
+func (s *State) orphanedNow(o *object) bool {
+	for _, it := range s.orphansLater {
+		if it.o == o {
+			return true
+		}
+	}
+	return false
+}
+
 // orphanCopy reports whether it is still a G3 copy of an orphan.
 func (s *State) orphanCopy(it diskItem) bool {
 	if !s.current("", it) {
@@ -120,7 +130,9 @@ func (s *State) dropOrphans(now int64, done func() bool, count func(o *object)) 
 	i := 0
 	for ; i < len(s.orphans) && !done(); i++ {
 		it := s.orphans[i]
-		if !s.orphanCopy(it) || it.o.leaseUntil > now || it.o.promote != nil {
+		// A copy that became an orphan during this walk waits for the next one, wherever an
+		// older entry of it stands, as on a standby whose list holds no such entry.
+		if !s.orphanCopy(it) || it.o.leaseUntil > now || it.o.promote != nil || s.orphanedNow(it.o) {
 			continue
 		}
 		count(it.o)
