@@ -167,6 +167,7 @@ func DecodeState(cfg Config, b []byte) (*State, error) {
 			return nil, err
 		}
 		s.objects[o.key] = o
+		s.holdName(o)
 		s.noteResident(o)
 		s.restat(o)
 		s.noteTimed(o, 0) // the time is not known here: whatever ever had a pin or a lease

@@ -93,6 +93,7 @@ func tierOf(d *diskRec) string { return d.client }
 
 // noteDisk queues o's disk copy, just written (or decoded).
 func (s *State) noteDisk(o *object) {
+	s.fileNoted(o) // orphans.go
 	t := tierOf(o.disk)
 	q := s.diskTier(t)
 	it := diskItem{o, o.disk.at}
@@ -116,6 +117,7 @@ func (s *State) noteDisk(o *object) {
 
 // forgetDisk notes that o's disk copy goes (its queue entry is left to be skipped).
 func (s *State) forgetDisk(o *object) {
+	s.fileForgot(o) // orphans.go
 	t := tierOf(o.disk)
 	if q := s.diskOrder[t]; q != nil {
 		q.live--

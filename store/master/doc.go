@@ -64,7 +64,8 @@
 //     allow_evict_soft_pinned_objects.
 //   - Eviction runs above eviction_high_watermark_ratio (a tick entry) and when an allocation
 //     fails; each pass evicts ceil(eviction_ratio × evictable) objects, least recently used
-//     first.
+//     first, or under eviction_policy=prefix chain tails first (evictpolicy.go; its indexes,
+//     derived from the state: chains.go, and orphans.go for the G3 tier's order).
 //
 // This package must not import the store client or the transfer engine: the master never
 // touches data.

@@ -1,6 +1,7 @@
 package master
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 )
@@ -16,7 +17,9 @@ import (
 //     memory is worth more than one without: only a cached prefix of a chain is usable, so
 //     evicting a block whose successors are cached makes them useless too. The prefix policy
 //     takes objects that are no resident object's parent first, least recently used first
-//     among them, then the rest least recently used first.
+//     among them, then the rest least recently used first. With the G3 file tier a victim
+//     moves to G3 and stays usable, and the policy is least recently used first, chain tails
+//     first among objects used at the same time (prefixTierOrder).
 const (
 	EvictionLRU    = "lru"
 	EvictionPrefix = "prefix"
@@ -50,32 +53,50 @@ func keyParent(key string) (string, bool) {
 }
 
 // victimOrder returns the comparison evictPass selects its victims by under the configured
-// policy. The prefix policy's is built from the objects holding memory now.
+// policy. The prefix policy's read each object's chain node (chains.go), kept up as objects
+// come and go, so they cost a pass no more than lru's: every object compared is resident.
 func (s *State) victimOrder() func(a, b *object) int {
-	if s.cfg.EvictionPolicy != EvictionPrefix {
+	switch {
+	case s.cfg.EvictionPolicy != EvictionPrefix:
 		return lruOrder
+	case s.cfg.RootFSDir != "":
+		return prefixTierOrder
 	}
-	parents := make(map[string]struct{})
-	for o := range s.resident {
-		if len(o.replicas) == 0 {
-			continue
-		}
-		if p, ok := keyParent(o.key); ok {
-			parents[p] = struct{}{}
-		}
+	return prefixOrder
+}
+
+// prefixOrder, the prefix policy without a file tier: objects that are no resident object's
+// parent first, then by lruOrder. An evicted parent is lost, and its cached successors with it.
+func prefixOrder(a, b *object) int {
+	if c := tailsFirst(a, b); c != 0 {
+		return c
 	}
-	hasChild := func(o *object) bool {
-		_, ok := parents[keyName(o.key)]
-		return ok
+	return lruOrder(a, b)
+}
+
+// prefixTierOrder, the prefix policy with the G3 file tier: least recently used first, chain
+// tails first among objects used at the same time (a chain read in one batch), then by key.
+// Here a victim moves to G3, where it stays usable, so an evicted parent does not cost its
+// successors; what costs hits is sending recently used tails to G3 ahead of older parents,
+// where --dfs_full_policy=evict_oldest drops them first (docs/performance.md, "Serving trace").
+func prefixTierOrder(a, b *object) int {
+	if a.lastAccess != b.lastAccess {
+		return cmp.Compare(a.lastAccess, b.lastAccess)
 	}
-	return func(a, b *object) int {
-		ca, cb := hasChild(a), hasChild(b)
-		if ca != cb {
-			if ca {
-				return 1
-			}
-			return -1
-		}
-		return lruOrder(a, b)
+	if c := tailsFirst(a, b); c != 0 {
+		return c
 	}
+	return strings.Compare(a.key, b.key)
+}
+
+// tailsFirst orders an object with no resident child before one with.
+func tailsFirst(a, b *object) int {
+	ca, cb := hasCachedChild(a), hasCachedChild(b)
+	switch {
+	case ca == cb:
+		return 0
+	case ca:
+		return 1
+	}
+	return -1
 }

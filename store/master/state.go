@@ -44,6 +44,9 @@ type object struct {
 	promote  *promoteRec // a copy back into memory in progress
 	diskHits int         // reads served from disk since the last promotion
 	stat     statFlags   // what it adds to the counts of Stats (stats.go)
+	// Under the prefix policy, while in the resident index: the chain nodes of its own name
+	// and of its parent's (chains.go).
+	chainSelf, chainParent *chainNode
 }
 
 type segment struct {
@@ -91,7 +94,17 @@ type State struct {
 	// the ones whose memory copies are gone. Eviction walks it instead of every object, so a
 	// pass costs what memory holds, not what G3 holds.
 	resident map[*object]struct{}
-	stats    derivedStats // the counts and indexes behind Stats (stats.go)
+	// chains: under the prefix policy, the resident objects' key names and how many resident
+	// objects name each as their parent (chains.go; derived, never encoded). nil under lru.
+	chains map[string]*chainNode
+	// orphans: under the prefix policy, G3 copies whose parent no object holds, oldest first,
+	// with stale entries; orphansBusy/orphansLater hold new ones while dropOrphans walks it
+	// (orphans.go; derived, never encoded).
+	orphanIndex  bool // prefix policy, G3 tier, --dfs_full_policy=evict_oldest
+	orphans      []diskItem
+	orphansBusy  bool
+	orphansLater []diskItem
+	stats        derivedStats // the counts and indexes behind Stats (stats.go)
 	// retired are the memory copies of objects an upsert replaced while readers held a lease on
 	// them: freed when the lease is over (upsert.go).
 	retired  []retiredRec
@@ -125,7 +138,7 @@ type State struct {
 
 // NewState returns an empty state using cfg's store policy (leases, pins, eviction, allocation).
 func NewState(cfg Config) *State {
-	return &State{
+	s := &State{
 		cfg:       cfg,
 		segments:  map[string]*segment{},
 		clients:   map[string][]string{},
@@ -137,6 +150,11 @@ func NewState(cfg Config) *State {
 		fileRefs:  map[string]int{},
 		diskOrder: map[string]*diskQueue{},
 	}
+	if cfg.EvictionPolicy == EvictionPrefix {
+		s.chains = map[string]*chainNode{}
+		s.orphanIndex = cfg.RootFSDir != "" && cfg.DFSFullPolicy == "evict_oldest"
+	}
+	return s
 }
 
 // Applied is the number of entries applied so far (the log position of a standby).
@@ -467,6 +485,7 @@ func (s *State) putStart(e Entry) Result {
 	}
 	if _, ok := s.objects[e.Key]; !ok {
 		s.objects[e.Key] = o // an upsert's new version stays out of objects until its PutEnd
+		s.holdName(o)        // orphans.go
 		s.noteResident(o)
 	}
 	s.pending[e.Key] = o
@@ -566,7 +585,10 @@ func (s *State) putEnd(e Entry) Result {
 		}
 		s.retire(cur, e.Now) // an upsert: the old version goes as the new one becomes readable
 	}
-	s.objects[e.Key] = o
+	if s.objects[e.Key] != o {
+		s.objects[e.Key] = o
+		s.holdName(o) // orphans.go
+	}
 	s.noteResident(o)
 	o.complete = true
 	o.upsert, o.keepPin, o.softPinTTL = false, false, 0
@@ -703,7 +725,8 @@ func (s *State) deleteObject(o *object) {
 	if s.objects[o.key] == o {
 		s.dropTiers(o)
 		delete(s.objects, o.key)
-		delete(s.resident, o)
+		s.releaseName(o) // orphans.go
+		s.dropResident(o)
 		s.forgetStat(o)
 	}
 	if s.pending[o.key] == o {
@@ -836,7 +859,7 @@ func (s *State) evictPass(now int64) (freed, scheduled int) {
 // noteResident adds o to the resident index when it holds memory replicas.
 func (s *State) noteResident(o *object) {
 	if len(o.replicas) > 0 {
-		s.resident[o] = struct{}{}
+		s.addResident(o) // chains.go
 	}
 }
 
@@ -844,7 +867,13 @@ func (s *State) noteResident(o *object) {
 // particular order (callers must not depend on it: eviction selects by a strict order), and
 // drops from the index the objects whose memory copies went since they were added.
 func (s *State) eachResident(f func(o *object)) {
-	sweep(s.resident, func(o *object) bool { return len(o.replicas) > 0 }, f)
+	for o := range s.resident {
+		if len(o.replicas) == 0 {
+			s.dropResident(o) // chains.go
+			continue
+		}
+		f(o)
+	}
 }
 
 // ---- reads ----

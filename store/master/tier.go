@@ -290,10 +290,12 @@ func (s *State) dfsRoom(need uint64, now int64) bool {
 	if fits() || need > c || s.cfg.DFSFullPolicy != "evict_oldest" {
 		return fits()
 	}
-	s.dropOldest("", now, fits, func(o *object) {
+	count := func(o *object) {
 		s.counters.DFSEvictedObjects++
 		s.counters.DFSEvictedBytes += o.size
-	})
+	}
+	s.dropOrphans(now, fits, count) // the prefix policy's first (orphans.go)
+	s.dropOldest("", now, fits, count)
 	return fits()
 }
 
