@@ -53,21 +53,39 @@ func (g *Group) AllToAll(ctx context.Context, ins, outs [][]byte) error {
 		return err
 	}
 	copy(outs[g.rank], ins[g.rank])
+	// The receives are posted before the sends (with a Conn that posts, p2p): a peer's piece
+	// that arrives while this rank is still sending lands in its output buffer instead of
+	// being set aside and copied a second time.
+	var qs []*recvAhead
+	for k := 1; k < o.n; k++ {
+		r := o.rankAt(o.idx - k)
+		if len(outs[r]) > 0 && !carried(len(outs[r])) {
+			q := o.recvAhead(o.ctx, r, stepData, 1)
+			q.add(outs[r])
+			qs = append(qs, q)
+		}
+	}
+	fail := func(err error) error {
+		for _, q := range qs {
+			if q != nil {
+				q.stop(err)
+			}
+		}
+		return o.finish(err)
+	}
 	for k := 1; k < o.n; k++ {
 		r := o.rankAt(o.idx + k)
 		if len(ins[r]) > 0 && !carried(len(ins[r])) {
 			if err := o.send(r, stepData, ins[r]); err != nil {
-				return o.finish(err)
+				return fail(err)
 			}
 		}
 	}
-	for k := 1; k < o.n; k++ {
-		r := o.rankAt(o.idx - k)
-		if len(outs[r]) > 0 && !carried(len(outs[r])) {
-			if err := o.recvFull(r, stepData, outs[r]); err != nil {
-				return o.finish(err)
-			}
+	for i, q := range qs {
+		if err := q.next(); err != nil {
+			return fail(err)
 		}
+		qs[i] = nil
 	}
 	return nil
 }
