@@ -3,6 +3,7 @@ package collective
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/mooncake-go/mooncake/collective/reduce"
 )
@@ -233,13 +234,25 @@ func (o *opState) ring(data, save []byte, dt reduce.DType, op reduce.Op, allGath
 	}
 	// saved: offset -> length of the chunks copied into save. A chunk may be overwritten twice
 	// (reduced, then received again in the all-gather when n > 2); the first time saves it.
+	// With a Conn that reduces on arrival, the receive's own function saves a chunk just
+	// before its first piece lands (on the goroutine that delivers it, while the chunk is about
+	// to be read anyway), so savedMu guards saved.
 	var saved map[int]int
+	var savedMu sync.Mutex
 	if save != nil {
 		saved = make(map[int]int, len(items))
 	}
 	keep := func(it item) {
-		if _, ok := saved[it.off]; save != nil && !ok {
+		if save == nil {
+			return
+		}
+		savedMu.Lock()
+		_, ok := saved[it.off]
+		if !ok {
 			saved[it.off] = len(it.dst)
+		}
+		savedMu.Unlock()
+		if !ok {
 			reduce.CopyStream(save[it.off:it.off+len(it.dst)], it.dst)
 		}
 	}
@@ -262,6 +275,25 @@ func (o *opState) ring(data, save []byte, dt reduce.DType, op reduce.Op, allGath
 		it := items[j]
 		if it.step < n-1 && rp == nil {
 			q.add(tmps[j%depth][:len(it.dst)])
+			return
+		}
+		if rp != nil && save != nil {
+			// Saved on arrival: the first piece that lands saves the whole chunk, which
+			// the delivery then reads from cache (one pass over memory less than a save
+			// made here, chunks before the data comes).
+			first := true
+			land := func(dst, src []byte) {
+				if first {
+					first = false
+					keep(it)
+				}
+				if it.step >= n-1 {
+					copy(dst, src)
+				} else {
+					reduce.Reduce(dst, src, dt, op)
+				}
+			}
+			q.addReduce(it.dst, land)
 			return
 		}
 		keep(it) // the receive may write it any time from now on
@@ -306,6 +338,8 @@ func (o *opState) ring(data, save []byte, dt reduce.DType, op reduce.Op, allGath
 	if err != nil && save != nil {
 		// Nothing writes into data any more (receives withdrawn, sender done): put back
 		// what the op overwrote.
+		savedMu.Lock()
+		defer savedMu.Unlock()
 		for off, n := range saved {
 			copy(data[off:off+n], save[off:off+n])
 		}

@@ -25,26 +25,67 @@ func (g *Group) AllToAll(ctx context.Context, ins, outs [][]byte) error {
 	if p := g.path(); p != nil {
 		return p.allToAll(ctx, ins, outs)
 	}
-	o, err := g.begin(ctx, header{kind: kindAllToAll, extra: extra})
+	// A pair's data of at most Options.FusedBytes rides in its op header message (both ends
+	// decide from the pair's size, which the headers check): small all_to_alls take one
+	// message per peer instead of a header round and then a data round.
+	fused := g.opts.FusedBytes
+	carried := func(n int) bool { return fused > 0 && n <= fused }
+	var out, in func(i, r int) []byte
+	if fused > 0 {
+		out = func(_, r int) []byte {
+			if carried(len(ins[r])) {
+				return ins[r]
+			}
+			return nil
+		}
+		in = func(_, r int) []byte {
+			if carried(len(outs[r])) {
+				if outs[r] == nil {
+					return []byte{}
+				}
+				return outs[r]
+			}
+			return nil
+		}
+	}
+	o, err := g.beginCarry(ctx, header{kind: kindAllToAll, extra: extra}, out, in)
 	if err != nil {
 		return err
 	}
 	copy(outs[g.rank], ins[g.rank])
+	// The receives are posted before the sends (with a Conn that posts, p2p): a peer's piece
+	// that arrives while this rank is still sending lands in its output buffer instead of
+	// being set aside and copied a second time.
+	var qs []*recvAhead
+	for k := 1; k < o.n; k++ {
+		r := o.rankAt(o.idx - k)
+		if len(outs[r]) > 0 && !carried(len(outs[r])) {
+			q := o.recvAhead(o.ctx, r, stepData, 1)
+			q.add(outs[r])
+			qs = append(qs, q)
+		}
+	}
+	fail := func(err error) error {
+		for _, q := range qs {
+			if q != nil {
+				q.stop(err)
+			}
+		}
+		return o.finish(err)
+	}
 	for k := 1; k < o.n; k++ {
 		r := o.rankAt(o.idx + k)
-		if len(ins[r]) > 0 {
+		if len(ins[r]) > 0 && !carried(len(ins[r])) {
 			if err := o.send(r, stepData, ins[r]); err != nil {
-				return o.finish(err)
+				return fail(err)
 			}
 		}
 	}
-	for k := 1; k < o.n; k++ {
-		r := o.rankAt(o.idx - k)
-		if len(outs[r]) > 0 {
-			if err := o.recvFull(r, stepData, outs[r]); err != nil {
-				return o.finish(err)
-			}
+	for i, q := range qs {
+		if err := q.next(); err != nil {
+			return fail(err)
 		}
+		qs[i] = nil
 	}
 	return nil
 }

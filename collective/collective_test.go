@@ -344,6 +344,19 @@ func TestAllToAll(t *testing.T) {
 	}
 }
 
+// TestAllToAllCarried: pairs of at most FusedBytes ride in the op's header messages, the
+// others go as data messages after them, in one op (pieces of 0 to 793 bytes; 300 and less,
+// empty ones included, are carried).
+func TestAllToAllCarried(t *testing.T) {
+	opts := tinyOpts
+	opts.FusedBytes = 300
+	for _, n := range []int{2, 3, 5} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			checkAllToAll(t, n, opts, func(from, to int) int { return (from*5+to*3)%7*131 + from })
+		})
+	}
+}
+
 // checkAllToAll runs an all_to_all among n ranks whose piece from rank a to rank b has
 // sz(a, b) bytes, and checks every piece.
 func checkAllToAll(t *testing.T, n int, opts Options, sz func(from, to int) int) {
@@ -571,7 +584,7 @@ func (c *flakyConn) Recv(ctx context.Context, peer int, tag uint64, buf []byte) 
 // by then); every rank's buffer holds its input again. Without a save buffer rank 1's input is
 // overwritten, so the test can tell. It runs over plain Conns (chunks saved before they are
 // reduced) and over Conns that post receives and reduce on arrival (postConn, as p2p: chunks
-// saved before their receives are posted).
+// saved as their first piece lands).
 func TestRingAllReduceOrRestore(t *testing.T) {
 	if shmTest != nil {
 		t.Skip("the Conn path's restore")

@@ -21,8 +21,9 @@ type Options struct {
 	// ChunkBytes: pipelining unit of the ring and chain algorithms. Default 1 MiB.
 	ChunkBytes int
 	// FusedBytes: all_reduce up to this size among at most 8 members sends its data inside its
-	// op header message (one exchange instead of a header round plus data rounds). Default
-	// 16 KiB; negative turns it off. Every rank must use the same value.
+	// op header message (one exchange instead of a header round plus data rounds), and so does
+	// each pair of an all_to_all whose piece is at most this size. Default 16 KiB; negative
+	// turns it off. Every rank must use the same value.
 	FusedBytes int
 	// PairBytes: all_reduce between two members over Conn exchanges whole buffers (one
 	// message each way, as recursive doubling does) up to this size, and runs the ring above
@@ -307,7 +308,7 @@ type opState struct {
 
 // begin starts an op: takes the next sequence number and checks h against every member's.
 func (g *Group) begin(ctx context.Context, h header) (*opState, error) {
-	return g.beginFused(ctx, h, nil, nil)
+	return g.beginCarry(ctx, h, nil, nil)
 }
 
 // beginFused is begin whose header messages carry payload (at most Options.FusedBytes, which
@@ -318,6 +319,17 @@ func (g *Group) begin(ctx context.Context, h header) (*opState, error) {
 // data rounds. Ranks that disagree on whether to fuse still exchange headers and fail with the
 // same MismatchError: a header message is read the same way with or without a payload.
 func (g *Group) beginFused(ctx context.Context, h header, payload []byte, ins [][]byte) (*opState, error) {
+	if payload == nil {
+		return g.beginCarry(ctx, h, nil, nil)
+	}
+	return g.beginCarry(ctx, h, func(int, int) []byte { return payload }, func(i, _ int) []byte { return ins[i] })
+}
+
+// beginCarry is beginFused with a payload of its own per member (member index i, rank m):
+// out(i, m) is what the header message to m carries (nil: nothing), in(i, m) the buffer that
+// m's payload lands in (nil: its header carries none; non-nil: it must carry exactly
+// len(in(i, m)) bytes). Each payload is at most Options.FusedBytes. out and in nil: plain begin.
+func (g *Group) beginCarry(ctx context.Context, h header, out, in func(i, m int) []byte) (*opState, error) {
 	g.mu.Lock()
 	members := g.membersLocked(nil)
 	seq := g.seq
@@ -348,12 +360,21 @@ func (g *Group) beginFused(ctx context.Context, h header, payload []byte, ins []
 		return o, nil
 	}
 	h.seq = seq
-	mine := append(h.encode(nil), payload...)
-	for _, m := range members {
-		if m != g.rank {
-			if err := o.send(m, stepHeader, mine); err != nil {
-				return nil, o.finish(err)
+	hdr := h.encode(nil)
+	var mine []byte
+	for i, m := range members {
+		if m == g.rank {
+			continue
+		}
+		msg := hdr
+		if out != nil {
+			if p := out(i, m); len(p) > 0 {
+				mine = append(append(mine[:0], hdr...), p...)
+				msg = mine
 			}
+		}
+		if err := o.send(m, stepHeader, msg); err != nil {
+			return nil, o.finish(err)
 		}
 	}
 	hs := make([]header, o.n)
@@ -361,7 +382,7 @@ func (g *Group) beginFused(ctx context.Context, h header, payload []byte, ins []
 	buf := g.pool.get(headerBase + 8*(2*g.maxSize+len(h.extra)) + 64 + g.opts.FusedBytes)
 	defer g.pool.put(buf)
 	var got []bool // members whose header message carried the payload
-	if payload != nil {
+	if in != nil {
 		got = make([]bool, o.n)
 	}
 	for i, m := range members {
@@ -376,18 +397,23 @@ func (g *Group) beginFused(ctx context.Context, h header, payload []byte, ins []
 		if hs[i], err = decodeHeader(buf[:hl]); err != nil {
 			return nil, o.finish(&PeerError{Op: o.name, Rank: g.rank, Peer: m, Err: err})
 		}
-		if payload != nil && k-hl == len(payload) {
-			got[i] = true
-			copy(ins[i], buf[hl:k])
+		if in != nil {
+			if b := in(i, m); b != nil && k-hl == len(b) {
+				got[i] = true
+				copy(b, buf[hl:k])
+			}
 		}
 	}
 	if err := o.validate(hs); err != nil {
 		return nil, o.finish(err)
 	}
 	for i, m := range members {
-		if payload != nil && m != g.rank && !got[i] {
+		if in == nil || m == g.rank || got[i] {
+			continue
+		}
+		if b := in(i, m); b != nil {
 			return nil, o.finish(&PeerError{Op: o.name, Rank: g.rank, Peer: m,
-				Err: fmt.Errorf("its op header came without the %d data bytes it should carry", len(payload))})
+				Err: fmt.Errorf("its op header came without the %d data bytes it should carry", len(b))})
 		}
 	}
 	return o, nil

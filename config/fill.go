@@ -174,7 +174,7 @@ func Shared() collective.SharedOptions {
 	return o
 }
 
-// fused is MC_PG_FUSED_BYTES: a size, or a negative value for no fused all_reduce.
+// fused is MC_PG_FUSED_BYTES: a size, or a negative value for no fused all_reduce or all_to_all.
 func fused() int {
 	n, _ := PGFusedBytes.Int()
 	return n

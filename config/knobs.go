@@ -56,7 +56,7 @@ var (
 	PGCellBytes           = knob("MC_PG_CELL_BYTES", Int, "524288", ProcessGroupInit, "payload bytes per cell of a p2p mailbox (earlier name MC_PG_SLOT_BYTES, still read)").formerly("MC_PG_SLOT_BYTES")
 	PGSmallBytes          = knob("MC_PG_SMALL_BYTES", Int, "65536", ProcessGroupInit, "collectives up to this size use the latency-optimal algorithms")
 	PGChunkBytes          = knob("MC_PG_CHUNK_BYTES", Int, "1048576", ProcessGroupInit, "pipelining unit of the ring and chain algorithms")
-	PGFusedBytes          = knob("MC_PG_FUSED_BYTES", Int, "16384", ProcessGroupInit, "all_reduce up to this size travels in its header message (-1: never)")
+	PGFusedBytes          = knob("MC_PG_FUSED_BYTES", Int, "16384", ProcessGroupInit, "all_reduce up to this size, and each pair of all_to_all up to this size, travels in its header message (-1: never)")
 	PGPairBytes           = knob("MC_PG_PAIR_BYTES", Int, "524288", ProcessGroupInit, "a two-member all_reduce up to this size is one exchange instead of the ring")
 	PGShm                 = knob("MC_PG_SHM", Bool, "1", ProcessGroupInit, "0: no same-host shared-memory fast path")
 	PGShmChunk            = knob("MC_PG_SHM_CHUNK", Bytes, "256K", ProcessGroupInit, "reduction unit of the shared-memory fast path")
