@@ -37,8 +37,8 @@ def _need_cuda():
         pytest.skip("mooncake._pg_ext was built without CUDA support")
 
 
-@pytest.mark.parametrize("path", [True, False], ids=["cuda-ipc", "staging"])
-@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("world,path", [(2, True), (4, True), (2, False)],
+                         ids=["2-cuda-ipc", "4-cuda-ipc", "2-staging"])
 def test_cuda_path_matches_cpu(world, path):
     _need_cuda()
     run_ranks(pg_ipc_workers.worker_ipc, world, True, path, timeout=300)

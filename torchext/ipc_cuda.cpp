@@ -162,8 +162,7 @@ class CudaPeerMemory : public PeerMemory {
       std::memcpy(handle_, &h, sizeof(h));
       ++exports;
     }
-    at::Tensor x = at::from_blob(
-        reinterpret_cast<void*>(scratch_), {t.numel()}, t.options().device(*device_));
+    at::Tensor x = view(scratch_, t.numel(), t.options());
     x.copy_(t.reshape({-1}));
     static_assert(sizeof(CUipcMemHandle) <= sizeof(IpcBlob::handle), "handle fits the blob");
     std::memcpy(blob->handle, handle_, sizeof(CUipcMemHandle));
@@ -188,8 +187,7 @@ class CudaPeerMemory : public PeerMemory {
       m.handle = h;
       ++opens;
     }
-    return at::from_blob(
-        reinterpret_cast<void*>(m.base + blob.offset), {like.numel()}, like.options());
+    return view(m.base + blob.offset, like.numel(), like.options());
   }
 
   void retire() override {
@@ -222,6 +220,15 @@ class CudaPeerMemory : public PeerMemory {
   }
 
  private:
+  // n elements at p on this process's device. The device is given, not looked up from the
+  // pointer: a peer's scratch on another GPU of the host is read through peer access.
+  at::Tensor view(CUdeviceptr p, int64_t n, const at::TensorOptions& o) const {
+    return at::for_blob(reinterpret_cast<void*>(p), {n})
+        .options(o.device(*device_))
+        .target_device(*device_)
+        .make_tensor();
+  }
+
   // The device and its primary context current on this thread (the driver calls need it).
   void bind(const c10::Device& device) {
     guard_.emplace(device);
