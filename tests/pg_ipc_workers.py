@@ -172,28 +172,48 @@ def worker_ipc(ck: Checker, rank: int, world: int, tmpdir: str, cuda: bool = Fal
     dist.destroy_process_group()
 
 
-def worker_ipc_peer_dies(ck: Checker, rank: int, world: int, tmpdir: str):
-    """A rank exits before an op on the path: the survivors' op raises (never a wrong value or a
-    hang), the path switches off, and later ops over the survivors run on staging."""
+def worker_ipc_peer_dies(ck: Checker, rank: int, world: int, tmpdir: str, kind: str):
+    """The last rank exits before an op on the path (kind: all_reduce, broadcast or
+    all_gather_into_tensor). The survivors' control all-gather completes without it and the
+    group agrees on the failure; all_reduce and broadcast then run again over the survivors
+    through host memory and complete like a staged op over the survivors (result over the
+    survivors, the dead rank in get_failed_ranks_hint, get_local_success False); the other kinds
+    raise. Either way the path switches off and later ops run on staging over the survivors."""
+    import mooncake.pg as mpg
+
     dev = _setup(rank, world, tmpdir, False, True)
     ins = [make(r, torch.float32, (100,)) for r in range(world)]
     t = ins[rank].clone()
     dist.all_reduce(t)
     ck.eq("all_reduce before the failure", t, fold(R.SUM, ins))
     dist.barrier()
-    if rank == world - 1:
+    dead = world - 1
+    if rank == dead:
         with open(os.path.join(tmpdir, f"result.{rank}.json"), "w") as f:
             json.dump({"failures": ck.failures, "count": ck.count}, f)
         os._exit(0)  # no goodbye to the group: its peers find it gone
     t = ins[rank].clone()
-    try:
-        dist.all_reduce(t)
-        ck.true("all_reduce with a dead peer raised", False, "it completed")
-    except Exception as e:  # noqa: BLE001
-        _same(ck, "the error names the path", "same-host device path" in str(e), True)
-    st = _stats(dev)
-    _same(ck, "path off after the failure", st.get("off"), 1)
+    if kind == "all_reduce":
+        w = dist.all_reduce(t, async_op=True)
+        w.wait()
+        ck.eq("all_reduce over the survivors", t, fold(R.SUM, ins[:dead]))
+    elif kind == "broadcast":
+        w = dist.broadcast(t, src=0, async_op=True)
+        w.wait()
+        ck.eq("broadcast over the survivors", t, ins[0])
+    else:
+        w = None
+        out = torch.zeros(100 * world)
+        try:
+            dist.all_gather_into_tensor(out, t)
+            ck.true("all_gather_into_tensor with a dead peer raised", False, "it completed")
+        except Exception as e:  # noqa: BLE001
+            _same(ck, "the error names the path", "same-host device path" in str(e), True)
+    if w is not None:
+        _same(ck, "failed-ranks hint", mpg.get_failed_ranks_hint(w).nonzero().flatten().tolist(), [dead])
+        _same(ck, "local success", mpg.get_local_success(w), False)
+    _same(ck, "path off after the failure", _stats(dev).get("off"), 1)
     t = ins[rank].clone()
     dist.all_reduce(t)
-    ck.eq("all_reduce over the survivors", t, fold(R.SUM, ins[: world - 1]))
+    ck.eq("all_reduce over the survivors on staging", t, fold(R.SUM, ins[:dead]))
     _same(ck, "no op on the path after the failure", _stats(dev).get("ops"), 1)

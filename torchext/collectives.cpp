@@ -27,7 +27,11 @@ WorkPtr MooncakeBackend::allreduce(
   at::Tensor& t = op.single(tensors, "input", "tensor");
   ReduceArgs ra = op.reduction(t, opts.reduceOp);
   if (IpcPath::reducible(t, opts.reduceOp.op_)) {
-    if (auto w = op.viaIpc({IpcJob::kAllReduce, t, {}, {}, opts.reduceOp.op_}, tensors)) {
+    IpcJob job{IpcJob::kAllReduce, t, {}, {}, opts.reduceOp.op_};
+    job.dtype = ra.dtype;
+    job.cop = ra.op;
+    job.count = ra.count;
+    if (auto w = op.viaIpc(std::move(job), tensors)) {
       return w;
     }
   }

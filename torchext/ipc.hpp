@@ -21,12 +21,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace mooncake {
 
 class MooncakeBackend;
+class MooncakeWork;
 
 // What one rank tells the others about its buffer (exchanged with mc_pg_allgather; fixed size).
 struct IpcBlob {
@@ -78,6 +80,14 @@ std::unique_ptr<PeerMemory> makeShmPeerMemory();
 // nullptr when the shim was built without CUDA.
 std::unique_ptr<PeerMemory> makeCudaPeerMemory();
 
+// A control op of the path completed without some peers (or failed because of them): the group
+// has agreed on the failure and its view holds the survivors.
+struct IpcPeerFailed : std::runtime_error {
+  std::vector<int32_t> failed;  // 1 per group rank that failed
+  IpcPeerFailed(const std::string& msg, std::vector<int32_t> f)
+      : std::runtime_error(msg), failed(std::move(f)) {}
+};
+
 // One collective the path runs. src is the buffer peers read; the results go to dst (the
 // whole-group output, or the in-place buffer for allreduce/broadcast) or to dsts (one per rank).
 struct IpcJob {
@@ -87,6 +97,9 @@ struct IpcJob {
   std::vector<at::Tensor> dsts;
   c10d::ReduceOp::RedOpType rop = c10d::ReduceOp::SUM;
   int root = 0;
+  // allreduce: the reduction as the C ABI takes it, for a rerun on staging (ReduceArgs).
+  int32_t dtype = 0, cop = 0;
+  int64_t count = 0;
 };
 
 // Decides whether an op takes the path and runs it; one per backend, used by the submit thread.
@@ -103,8 +116,14 @@ class IpcPath {
   void setState(PeerMemory* m, int s);
   // Runs the handshake (on the submit thread): every rank on one host and able to map memory.
   void handshake(MooncakeBackend& b, PeerMemory* m, const c10::Device& device);
-  // Runs one op (on the submit thread). Throws with the reason on failure.
+  // Runs one op (on the submit thread). Throws with the reason on failure (IpcPeerFailed when
+  // a peer failed; wrote() then says whether the op's outputs were written).
   void run(MooncakeBackend& b, PeerMemory* m, const IpcJob& job);
+  bool wrote() const { return wrote_; }
+  // After a peer failed before the outputs were written: runs all_reduce or broadcast again on
+  // the group over the survivors, through host memory (the work waits for the handle it adds
+  // to w). False for the other kinds.
+  bool rerun(MooncakeBackend& b, PeerMemory* m, const IpcJob& job, MooncakeWork& w);
   // After a failure no later op takes the path (the group's view changed).
   void disable() { off_ = true; }
   bool disabled() const { return off_; }
@@ -120,6 +139,7 @@ class IpcPath {
 
   std::mutex mu_;
   bool off_ = false;
+  bool wrote_ = false;  // the current op wrote its outputs (submit thread only)
   std::unique_ptr<PeerMemory> cuda_, shm_;
   bool cudaMade_ = false, shmMade_ = false;
   std::map<PeerMemory*, int> state_;

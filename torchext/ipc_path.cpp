@@ -108,9 +108,11 @@ void MooncakeBackend::control(const char* what, const std::function<int(uint64_t
   }
   bool ok = mc_work_is_success(h) == 1;
   mc_work_free(h);
+  if (!dead.empty()) {
+    throw IpcPeerFailed(where(what) + ": rank(s) " + dead + " failed during the op", failed);
+  }
   TORCH_CHECK(err.empty(), where(what), ": ", err);
-  TORCH_CHECK(dead.empty(), where(what), ": rank(s) ", dead, " failed during the op");
-  TORCH_CHECK(ok, where(what), ": a peer failed during the op");
+  TORCH_CHECK(ok, where(what), ": the op did not complete with every rank");
 }
 
 bool IpcPath::reducible(const at::Tensor& t, c10d::ReduceOp::RedOpType rop) {
@@ -255,6 +257,7 @@ void IpcPath::run(MooncakeBackend& b, PeerMemory* m, const IpcJob& job) {
   const int n = b.curSize_;
   const int me = b.getRank();
   const char* what = "same-host device path";
+  wrote_ = false;
   m->begin(job.src.device());
   struct End {
     PeerMemory* m;
@@ -283,6 +286,7 @@ void IpcPath::run(MooncakeBackend& b, PeerMemory* m, const IpcJob& job) {
   at::Tensor out = target.is_contiguous() ? target
                                           : at::empty_like(target, at::MemoryFormat::Contiguous);
   at::Tensor o = out.view({-1});
+  wrote_ = job.kind != IpcJob::kAllReduce;
   switch (job.kind) {
     case IpcJob::kAllReduce: {
       // Reduce-scatter: rank me folds every peer's share me into its own scratch (nobody else
@@ -299,6 +303,7 @@ void IpcPath::run(MooncakeBackend& b, PeerMemory* m, const IpcJob& job) {
       }
       m->fence();
       barrier(b, what);  // every share is reduced
+      wrote_ = true;
       for (int k = 0; k < n; ++k) {
         auto s = share(numel, n, k);
         part(o, s).copy_(part(peer[k], s));
@@ -346,6 +351,43 @@ void IpcPath::run(MooncakeBackend& b, PeerMemory* m, const IpcJob& job) {
   barrier(b, what);  // nobody reads this rank's scratch any more
   m->retire();
   ++ops;
+}
+
+bool IpcPath::rerun(MooncakeBackend& b, PeerMemory* m, const IpcJob& job, MooncakeWork& w) {
+  if (job.kind != IpcJob::kAllReduce && job.kind != IpcJob::kBroadcast) {
+    return false;
+  }
+  const at::Tensor& t = job.src;
+  bool direct = t.is_cpu() && t.is_contiguous();
+  at::Tensor h = direct ? t
+                        : at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(t.is_cuda()),
+                                    at::MemoryFormat::Contiguous);
+  if (!direct) {
+    m->begin(t.device());
+    h.copy_(t);
+    m->fence();
+    m->end();
+  }
+  uint64_t handle = 0;
+  int rc = job.kind == IpcJob::kAllReduce
+      ? mc_pg_allreduce(b.pg_, h.data_ptr(), job.count, job.dtype, job.cop, &handle)
+      : mc_pg_broadcast(b.pg_, h.data_ptr(), nbytesOf(h), job.root, &handle);
+  TORCH_CHECK(rc == 0, b.where("same-host device path rerun"), ": ", lastError());
+  w.handles_.push_back(handle);
+  w.keep_.push_back(h);
+  if (!direct) {
+    // The result goes back to t once the rerun is done (the completion thread then finds the
+    // handle done and reports it).
+    while ((rc = mc_work_wait(handle, 1000)) == -2) {
+    }
+    if (rc == 0) {
+      m->begin(t.device());
+      t.copy_(h);
+      m->fence();
+      m->end();
+    }
+  }
+  return true;
 }
 
 } // namespace mooncake
@@ -418,6 +460,24 @@ c10::intrusive_ptr<c10d::Work> MooncakeBackend::Op::viaIpc(
           inputsReady();
         }
         path.run(*b, m, job);
+      } catch (const IpcPeerFailed& e) {
+        // The group agreed on the failure: finish the op over the survivors like staging does.
+        path.disable();
+        w->priorFailed_ = e.failed;
+        const char* how = "the op's outputs are complete";
+        try {
+          if (!path.wrote()) {
+            how = "rerun over the survivors through host memory";
+            if (!path.rerun(*b, m, job, *w)) {
+              how = "the op fails (no rerun for it on this path)";
+              w->submitError_ = e.what();
+            }
+          }
+        } catch (const std::exception& e2) {
+          w->submitError_ = messageOf(e2);
+        }
+        LOG(WARNING) << b->getBackendName() << ": " << e.what() << "; " << how
+                     << "; later ops stage through host memory";
       } catch (const std::exception& e) {
         path.disable();
         w->submitError_ = messageOf(e);
