@@ -7,6 +7,7 @@ buffers exported, peer buffers mapped) are compared with what the sequence of op
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 
@@ -191,6 +192,9 @@ def worker_ipc_peer_dies(ck: Checker, rank: int, world: int, tmpdir: str, kind: 
     if rank == dead:
         with open(os.path.join(tmpdir, f"result.{rank}.json"), "w") as f:
             json.dump({"failures": ck.failures, "count": ck.count}, f)
+        # Its scratch's name goes (the survivors keep their mappings), or /dev/shm keeps it.
+        for f in glob.glob(f"/dev/shm/mcpg-ipcfake-{os.getpid()}-*"):
+            os.unlink(f)
         os._exit(0)  # no goodbye to the group: its peers find it gone
     t = ins[rank].clone()
     if kind == "all_reduce":

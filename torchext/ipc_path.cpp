@@ -269,16 +269,15 @@ void IpcPath::run(MooncakeBackend& b, PeerMemory* m, const IpcJob& job) {
   mine.flags = IpcBlob::kExposed;
   auto all = exchange(b, mine, what);
   at::Tensor flat = x.view({-1});
-  std::vector<at::Tensor> peer(n);
+  // Every rank checks every record before reading any: a size mismatch fails the op on all.
   for (int k = 0; k < n; ++k) {
-    if (k == me) {
-      peer[k] = flat;
-      continue;
-    }
     TORCH_CHECK(
         all[k].nbytes == mine.nbytes, b.where(what), ": rank ", k, " has a ", all[k].nbytes,
         "-byte buffer, this rank ", mine.nbytes);
-    peer[k] = m->open(k, all[k], flat);
+  }
+  std::vector<at::Tensor> peer(n);
+  for (int k = 0; k < n; ++k) {
+    peer[k] = k == me ? flat : m->open(k, all[k], flat);
   }
   const int64_t numel = flat.numel();
   // The tensor the results go to, written flat (a contiguous stand-in where it is not).
