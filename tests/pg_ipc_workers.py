@@ -22,12 +22,13 @@ KIND = {False: "shm-fake", True: "cuda-ipc"}
 
 
 class Tally:
-    """What the path should have done: ops taken and the scratch's growth (it doubles, at least
-    to the op's size, from 4 KiB for shm-fake and 1 MiB for cuda-ipc)."""
+    """What the path should have done: ops taken and the scratch's growth (each of its two
+    halves doubles, at least to the op's size, from 4 KiB for shm-fake and 512 KiB for
+    cuda-ipc)."""
 
     def __init__(self, cuda: bool, on: bool):
         self.on, self.ops, self.exports, self.cap = on, 0, 0, 0
-        self.floor = (1 << 20) if cuda else 4096
+        self.floor = (512 << 10) if cuda else 4096
 
     def took(self, t: torch.Tensor) -> None:
         if not self.on:

@@ -1,8 +1,8 @@
 // The same-host device path (docs/cuda.md, "Same-host device path"): the ranks of a group on one
 // host read each other's op buffers directly instead of staging them through host memory and
 // libmooncake's transport. libmooncake carries only the control: one small all-gather per op
-// (each rank's buffer handle; it also says the buffer is filled) and barriers (nobody reads a
-// buffer after its owner was told the op is done).
+// (each rank's buffer handle; it also says the buffer is filled), and for all_reduce a barrier
+// between its reduce-scatter and all-gather halves.
 //
 // The seam is PeerMemory: how a rank shows its buffer to peers and maps theirs. Two kinds:
 //   CudaPeerMemory (ipc_cuda.cpp)  CUDA IPC handles of device memory (built with CUDA only)
@@ -47,9 +47,14 @@ static_assert(sizeof(IpcBlob) == 128, "IpcBlob is exchanged as 128 bytes");
 // The seam: one process's exportable scratch buffer and its mappings of the peers' ones.
 // Each rank copies an op's input into its scratch (the only memory peers map: a user tensor's
 // allocation may be freed or reused by its allocator while a peer still maps it); the scratch is
-// exported once and mapped by each peer once (the cache); it only changes when it must grow,
-// then each peer unmaps the old one when it sees the new handle, and the owner frees the old one
-// after that op's last barrier (retire), when no peer maps it any more.
+// exported once and mapped by each peer once (the cache).
+//
+// The scratch has two halves, used by alternate ops: op s writes half s % 2 before its
+// all-gather, and peers read it until they enter op s + 1; this rank writes that half again at
+// op s + 2, after op s + 1's all-gather, which every peer entered only after finishing op s. So
+// no barrier closes an op. The scratch only changes when it must grow: each peer unmaps the old
+// one when it sees the new handle (op s), and the owner frees it after op s + 1's all-gather
+// (retire), when no peer maps it any more.
 class PeerMemory {
  public:
   virtual ~PeerMemory() = default;
@@ -63,7 +68,7 @@ class PeerMemory {
   // A peer's scratch as a flat tensor of like's dtype, device and size (one cached mapping per
   // peer, replaced when the peer's handle changes).
   virtual at::Tensor open(int peer, const IpcBlob& blob, const at::Tensor& like) = 0;
-  // After an op's last barrier: frees scratch buffers that grew out of use.
+  // After an op's all-gather: frees scratch buffers that grew out of use before the previous op.
   virtual void retire() = 0;
   // Waits until the device work issued so far is done (host-visible).
   virtual void fence() = 0;
@@ -74,6 +79,17 @@ class PeerMemory {
   // Counters for tests and the device check.
   std::atomic<int64_t> exports{0};  // scratch buffers exported (first use and growth)
   std::atomic<int64_t> opens{0};    // peer scratch buffers mapped (cache misses)
+
+ protected:
+  // The half of the scratch the next op uses (0 or 1); advances the op count.
+  int nextHalf() { return static_cast<int>(seq_++ % 2); }
+  // The op count now, recorded with a scratch buffer that grew out of use (before nextHalf()).
+  uint64_t seq() const { return seq_; }
+  // Whether a buffer superseded at op `gen` may be freed (op gen + 1's all-gather is done).
+  bool mayFree(uint64_t gen) const { return gen + 2 <= seq_; }
+
+ private:
+  uint64_t seq_ = 0;
 };
 
 std::unique_ptr<PeerMemory> makeShmPeerMemory();

@@ -1,5 +1,5 @@
-// CudaPeerMemory: CUDA IPC for the same-host device path (ipc.hpp). The scratch is device memory
-// from cuMemAlloc (not torch's caching allocator, so its handle does not depend on the
+// CudaPeerMemory: CUDA IPC for the same-host device path (ipc.hpp). The scratch (two halves, each
+// growing by doubling from 512 KiB) is device memory from cuMemAlloc (not torch's caching allocator, so its handle does not depend on the
 // allocator's configuration: expandable segments cannot be exported with cuIpcGetMemHandle),
 // exported with cuIpcGetMemHandle and mapped by peers with cuIpcOpenMemHandle (lazy peer access
 // for ranks on other GPUs of the host). The driver's entry points come from libcuda.so.1 at run
@@ -110,7 +110,9 @@ class CudaPeerMemory : public PeerMemory {
         d.ipcClose(m.base);
       }
     }
-    retire();
+    for (auto& [p, gen] : old_) {
+      d.memFree(p);
+    }
     if (scratch_) {
       d.memFree(scratch_);
     }
@@ -144,29 +146,30 @@ class CudaPeerMemory : public PeerMemory {
   at::Tensor expose(const at::Tensor& t, IpcBlob* blob) override {
     const Driver& d = driver();
     size_t n = static_cast<size_t>(t.numel()) * t.element_size();
-    if (cap_ < n) {
-      size_t want = std::max<size_t>({n, 2 * cap_, size_t(1) << 20});
+    if (half_ < n) {
+      size_t h = std::max<size_t>({n, 2 * half_, size_t(512) << 10});
       CUdeviceptr p = 0;
-      MC_CU(d.memAlloc(&p, want), "cuMemAlloc of the scratch");
-      CUipcMemHandle h;
-      CUresult r = d.ipcGet(&h, p);
+      MC_CU(d.memAlloc(&p, 2 * h), "cuMemAlloc of the scratch");
+      CUipcMemHandle ih;
+      CUresult r = d.ipcGet(&ih, p);
       if (r != CUDA_SUCCESS) {
         d.memFree(p);
         MC_CU(r, "cuIpcGetMemHandle");
       }
       if (scratch_) {
-        old_.push_back(scratch_);
+        old_.emplace_back(scratch_, seq());
       }
       scratch_ = p;
-      cap_ = want;
-      std::memcpy(handle_, &h, sizeof(h));
+      half_ = h;
+      std::memcpy(handle_, &ih, sizeof(ih));
       ++exports;
     }
-    at::Tensor x = view(scratch_, t.numel(), t.options());
+    size_t off = static_cast<size_t>(nextHalf()) * half_;
+    at::Tensor x = view(scratch_ + off, t.numel(), t.options());
     x.copy_(t.reshape({-1}));
     static_assert(sizeof(CUipcMemHandle) <= sizeof(IpcBlob::handle), "handle fits the blob");
     std::memcpy(blob->handle, handle_, sizeof(CUipcMemHandle));
-    blob->offset = 0;
+    blob->offset = static_cast<int64_t>(off);
     blob->nbytes = static_cast<int64_t>(n);
     return x;
   }
@@ -191,10 +194,14 @@ class CudaPeerMemory : public PeerMemory {
   }
 
   void retire() override {
-    for (CUdeviceptr p : old_) {
-      driver().memFree(p);
+    for (auto it = old_.begin(); it != old_.end();) {
+      if (mayFree(it->second)) {
+        driver().memFree(it->first);
+        it = old_.erase(it);
+      } else {
+        ++it;
+      }
     }
-    old_.clear();
   }
 
   void fence() override { stream_->synchronize(); }
@@ -248,10 +255,10 @@ class CudaPeerMemory : public PeerMemory {
   std::optional<c10::cuda::CUDAStream> stream_;
   std::map<int, c10::cuda::CUDAStream> pooled_;
   std::optional<c10::cuda::CUDAStreamGuard> streamGuard_;
-  CUdeviceptr scratch_ = 0;
-  size_t cap_ = 0;
+  CUdeviceptr scratch_ = 0;  // two halves of half_ bytes
+  size_t half_ = 0;
   char handle_[sizeof(CUipcMemHandle)] = {};
-  std::vector<CUdeviceptr> old_;
+  std::vector<std::pair<CUdeviceptr, uint64_t>> old_;  // grown out of use, at op count
   std::map<int, Mapping> peers_;
 };
 

@@ -1,7 +1,7 @@
 // ShmPeerMemory: the host-memory stand-in for CUDA IPC (MOONCAKE_PG_IPC_FAKE=1, CPU tensors on
 // backend "mooncake"). A rank's scratch is a POSIX shared-memory segment (the "device memory"
-// peers map), its handle the segment's name; it grows by doubling (a new name: names are never
-// reused). Peers map each rank's segment once and replace the mapping when the name changes.
+// peers map) of two halves, its handle the segment's name; a half grows by doubling from 4 KiB
+// (a new segment and name: names are never reused). Peers map each rank's segment once and replace the mapping when the name changes.
 // Segments are unlinked when they retire or the backend goes (a killed process leaves its
 // segment in /dev/shm, named mcpg-ipcfake-<pid>-<n>).
 #include <c10/util/Exception.h>
@@ -12,7 +12,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <algorithm>
 #include <map>
+#include <utility>
 #include <vector>
 
 #include "ipc.hpp"
@@ -31,7 +33,9 @@ class ShmPeerMemory : public PeerMemory {
  public:
   ~ShmPeerMemory() override {
     drop(scratch_, /*unlink=*/true);
-    retire();
+    for (auto& [s, gen] : old_) {
+      drop(s, true);
+    }
     for (auto& [k, s] : peers_) {
       drop(s, false);
     }
@@ -48,20 +52,23 @@ class ShmPeerMemory : public PeerMemory {
 
   at::Tensor expose(const at::Tensor& t, IpcBlob* blob) override {
     size_t n = static_cast<size_t>(t.numel()) * t.element_size();
-    if (scratch_.size < n) {
+    if (half_ < n) {
+      size_t h = std::max({n, 2 * half_, size_t(4096)});
       Segment s;
       std::string err;
-      TORCH_CHECK(create(std::max(n, 2 * scratch_.size), &s, &err), "shm-fake: ", err);
+      TORCH_CHECK(create(2 * h, &s, &err), "shm-fake: ", err);
       if (scratch_.base) {
-        old_.push_back(scratch_);
+        old_.emplace_back(scratch_, seq());
       }
       scratch_ = s;
+      half_ = h;
       ++exports;
     }
-    at::Tensor x = at::from_blob(scratch_.base, {t.numel()}, t.options());
+    size_t off = static_cast<size_t>(nextHalf()) * half_;
+    at::Tensor x = at::from_blob(static_cast<uint8_t*>(scratch_.base) + off, {t.numel()}, t.options());
     x.copy_(t.reshape({-1}));
     std::snprintf(blob->handle, sizeof(blob->handle), "%s", scratch_.name.c_str());
-    blob->offset = 0;
+    blob->offset = static_cast<int64_t>(off);
     blob->nbytes = static_cast<int64_t>(n);
     return x;
   }
@@ -96,10 +103,14 @@ class ShmPeerMemory : public PeerMemory {
   }
 
   void retire() override {
-    for (auto& s : old_) {
-      drop(s, true);
+    for (auto it = old_.begin(); it != old_.end();) {
+      if (mayFree(it->second)) {
+        drop(it->first, true);
+        it = old_.erase(it);
+      } else {
+        ++it;
+      }
     }
-    old_.clear();
   }
   void fence() override {}
   void begin(const c10::Device&) override {}
@@ -144,7 +155,8 @@ class ShmPeerMemory : public PeerMemory {
 
   uint64_t next_ = 0;
   Segment scratch_;
-  std::vector<Segment> old_;
+  size_t half_ = 0;  // bytes per half of scratch_
+  std::vector<std::pair<Segment, uint64_t>> old_;  // grown out of use, at op count
   std::map<int, Segment> peers_;
 };
 

@@ -1,10 +1,10 @@
 // IpcPath: the same-host device path's protocol (ipc.hpp has the overview). Per op, on the
 // submit thread, after the op's inputs are ready:
-//   1. expose the buffer peers read; all-gather the blobs (control op 1: "my buffer is filled,
-//      here is its handle"); map the peers' buffers (cached per handle);
-//   2. the op's device work over the peers' buffers (torch ops on the path's stream), fence;
-//   3. allreduce only: barrier, then gather the reduced chunks, fence;
-//   4. barrier (nobody reads my buffer any more), then the work completes.
+//   1. copy the input into this rank's scratch half; all-gather the blobs (the control op: "my
+//      scratch is filled, here is its handle"); map the peers' scratch (cached per handle);
+//   2. the op's device work over the peers' buffers (torch ops on the path's stream);
+//   3. allreduce only: fence, barrier, then gather the reduced chunks;
+//   4. fence, and the work completes (no closing barrier: the scratch is double-buffered).
 // A control op that fails or reports a failed rank fails the op and switches the path off for
 // the group (later ops use staging, with its elastic semantics).
 #include "ipc.hpp"
@@ -81,6 +81,7 @@ void MooncakeBackend::control(const char* what, const std::function<int(uint64_t
   TORCH_CHECK(fn(&h) == 0, where(what), ": ", lastError());
   const auto limit = std::chrono::milliseconds(std::max<int64_t>(timeout_.count(), 1000)) * 2 +
       std::chrono::seconds(60);
+  mc_work_run(h);  // on this thread when its queue has not started it: no hand-off
   auto start = Clock::now();
   int rc;
   for (;;) {
@@ -268,6 +269,7 @@ void IpcPath::run(MooncakeBackend& b, PeerMemory* m, const IpcJob& job) {
   mine.magic = IpcBlob::kMagic;
   mine.flags = IpcBlob::kExposed;
   auto all = exchange(b, mine, what);
+  m->retire();
   at::Tensor flat = x.view({-1});
   // Every rank checks every record before reading any: a size mismatch fails the op on all.
   for (int k = 0; k < n; ++k) {
@@ -346,9 +348,7 @@ void IpcPath::run(MooncakeBackend& b, PeerMemory* m, const IpcJob& job) {
   if (wrote && !out.is_same(target)) {
     target.copy_(out);
   }
-  m->fence();
-  barrier(b, what);  // nobody reads this rank's scratch any more
-  m->retire();
+  m->fence();  // this rank's reads and writes are done (its scratch half is free: see ipc.hpp)
   ++ops;
 }
 
