@@ -35,6 +35,8 @@ def test_dry_run_plans_every_step(tmp_path):
     assert "-fvisibility=hidden" in out and "--version-script=" in out
     assert "-> OK" in out and "bound outside libstdc++: 0" in out
     assert "tests/test_pg_cuda.py tests/test_engine_cuda.py tests/test_store_tensor_cuda.py" in out
+    assert "tests/test_pg_ipc.py::test_cuda_path_matches_cpu" in out
+    assert "MOONCAKE_PG_CUDA_IPC=0" in out and "pgbench_cuda_staging.json" in out
     assert "tests collected" in out
     assert "pgbench has --device" in out and out.rstrip().endswith("dry-run OK")
     # the probe's report of this build (scripts/stdcxx_probe.py --json)

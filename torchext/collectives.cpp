@@ -14,6 +14,9 @@ WorkPtr MooncakeBackend::broadcast(
   Op op(this, c10d::OpType::BROADCAST, opts);
   at::Tensor& t = op.single(tensors, "input", "tensor");
   int32_t root = op.root(opts);
+  if (auto w = op.viaIpc({IpcJob::kBroadcast, t, {}, {}, c10d::ReduceOp::SUM, root}, tensors)) {
+    return w;
+  }
   op.broadcast(op.inout(t), root);
   return op.launch(tensors);
 }
@@ -23,6 +26,15 @@ WorkPtr MooncakeBackend::allreduce(
   Op op(this, c10d::OpType::ALLREDUCE, opts);
   at::Tensor& t = op.single(tensors, "input", "tensor");
   ReduceArgs ra = op.reduction(t, opts.reduceOp);
+  if (IpcPath::reducible(t, opts.reduceOp.op_)) {
+    IpcJob job{IpcJob::kAllReduce, t, {}, {}, opts.reduceOp.op_};
+    job.dtype = ra.dtype;
+    job.cop = ra.op;
+    job.count = ra.count;
+    if (auto w = op.viaIpc(std::move(job), tensors)) {
+      return w;
+    }
+  }
   op.allreduce(op.inout(t), ra);
   return op.launch(tensors);
 }
@@ -57,6 +69,11 @@ WorkPtr MooncakeBackend::allgather(
     const c10d::AllgatherOptions& opts) {
   Op op(this, c10d::OpType::ALLGATHER, opts);
   auto& outs = op.perRank(inputTensors, outputTensors, /*listIsOutput=*/true);
+  if (static_cast<int>(outs.size()) == curSize_) {
+    if (auto w = op.viaIpc({IpcJob::kAllGather, inputTensors[0], {}, outs}, outs)) {
+      return w;
+    }
+  }
   at::Tensor sin = op.in(inputTensors[0]);
   op.allgather(sin, op.outs(outs));
   return op.launch(outs);
@@ -66,6 +83,11 @@ WorkPtr MooncakeBackend::_allgather_base(
     at::Tensor& outputBuffer, at::Tensor& inputBuffer, const c10d::AllgatherOptions& opts) {
   Op op(this, c10d::OpType::_ALLGATHER_BASE, opts);
   op.wholeGroup(outputBuffer, inputBuffer, /*outIsWhole=*/true);
+  if (outputBuffer.numel() == inputBuffer.numel() * curSize_) {
+    if (auto w = op.viaIpc({IpcJob::kAllGather, inputBuffer, outputBuffer}, {outputBuffer})) {
+      return w;
+    }
+  }
   op.allgatherInto(outputBuffer, inputBuffer);
   return op.launch({outputBuffer});
 }
@@ -167,6 +189,14 @@ WorkPtr MooncakeBackend::_reduce_scatter_base(
   Op op(this, c10d::OpType::_REDUCE_SCATTER_BASE, opts);
   op.wholeGroup(outputBuffer, inputBuffer, /*outIsWhole=*/false);
   ReduceArgs ra = op.reduction(outputBuffer, opts.reduceOp);
+  if (IpcPath::reducible(outputBuffer, opts.reduceOp.op_) &&
+      inputBuffer.numel() == outputBuffer.numel() * curSize_) {
+    if (auto w = op.viaIpc(
+            {IpcJob::kReduceScatter, inputBuffer, outputBuffer, {}, opts.reduceOp.op_},
+            {outputBuffer})) {
+      return w;
+    }
+  }
   op.reduceScatterFrom(outputBuffer, inputBuffer, ra);
   return op.launch({outputBuffer});
 }
@@ -203,6 +233,14 @@ WorkPtr MooncakeBackend::alltoall_base(
   op.sameType(outputBuffer, inputBuffer, "output", "input");
   std::vector<int64_t> inBytes = op.splitBytes(inputBuffer, inputSplitSizes, "input");
   std::vector<int64_t> outBytes = op.splitBytes(outputBuffer, outputSplitSizes, "output");
+  // Equal splits only: with uneven ones a rank does not know where its part lies in a peer's
+  // input.
+  if (inputSplitSizes.empty() && outputSplitSizes.empty() &&
+      inputBuffer.numel() == outputBuffer.numel() && inputBuffer.numel() % curSize_ == 0) {
+    if (auto w = op.viaIpc({IpcJob::kAllToAll, inputBuffer, outputBuffer}, {outputBuffer})) {
+      return w;
+    }
+  }
   at::Tensor sin = op.in(inputBuffer);
   at::Tensor sout = op.out(outputBuffer);
   auto ins = std::make_shared<std::vector<const void*>>();

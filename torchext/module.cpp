@@ -167,6 +167,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         mb->refreshSize();
         return mb->currentSize();
       });
+  // The same-host device path's counters (tests and scripts/gpu_check.sh).
+  m.def("_ipc_stats", [](const c10::intrusive_ptr<c10d::Backend>& b) {
+    return asMooncake(b)->ipcStats();
+  });
   m.def("get_max_group_size", [](const c10::intrusive_ptr<c10d::Backend>& b) {
     return asMooncake(b)->maxGroupSize();
   });

@@ -22,6 +22,7 @@
 //   op.{hpp,cpp}                MooncakeBackend::Op: argument checks, staging, mc_pg_* calls
 //   threads.cpp                 the completion and submit threads; finishing a work
 //   cuda.cpp                    a work's CUDA side: stream ordering, result copies, events
+//   ipc.hpp, ipc_path.cpp       the same-host device path (CUDA IPC; ipc_cuda.cpp, ipc_fake.cpp)
 //   collectives.cpp, p2p.cpp    the c10d::Backend op overrides
 //   util.hpp                    buffer pointers, last error, env switches, the CUDA lane
 #pragma once
@@ -43,6 +44,7 @@
 #include <thread>
 #include <vector>
 
+#include "ipc.hpp"
 #include "mooncake_pg.h"
 #include "work.hpp"
 
@@ -180,6 +182,10 @@ class MooncakeBackend : public c10d::Backend {
   // world size (highest active rank + 1), which elastic membership changes.
   void refreshSize();
 
+  // The same-host device path's counters: ops run on it, scratch buffers exported, peer buffers
+  // mapped (cache misses), per memory kind ("cuda-ipc", "shm-fake").
+  std::map<std::string, int64_t> ipcStats();
+
   // Waits for every outstanding work and frees the group (idempotent; the destructor calls it).
   void shutdownGroup();
   // c10d::Backend::shutdown exists in newer torch only: declared without `override` so the
@@ -190,6 +196,11 @@ class MooncakeBackend : public c10d::Backend {
   friend class MooncakeWork;
   class Op;  // builds one work: staging, pointers, submission
   friend class Op;
+  friend class IpcPath;
+
+  // Runs one control op of the same-host device path (an all-gather or barrier through the
+  // group) on the calling thread; raises on an error or a failed peer.
+  void control(const char* what, const std::function<int(uint64_t*)>& fn);
 
   // notify=false: the work's parts wake the completion thread when they finish (the
   // completion hook), so a work that its waiter runs and finishes wakes nobody.
@@ -228,6 +239,7 @@ class MooncakeBackend : public c10d::Backend {
   std::mutex laneMu_;
   std::map<int, std::shared_ptr<CudaLane>> lanes_;
   std::shared_ptr<CudaLane> lane(const c10::Device& d);
+  std::unique_ptr<IpcPath> ipc_ = std::make_unique<IpcPath>();
 };
 
 // True when the extension was built with CUDA staging support.

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "ipc.hpp"
 #include "mooncake_backend.hpp"
 
 namespace mooncake {
@@ -134,6 +135,9 @@ class MooncakeBackend::Op {
   void send(const at::Tensor& buf, int dst, int tag);
   void recv(const at::Tensor& buf, int src, int tag);
   void barrier();
+
+  // Runs the op on the same-host device path (ipc.hpp) when it applies; nullptr: stage it.
+  c10::intrusive_ptr<c10d::Work> viaIpc(IpcJob job, std::vector<at::Tensor> outputs);
 
   // Submits the calls and returns the work. outputs are what Future/result() report.
   c10::intrusive_ptr<c10d::Work> launch(std::vector<at::Tensor> outputs);

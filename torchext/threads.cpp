@@ -110,6 +110,12 @@ void MooncakeBackend::finishWork(const c10::intrusive_ptr<MooncakeWork>& w) {
   bool localOk = err.empty();
   int source = -1;
   std::vector<int32_t> failed(std::max<int32_t>(maxGroupSize_, curSize_), 0);
+  for (size_t i = 0; i < w->priorFailed_.size() && i < failed.size(); ++i) {
+    if (w->priorFailed_[i]) {
+      failed[i] = 1;
+      localOk = false;  // completed without some ranks (the same-host device path's control)
+    }
+  }
   std::vector<int32_t> tmp(failed.size(), 0);
   // The group enforces its op timeout itself; this bound only guards against a stuck runtime.
   const auto limit = std::chrono::milliseconds(std::max<int64_t>(timeout_.count(), 1000)) * 2 +

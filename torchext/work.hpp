@@ -44,6 +44,7 @@ class MooncakeWork : public c10d::Work {
 
  private:
   friend class MooncakeBackend;
+  friend class IpcPath;  // the same-host device path adds its rerun's handle (ipc.hpp)
   void complete(std::exception_ptr eptr);
   void runHere();
   bool finishHere();  // runs the unstarted parts here; true when this call finished the work
@@ -76,6 +77,7 @@ class MooncakeWork : public c10d::Work {
   std::vector<at::Tensor> keep_;            // everything the Go side reads or writes
   std::vector<std::function<void()>> post_; // run on success, before completion (copy-backs)
   std::string submitError_;                 // an op of a multi-op work failed to enqueue
+  std::vector<int32_t> priorFailed_;        // ranks that failed before its handles (ipc.hpp)
 
   // Results.
   int source_ = -1;
