@@ -88,12 +88,15 @@ func (pg *Group) Membership(req Request) (Result, error) {
 	w := pg.q.Submit(req.Op, func(ctx context.Context) error {
 		var err error
 		res, err = pg.membershipOp(ctx, req)
+		// The epoch this call made, read on the queue: ops queued after it may apply later
+		// decisions before Wait returns (a join followed at once by a fault), and the
+		// members published the torch group counter under the epoch of the admission.
+		res.NewEpoch = pg.g.Epoch()
 		return err
 	})
 	if err := w.Wait(-1); err != nil {
 		return res, err
 	}
-	res.NewEpoch = pg.g.Epoch()
 	res.NumSynced = len(pg.g.Members())
 	if !pg.joined.Load() {
 		res.NumSynced = 0

@@ -31,6 +31,7 @@ import enum
 import json
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
@@ -476,10 +477,21 @@ def join_group(pg: Any = None) -> ProposalResponse:
     with ``new_group`` afterwards (by every rank, in the same order) line up with theirs."""
     r = _proposal(_call(get_backend(pg), "join"))
     if _is_world(pg) and r.status != ProposalStatus.Rejected:
+        # The members publish it under the epoch of the decision that admitted this rank:
+        # new_epoch, or an earlier one when the group changed again right after (a fault).
         store = dist.distributed_c10d._get_default_store()
-        key = _group_count_key(r.new_epoch)
-        store.wait([key])
-        dist.distributed_c10d._world.group_count = int(store.get(key))
+        keys = [_group_count_key(e) for e in range(r.new_epoch, max(-1, r.new_epoch - 8), -1)]
+        start = time.monotonic()
+        deadline = start + store.timeout.total_seconds()
+        while True:
+            # its own epoch's key first; an earlier one only once that one is long overdue
+            found = [k for k in (keys if time.monotonic() - start > 10 else keys[:1]) if store.check([k])]
+            if found:
+                dist.distributed_c10d._world.group_count = int(store.get(found[0]))
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"join_group: the members did not publish their group counter ({keys[0]}) within the store's timeout")
+            time.sleep(0.02)
     return r
 
 
