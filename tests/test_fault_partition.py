@@ -17,6 +17,7 @@ are removed afterwards."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -80,6 +81,22 @@ def bridge():
     subprocess.run(["ip", "link", "del", br], capture_output=True)
 
 
+def collect(procs: dict) -> dict:
+    """Each worker's RESULT line (as a dict, its log's tail under "_stderr"), by rank."""
+    res = {}
+    for r, p in procs.items():
+        try:
+            so, se = p.communicate(timeout=180)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            so, se = p.communicate()
+        line = [x for x in so.splitlines() if x.startswith("RESULT ")]
+        assert line, f"rank {r} printed no result:\n{so}\n{se[-4000:]}"
+        res[r] = json.loads(line[0][7:])
+        res[r]["_stderr"] = se[-6000:]
+    return res
+
+
 def stopped(pid: int) -> bool:
     with open(f"/proc/{pid}/stat") as f:
         return f.read().rsplit(")", 1)[1].split()[0] == "T"
@@ -120,19 +137,7 @@ def test_partition_majority_goes_on_minority_is_fenced_then_rejoins(bridge, scen
                 time.sleep(0.01)
             wait_store(store, ["done/0", "done/1", "done/3"])
             os.kill(procs[2].pid, signal.SIGCONT)
-        res = {}
-        for r, p in procs.items():
-            try:
-                so, se = p.communicate(timeout=180)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                so, se = p.communicate()
-            line = [x for x in so.splitlines() if x.startswith("RESULT ")]
-            assert line, f"rank {r} printed no result:\n{so}\n{se[-4000:]}"
-            import json
-
-            res[r] = json.loads(line[0][7:])
-            res[r]["_stderr"] = se[-6000:]
+        res = collect(procs)
         for r in range(4):
             assert "error" not in res[r], f"rank {r}: {res[r]['error']}\n{res[r]['_stderr']}\n" + \
                 "\n".join(f"rank {q}:\n{res[q]['_stderr'][-2500:]}" for q in range(4))
@@ -183,19 +188,7 @@ def test_inplace_rejoin_after_a_cut_link(bridge, op):
         store.set("cut", b"1")
         wait_store(store, ["fault_done/0"])
         _ip("link", "set", bridge["ports"][1], "up")
-        res = {}
-        for r, p in procs.items():
-            try:
-                so, se = p.communicate(timeout=180)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                so, se = p.communicate()
-            line = [x for x in so.splitlines() if x.startswith("RESULT ")]
-            assert line, f"rank {r} printed no result:\n{so}\n{se[-4000:]}"
-            import json
-
-            res[r] = json.loads(line[0][7:])
-            res[r]["_stderr"] = se[-6000:]
+        res = collect(procs)
     finally:
         for p in procs.values():
             if p.poll() is None:
