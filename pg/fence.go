@@ -243,7 +243,12 @@ func (pg *Group) confirmDelivered(ctx context.Context, op string, seq uint64, me
 			// which fences it.
 			lost := pg.deadMembers(ctx, members)
 			if hasMajority(len(members)-len(lost), len(members)) {
-				return nil
+				// Members that needed the silent ones' data in this op (they could not
+				// complete it) probe them too, a little later, and agree the op failed: wait
+				// a quarter of the probe timeout for that, so that every survivor runs it
+				// again (checkSucceeded) instead of some going on to their next op.
+				pg.awaitDecision(ctx, pt/4)
+				return pg.fencedErr(op)
 			}
 			wait := 2*pt + time.Second
 			pg.logf("%s (op #%d) completed here, but ranks %v did not take its last messages and this rank reaches only %d of the op's %d members: waiting for the group's decision",
