@@ -235,18 +235,16 @@ func (pg *Group) confirmDelivered(ctx context.Context, op string, seq uint64, me
 			return ferr
 		}
 		if len(silent) > 0 {
-			// The op completed here with every member's contribution. On the majority side
-			// the result stands, as on the other survivors that completed it: the next op
-			// meets the silent members (marked dead here by the probe) and the group agrees
-			// on them there, every survivor at the same op. On the minority side (this rank
-			// is the one cut off) the op must not succeed: it waits for the group's decision,
-			// which fences it.
+			// The op completed here with every member's contribution. On the minority side
+			// (this rank is the one cut off) it must not succeed: it waits for the group's
+			// decision, which fences it. On the majority side the result stands, unless
+			// members that needed the silent ones' data (they could not complete the op)
+			// agree it failed: they probe a little later, so wait a quarter of the probe
+			// timeout for that decision and then run the op again with them (checkSucceeded)
+			// rather than go on to the next op alone; otherwise the next op meets the silent
+			// members (marked dead here by the probe) and the group agrees on them there.
 			lost := pg.deadMembers(ctx, members)
 			if hasMajority(len(members)-len(lost), len(members)) {
-				// Members that needed the silent ones' data in this op (they could not
-				// complete it) probe them too, a little later, and agree the op failed: wait
-				// a quarter of the probe timeout for that, so that every survivor runs it
-				// again (checkSucceeded) instead of some going on to their next op.
 				pg.awaitDecision(ctx, pt/4)
 				return pg.fencedErr(op)
 			}

@@ -73,7 +73,6 @@ func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(c
 	}
 	var failed []int
 	retried := false // retryOnce
-	lost := false    // the op overwrote its in-place input and kept no copy: no rerun
 	reran := false   // this attempt runs again, over a new view, an op the group agreed failed
 	for {
 		members := pg.g.Members()
@@ -86,17 +85,8 @@ func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(c
 		}
 		err := fn(ctx, save)
 		if err == nil && pg.stall != nil {
-			if err = pg.confirmDelivered(ctx, op, seq, members); err != nil {
-				if ferr := pg.fencedErr(op); ferr != nil {
-					return ferr
-				}
-				if len(inplace) > 0 {
-					if kept {
-						copy(inplace, save) // a rerun starts from the input
-					} else {
-						lost, save = true, nil // and no retryOnce
-					}
-				}
+			if err := pg.confirmDelivered(ctx, op, seq, members); err != nil {
+				return err // fenced, or it cannot complete here (the error says why)
 			}
 		}
 		if err == nil {
@@ -185,7 +175,7 @@ func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(c
 				if ferr := pg.fencedErr(op); ferr != nil {
 					return ferr
 				}
-				if d := pg.m.last; pg.joined.Load() && d != nil && d.Kind == "fault" && d.FailedSeq == seq && !lost {
+				if d := pg.m.last; pg.joined.Load() && d != nil && d.Kind == "fault" && d.FailedSeq == seq {
 					failed = union(failed, d.Ranks)
 					reran = true
 					continue // the group removed the others: rerun over the new view
@@ -214,9 +204,6 @@ func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(c
 			failed = union(failed, d.Ranks)
 		} else {
 			failed = union(failed, dead)
-		}
-		if lost {
-			return opErr{fmt.Errorf("%w; the group went on without ranks %v, and this rank kept no copy of its input (over 1 MiB) to run the op again over the survivors, so it reports the op failed", err, failed)}
 		}
 		if save == nil && len(inplace) > 0 {
 			// MOONCAKE_PG_FT_INPUT_COPY=0: the input may be half overwritten; the group
