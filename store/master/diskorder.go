@@ -146,11 +146,7 @@ func (s *State) dropOldest(t string, now int64, done func() bool, count func(o *
 			continue
 		}
 		count(it.o)
-		if s.inMemory(it.o) {
-			s.dropDisk(it.o)
-		} else {
-			s.deleteObject(it.o)
-		}
+		s.evictFromDisk(it.o)
 	}
 	s.tidyDiskQueue(t)
 }

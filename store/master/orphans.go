@@ -136,11 +136,7 @@ func (s *State) dropOrphans(now int64, done func() bool, count func(o *object)) 
 			continue
 		}
 		count(it.o)
-		if s.inMemory(it.o) {
-			s.dropDisk(it.o)
-		} else {
-			s.deleteObject(it.o)
-		}
+		s.evictFromDisk(it.o)
 	}
 	// Entries before i are gone or skipped; keep the skipped ones that are still orphans.
 	head := s.orphans[:i]

@@ -173,6 +173,15 @@ func (s *State) dropMemory(o *object) {
 	}
 }
 
+// evictFromDisk evicts o's G3 copy: the file alone when o is also in memory, else the object.
+func (s *State) evictFromDisk(o *object) {
+	if s.inMemory(o) {
+		s.dropDisk(o)
+	} else {
+		s.deleteObject(o)
+	}
+}
+
 // dropDisk forgets o's G3 file (handed out as garbage).
 func (s *State) dropDisk(o *object) {
 	s.forgetDisk(o)
