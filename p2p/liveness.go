@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"syscall"
 	"time"
 
 	"github.com/mooncake-go/mooncake/engine/transport"
@@ -42,8 +41,9 @@ func (e *Endpoint) Dead(rank int) error {
 }
 
 // Gone reports whether rank was marked dead because its process is known to have ended: a
-// probe found its host refusing the connection, or its same-host process no longer there (not
-// a peer that did not answer, which may be stopped or cut off and still running).
+// probe failed before its timeout (the host refused or reset the connection, the process is
+// no longer on this host, or another process serves its segment), as opposed to a peer that
+// did not answer, which may be stopped or cut off and still running.
 func (e *Endpoint) Gone(rank int) bool {
 	if rank < 0 || rank >= len(e.peers) {
 		return false
@@ -138,7 +138,9 @@ func (e *Endpoint) PeerAlive(ctx context.Context, rank int) error {
 		// says nothing about the peer, which must not be marked dead for it.
 		return ctx.Err()
 	}
-	gone := errors.Is(err, transport.ErrPeerGone) || errors.Is(err, syscall.ECONNREFUSED)
+	// A probe that failed before its timeout was answered by the peer's host: its process is
+	// gone (refused, reset, closed, or replaced). A stopped or cut-off peer times out.
+	gone := errors.Is(err, transport.ErrPeerGone) || !errors.Is(err, context.DeadlineExceeded)
 	e.markDead(rank, fmt.Errorf("rank %d is gone: %w (%v)", rank, wire.ErrPeerDead, err), gone)
 	return e.Dead(rank)
 }
