@@ -20,7 +20,9 @@ package pg
 //     never computed; a member that gave this rank up no longer takes its messages (package
 //     p2p does not drain a peer it marked dead), so such an op waits and probes the members
 //     that did not take it: on the minority side it waits for the group's decision and is
-//     fenced; on the majority side the result stands and the next op agrees they failed.
+//     fenced; on the majority side the result stands and the rank has the group agree at once
+//     that they failed after the op (members that could not complete it take its result:
+//     handover.go).
 //   - Then the op is checked against the decision log
 //     when the others may have given up on this rank during it: it ran for at least half the
 //     detection timeout (a partition, a peer that stalls), or this process stalled that long
@@ -237,16 +239,25 @@ func (pg *Group) confirmDelivered(ctx context.Context, op string, seq uint64, me
 		if len(silent) > 0 {
 			// The op completed here with every member's contribution. On the minority side
 			// (this rank is the one cut off) it must not succeed: it waits for the group's
-			// decision, which fences it. On the majority side the result stands, unless
-			// members that needed the silent ones' data (they could not complete the op)
-			// agree it failed: they probe a little later, so wait a quarter of the probe
-			// timeout for that decision and then run the op again with them (checkSucceeded)
-			// rather than go on to the next op alone; otherwise the next op meets the silent
-			// members (marked dead here by the probe) and the group agrees on them there.
+			// decision, which fences it. On the majority side the result stands, and this
+			// rank has the group agree at once that the silent members failed after this op
+			// (from the next op on). Members that needed their data (they could not complete
+			// the op) take its result from the members that completed it (handover.go). When
+			// such a member decided first, that the op failed, this rank runs it again with
+			// them instead (checkSucceeded), or, if others returned it already, takes the
+			// result too: every survivor ends the op with the same value.
 			lost := pg.deadMembers(ctx, members)
 			if hasMajority(len(members)-len(lost), len(members)) {
-				pg.awaitDecision(ctx, pt/4)
-				return pg.fencedErr(op)
+				_, perr := pg.propose(pg.faultDecision(silent, seq+1), func(d *decision) bool {
+					return len(without(silent, without(d.Active, d.Excluded))) == len(silent)
+				})
+				if ferr := pg.fencedErr(op); ferr != nil {
+					return ferr
+				}
+				if perr != nil {
+					pg.logf("%s (op #%d): agreeing that ranks %v failed: %v (the next op meets them)", op, seq, silent, perr)
+				}
+				return nil
 			}
 			wait := 2*pt + time.Second
 			pg.logf("%s (op #%d) completed here, but ranks %v did not take its last messages and this rank reaches only %d of the op's %d members: waiting for the group's decision",

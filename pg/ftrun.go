@@ -72,8 +72,9 @@ func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(c
 		save = pg.scratch(len(inplace))
 	}
 	var failed []int
-	retried := false // retryOnce
-	reran := false   // this attempt runs again, over a new view, an op the group agreed failed
+	first := pg.g.Seq() // the op number of the first attempt: the call's number on every member
+	retried := false    // retryOnce
+	reran := false      // this attempt runs again, over a new view, an op the group agreed failed
 	for {
 		members := pg.g.Members()
 		seq := pg.g.Seq()
@@ -84,6 +85,9 @@ func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(c
 			kept = true
 		}
 		err := fn(ctx, save)
+		if err == nil {
+			pg.keepDone(op, first, inplace) // for members that could not complete it (handover.go)
+		}
 		if err == nil && pg.stall != nil {
 			if err := pg.confirmDelivered(ctx, op, seq, members); err != nil {
 				return err // fenced, or it cannot complete here (the error says why)
@@ -98,6 +102,7 @@ func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(c
 				copy(inplace, save)
 				failed = union(failed, pg.m.last.Ranks)
 				pg.logf("%s (op #%d) succeeded here, but the group removed ranks %v during it: running it again over the new view", op, seq, pg.m.last.Ranks)
+				pg.closeOp(seq, members, fmt.Errorf("the group removed ranks %v during it", pg.m.last.Ranks))
 				reran = true
 				continue
 			}
@@ -135,11 +140,10 @@ func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(c
 				// applied the decision: they completed the op before the failure was agreed
 				// (the failed rank's last messages reached them) and run their next op now.
 				// Running this one again with them would combine two different calls: it
-				// fails here, and this rank's next op lines up with theirs (they catch up and
-				// run that op again).
+				// takes their result of the op instead (or fails it), and this rank's next op
+				// lines up with theirs (they catch up and run that op again).
 				pg.closeOp(seq, members, err)
-				return opErr{fmt.Errorf("%s (op #%d) on rank %d: the op failed here and the group agreed on the failed ranks %v, but other members completed it before that (they run their next op now), so it cannot run again over the survivors: the op fails here, and the next op runs with them: %w",
-					op, seq, pg.cfg.Rank, failed, err)}
+				return pg.takeOver(op, first, inplace, union(failed, pg.g.Excluded()), err) // handover.go
 			}
 			if pg.retryOnce(&retried, op, seq, err, save, inplace) {
 				pg.closeOp(seq, members, err)
@@ -151,13 +155,43 @@ func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(c
 			pg.catchUp()
 			return pg.orFenced(op, err)
 		}
-		dead := pg.deadMembers(ctx, members)
+		// Probe the members, and take the group's decision instead when another member makes
+		// it meanwhile (one that gave this op up because a member is gone: its abort ended
+		// this op here before this rank's own probe of that member began).
+		before := pg.m.applied
+		dead, decided := pg.probeWatchingLog(ctx, members)
+		if decided {
+			pg.catchUp()
+			if ferr := pg.fencedErr(op); ferr != nil {
+				return pg.orFenced(op, err)
+			}
+			if gone := without(members, without(ranksOf(pg.g.ActiveRanks()), pg.g.Excluded())); len(gone) > 0 && pg.joined.Load() {
+				failed = union(failed, gone)
+				pg.logf("%s (op #%d) failed: %v; the group agreed meanwhile that ranks %v failed", op, seq, err, gone)
+				pg.closeOp(seq, members, err)
+				if pg.m.faultAt > first {
+					// Made by members that failed a later op: they completed this one.
+					return pg.takeOver(op, first, inplace, union(failed, pg.g.Excluded()), err)
+				}
+				if save == nil && len(inplace) > 0 {
+					return fmt.Errorf("%w (MOONCAKE_PG_FT_INPUT_COPY=0: the op is not rerun over the survivors)", err)
+				}
+				reran = true
+				continue
+			}
+			dead = pg.deadMembers(ctx, members)
+		}
 		if len(dead) == 0 {
 			// Nobody died: the op failed for another reason (a member that aborted it, for
 			// instance because it is behind in the decision log). Catch up and report it.
 			pg.catchUp()
 			if ferr := pg.fencedErr(op); ferr != nil {
 				return pg.orFenced(op, err)
+			}
+			if reran && pg.m.applied == before {
+				// A rerun given up by members that run their next op (see the mismatch above).
+				pg.closeOp(seq, members, err)
+				return pg.takeOver(op, first, inplace, union(failed, pg.g.Excluded()), err)
 			}
 			if pg.retryOnce(&retried, op, seq, err, save, inplace) {
 				pg.closeOp(seq, members, err)
@@ -204,6 +238,12 @@ func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(c
 			failed = union(failed, d.Ranks)
 		} else {
 			failed = union(failed, dead)
+		}
+		if pg.m.faultAt > first {
+			// The group's decision was made by members that failed a later op: they completed
+			// this one, which cannot run again with them (handover.go).
+			pg.closeOp(seq, members, err)
+			return pg.takeOver(op, first, inplace, union(failed, pg.g.Excluded()), err)
 		}
 		if save == nil && len(inplace) > 0 {
 			// MOONCAKE_PG_FT_INPUT_COPY=0: the input may be half overwritten; the group

@@ -38,6 +38,7 @@ type Group struct {
 	fenced      atomic.Pointer[decision] // the decision that removed this rank after a failure (fence.go), nil: not fenced
 	joined      atomic.Bool              // an active member (false: a joining process before join_group, or a rank the group dropped)
 	save        []byte                   // an in-place op's input kept for a rerun (runFT, scratch)
+	done        doneOp                   // the last all_reduce's result, for a hand-over (handover.go)
 	collTimeout atomic.Int64             // set_collective_timeout_us, ns (0: unset)
 	faultWindow atomic.Int64             // set_fault_reconciliation_window_us, ns (peerfault.go)
 	p2pTimeout  atomic.Int64             // set_p2p_timeout_us, ns (0: the group's timeout; p2pDeadline)

@@ -70,6 +70,7 @@ type membership struct {
 	applied int64     // decisions applied
 	pending []int     // failed ranks excluded, waiting for sync_after_failure
 	last    *decision // the decision applied last
+	faultAt uint64    // the highest FailedSeq of the fault decisions applied (handover.go)
 }
 
 func (pg *Group) logf(format string, args ...any) {
@@ -263,6 +264,12 @@ func (pg *Group) apply(d *decision) error {
 		// say), so its next op is that rerun: it takes #Seq too, or it would wait at the
 		// aborted #FailedSeq while the others wait for it at #Seq.
 		pg.g.SetSeq(d.Seq)
+	}
+	if d.Kind == "fault" {
+		pg.m.faultAt = max(pg.m.faultAt, d.FailedSeq)
+	}
+	if pg.joined.Load() && active[me] {
+		pg.publishDone(d) // handover.go
 	}
 	if becameMember {
 		pg.fenced.Store(nil)

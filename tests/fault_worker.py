@@ -22,6 +22,12 @@ Scenarios (victim rank 2 unless said):
              contribution but its own never leaves, so the others finish the step without it
              and its step must fail (fenced), not return the sum of four; the link is restored
              after the others' step FAULT; then as sigstop
+  split      the survivors split on step FAULT: every rank waits before it until the test
+             drops what rank 2 sends rank 3 (a rule in rank 3's namespace), so ranks 0, 1
+             and 2 complete the step and rank 3 never gets rank 2's contribution; then the test
+             cuts rank 2's link. Rank 3 must end the step with the sum of four (handed over by
+             the others, which returned it), never an error nor a sum mixing two steps (with
+             FAULT_STEP_VALUES=1 a contribution depends on the step); then as sigstop
   busy       busy in Python for BUSY_S seconds before step FAULT: nobody is dropped
   rejoin_collective, rejoin_p2p
              two ranks (upstream's in-place rejoin): a checked all_reduce (or a
@@ -71,9 +77,14 @@ def view() -> dict:
     return {"active": mpg.get_active_ranks(None).tolist(), "epoch": mpg.get_current_epoch(None)}
 
 
+def contribution(rank: int, s: int) -> float:
+    """Rank r contributes r+1 (and 100*s with FAULT_STEP_VALUES=1: a sum names its step too)."""
+    return float(rank + 1 + (100 * s if os.environ.get("FAULT_STEP_VALUES") == "1" else 0))
+
+
 def step(rank: int, s: int, out: dict, store) -> bool:
     """One all_reduce; records [step, value or None, error or None]; False on an error."""
-    x = torch.full((8,), float(rank + 1))
+    x = torch.full((8,), contribution(rank, s))
     try:
         dist.all_reduce(x)
     except Exception as e:  # noqa: BLE001
@@ -124,6 +135,9 @@ def loop(a, store, out: dict, start: int) -> None:
                 t = time.time()
                 while time.time() - t < BUSY_S:
                     pass
+        if s == FAULT and sc == "split":
+            store.set(f"ready/{rank}", b"1")  # the test drops rank 2's messages to rank 3
+            wait_for(lambda: store.check(["go"]), "the test to drop rank 2's messages to rank 3")
         if s == FAULT and sc == "partition_last" and rank != 2:
             store.set(f"in/{rank}", b"1")
         if s == FAULT and sc == "partition" and rank != 2:
@@ -133,10 +147,10 @@ def loop(a, store, out: dict, start: int) -> None:
         if s == RECOVER and start == 0 and rank != 2:
             if sc == "recovery" and rank == 3:
                 os.kill(os.getpid(), signal.SIGKILL)
-            if sc in ("sigstop", "partition", "partition_last", "recovery"):
+            if sc in ("sigstop", "partition", "partition_last", "split", "recovery"):
                 recover(rank, 2, out, s)
         if not step(rank, s, out, store):
-            if rank == 2 and sc in ("sigstop", "partition", "partition_last") and "fenced" not in out:
+            if rank == 2 and sc in ("sigstop", "partition", "partition_last", "split") and "fenced" not in out:
                 out["fenced"] = out["steps"][-1][2]
                 out["fenced_view"] = view()
                 s = rejoin(rank, out, store)

@@ -215,3 +215,71 @@ def test_inplace_rejoin_after_a_cut_link(bridge, op):
     for r in range(2):
         assert res[r]["after"] == [3.0, [True] * n_works, None], (r, res[r]["after"], logs)
         assert res[r]["after_view"] == {"active": [1, 1], "epoch": 2}, (r, res[r]["after_view"])
+
+
+def test_survivors_split_on_the_cut_step_end_it_alike(bridge):
+    """The survivors split on the step at the cut (scenario "split" of tests/fault_worker.py):
+    rank 2's contribution to step FAULT reaches ranks 0 and 1 but not rank 3 (the test drops
+    what rank 2 sends rank 3 with a rule in rank 3's namespace), so ranks 0 and 1 (and rank 2)
+    complete the step while rank 3 cannot; then rank 2's link is cut. Rank 3 finds rank 2 silent
+    and the group removes it, and rank 3 must end step FAULT with the sum of four the others
+    returned (handed over, pg/handover.go), not run the step again over three with their step
+    FAULT+1 (a sum mixing two steps) nor fail it. Every step on every survivor is exact (a
+    contribution names its step), rank 2's step FAULT fails, and it rejoins at step RECOVER."""
+    host = f"{bridge['net']}.254"
+    store = dist.TCPStore(host, 0, is_master=True, wait_for_workers=False,
+                          timeout=timedelta(seconds=120))
+    procs = {}
+    ns3 = bridge["ns"][3]
+    # Packets from rank 2 arriving in rank 3's namespace are dropped (silently: rank 2's probes
+    # of rank 3 time out as a cut would make them), packets rank 3 sends are not: the rule sits
+    # before the local table's (pref 0, moved to pref 20 meanwhile).
+    drop = ["rule", "add", "pref", "10", "from", f"{bridge['net']}.3", "iif", bridge["ends"][3],
+            "blackhole"]
+    try:
+        for r in range(4):
+            env = dict(_env(), MC_TRANSFER_TIMEOUT="30", FAULT_STEP_VALUES="1",
+                       FAULT_IFACE=bridge["ends"][r])
+            procs[r] = subprocess.Popen(
+                ["ip", "netns", "exec", bridge["ns"][r], sys.executable, WORKER, "--port",
+                 str(store.port), "--store-host", host, "--rank", str(r), "--world", "4",
+                 "--scenario", "split"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        wait_store(store, [f"ready/{r}" for r in range(4)])
+        _ip("-n", ns3, *drop)
+        _ip("-n", ns3, "rule", "add", "pref", "20", "lookup", "local")
+        _ip("-n", ns3, "rule", "del", "pref", "0")
+        store.set("go", b"1")
+        wait_store(store, ["done/0", "done/1"])  # they completed the step (rank 2 took theirs)
+        time.sleep(0.5)  # rank 2's credits for their messages are back with them
+        _ip("link", "set", bridge["ports"][2], "down")
+        wait_store(store, ["done/3"])
+        _ip("-n", ns3, "rule", "add", "pref", "0", "lookup", "local")
+        _ip("-n", ns3, "rule", "del", "pref", "20")
+        _ip("-n", ns3, "rule", "del", "pref", "10")
+        _ip("link", "set", bridge["ports"][2], "up")
+        res = collect(procs)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    logs = "\n".join(f"rank {q}:\n{res[q]['_stderr'][-3000:]}" for q in range(4))
+    for r in range(4):
+        assert "error" not in res[r], f"rank {r}: {res[r]['error']}\n{logs}"
+
+    def want(s: int) -> float:
+        ranks = [0, 1, 3] if FAULT < s < RECOVER else range(4)
+        return total(ranks) + 100.0 * s * len(ranks)
+
+    for r in (0, 1, 3):
+        check_steps(res[r], want)
+        assert res[r]["recover"] == 1
+    v = res[2]
+    assert [s[1] for s in v["steps"][:FAULT]] == [want(s) for s in range(FAULT)]
+    s, val, err = v["steps"][FAULT]
+    assert (s, val) == (FAULT, None) and err, (v["steps"][FAULT], logs)
+    assert v["join"] == 1
+    check_steps(v, want, first=RECOVER)
+    for r in range(4):
+        assert (res[r]["active"], res[r]["epoch"]) == ([1, 1, 1, 1], 2), r
