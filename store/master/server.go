@@ -716,9 +716,15 @@ func (s *Server) BatchExistKey(ctx context.Context, r *api.BatchKeysRequest) (*a
 	}
 	s.touch(r.ClientID)
 	out := &api.BatchExistKeyResponse{Results: make([]api.ExistKeyResponse, len(r.Keys))}
-	for i, k := range r.Keys {
-		out.Results[i] = s.exist(k)
-	}
+	s.View(func(st *State) { // one lock for the batch, not one per key
+		for i, k := range r.Keys {
+			if err := ValidateKey(k); err != nil {
+				out.Results[i] = api.ExistKeyResponse{Status: api.StatusOf(err)}
+				continue
+			}
+			out.Results[i].Exists, out.Results[i].Size = st.Exists(k)
+		}
+	})
 	return out, nil
 }
 
