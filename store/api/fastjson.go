@@ -1,6 +1,8 @@
 package api
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"strconv"
 )
@@ -178,7 +180,21 @@ func (r *KeyRequest) appendJSON(b []byte) ([]byte, bool) {
 	b = appendStr(b, r.ClientID)
 	b = appendField(b, "key")
 	b = appendStr(b, r.Key)
+	if len(r.Value) > 0 {
+		b = appendField(b, "value")
+		b = appendBytes(b, r.Value)
+	}
 	return append(b, '}'), true
+}
+
+// appendBytes writes a []byte as encoding/json does: standard base64 in a string, null for nil.
+func appendBytes(b, v []byte) []byte {
+	if v == nil {
+		return append(b, "null"...)
+	}
+	b = append(b, '"')
+	b = base64.StdEncoding.AppendEncode(b, v)
+	return append(b, '"')
 }
 
 func (r *BatchKeysRequest) appendJSON(b []byte) ([]byte, bool) {
@@ -190,6 +206,17 @@ func (r *BatchKeysRequest) appendJSON(b []byte) ([]byte, bool) {
 	if r.Force {
 		b = appendField(b, "force")
 		b = append(b, "true"...)
+	}
+	if len(r.Values) > 0 {
+		b = appendField(b, "values")
+		b = append(b, '[')
+		for i, v := range r.Values {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendBytes(b, v)
+		}
+		b = append(b, ']')
 	}
 	return append(b, '}'), true
 }
@@ -272,6 +299,10 @@ func (r *GetReplicaListResponse) appendJSON(b []byte) ([]byte, bool) {
 	}
 	b = appendField(b, "lease_ttl_ms")
 	b = strconv.AppendInt(b, r.LeaseTTLMs, 10)
+	if len(r.Value) > 0 {
+		b = appendField(b, "value")
+		b = appendBytes(b, r.Value)
+	}
 	return append(b, '}'), true
 }
 
@@ -502,6 +533,38 @@ func (s *Status) field(d *jdec, name string) bool {
 	return true
 }
 
+// bytes reads a []byte as encoding/json does: base64 in a string, or null.
+func (d *jdec) bytes() []byte {
+	if d.null() {
+		return nil
+	}
+	if !d.ok || d.peek() != '"' {
+		d.ok = false
+		return nil
+	}
+	// The closing quote found at memchr speed; base64 then refuses every byte a plain string
+	// may not hold (a backslash, a control or non-ASCII byte) but CR and LF, which it skips and
+	// JSON forbids inside a string: those are refused here.
+	end := bytes.IndexByte(d.b[d.i+1:], '"')
+	if end < 0 {
+		d.ok = false
+		return nil
+	}
+	s := d.b[d.i+1 : d.i+1+end]
+	if bytes.IndexByte(s, '\n') >= 0 || bytes.IndexByte(s, '\r') >= 0 {
+		d.ok = false
+		return nil
+	}
+	v := make([]byte, base64.StdEncoding.DecodedLen(len(s)))
+	n, err := base64.StdEncoding.Decode(v, s)
+	if err != nil {
+		d.ok = false
+		return nil
+	}
+	d.i += end + 2
+	return v[:n]
+}
+
 func (d *jdec) strings() []string {
 	out := []string{}
 	if !d.array(func() { out = append(out, d.str()) }) {
@@ -519,6 +582,8 @@ func (r *KeyRequest) decodeJSON(data []byte) bool {
 			t.ClientID = d.str()
 		case "key":
 			t.Key = d.str()
+		case "value":
+			t.Value = d.bytes()
 		default:
 			return false
 		}
@@ -542,6 +607,12 @@ func (r *BatchKeysRequest) decodeJSON(data []byte) bool {
 			t.Keys = d.strings()
 		case "force":
 			t.Force = d.bool()
+		case "values":
+			var vs [][]byte
+			if d.array(func() { vs = append(vs, d.bytes()) }) && vs == nil {
+				vs = [][]byte{}
+			}
+			t.Values = vs
 		default:
 			return false
 		}
@@ -647,6 +718,8 @@ func (r *GetReplicaListResponse) decode(d *jdec) {
 			r.Replicas = d.replicas()
 		case "lease_ttl_ms":
 			r.LeaseTTLMs = d.int(64)
+		case "value":
+			r.Value = d.bytes()
 		default:
 			return r.Status.field(d, name) // "promote" and the rest: encoding/json
 		}

@@ -17,6 +17,9 @@ func hotSamples() []any {
 	}
 	return []any{
 		&KeyRequest{}, &KeyRequest{ClientID: "c1", Key: "key/1"}, &KeyRequest{ClientID: odd, Key: odd},
+		&KeyRequest{ClientID: "c", Key: "k", Value: []byte("\x00\xffvalue bytes+/=")}, &KeyRequest{Key: "k", Value: []byte{1}},
+		&BatchKeysRequest{Keys: []string{"a", "b", "c"}, Values: [][]byte{[]byte("one"), nil, {}}},
+		&BatchKeysRequest{Keys: []string{"a"}, Values: [][]byte{[]byte("xy")}},
 		&BatchKeysRequest{}, &BatchKeysRequest{ClientID: "c", Keys: []string{}},
 		&BatchKeysRequest{ClientID: "c", Keys: []string{"a", odd, ""}, Force: true},
 		&Status{}, &Status{Code: -704, Message: "key \"x\" not found"}, &Status{Code: OBJECT_NOT_FOUND, Message: "plain"},
@@ -24,6 +27,7 @@ func hotSamples() []any {
 		&ExistKeyResponse{Status: Status{Code: -600, Message: odd}},
 		&GetReplicaListResponse{}, &GetReplicaListResponse{Size: 4096, Replicas: reps, LeaseTTLMs: 5000},
 		&GetReplicaListResponse{Status: Status{Code: -704, Message: "m"}, Replicas: []Replica{}, LeaseTTLMs: -1},
+		&GetReplicaListResponse{Size: 3, Replicas: reps[:1], LeaseTTLMs: 5000, Value: []byte{0, 1, 255}},
 		&PutStartResponse{}, &PutStartResponse{Replicas: reps, Retry: true},
 		&BatchStatusResponse{}, &BatchStatusResponse{Results: []Status{}},
 		&BatchStatusResponse{Status: Status{Code: -1}, Results: []Status{{}, {Code: -704, Message: odd}}},
@@ -127,6 +131,19 @@ func TestFastJSONReadsWhatEncodingJSONReads(t *testing.T) {
 		{&BatchExistKeyResponse{}, `{"results":[{"exists":true}`},
 		{&BatchStatusResponse{}, `{"code":0,"results":[{"code":-704,"message":"m"},{}]}`},
 		{&BatchPutStartResponse{}, `{"results":[{"replicas":[],"retry":true}]}`},
+		{&KeyRequest{}, `{"key":"k","value":"AAE="}`},
+		{&KeyRequest{}, `{"key":"k","value":"AAE"}`},  // bad padding
+		{&KeyRequest{}, `{"key":"k","value":"!!!!"}`}, // not base64
+		{&KeyRequest{}, `{"key":"k","value":""}`},
+		{&KeyRequest{}, `{"key":"k","value":null}`},
+		{&KeyRequest{}, `{"key":"k","value":"AA\nE="}`},
+		{&KeyRequest{}, "{\"key\":\"k\",\"value\":\"AA\nE=\"}"}, // a raw newline in a string: not JSON
+		{&KeyRequest{}, "{\"key\":\"k\",\"value\":\"AA\rE=\"}"},
+		{&KeyRequest{}, `{"key":"k","value":"AAE=`},
+		{&BatchKeysRequest{}, `{"keys":["a","b"],"values":["AAE=",null,""]}`},
+		{&BatchKeysRequest{}, `{"keys":["a"],"values":[]}`},
+		{&BatchKeysRequest{}, `{"keys":["a"],"values":null}`},
+		{&GetReplicaListResponse{}, `{"code":0,"size":2,"value":"AAE="}`},
 	}
 	for _, c := range odd {
 		decodeBoth(t, c.v, c.data)

@@ -93,15 +93,22 @@ func (c *Client) putKey(ctx context.Context, key string, parts []buf, cfg api.Re
 		c.revoke(key)
 		return fmt.Errorf("put %s: %w", quote(key), err)
 	}
-	_, err = c.ends.do(ctx, key, c.putEnd, c.putEnds)
+	value := c.smallValue(parts) // for the master's value cache (smallvalue.go)
+	_, err = c.ends.do(ctx, key, func(ctx context.Context, k string) (struct{}, error) {
+		if k != key {
+			return c.putEnd(ctx, k, nil)
+		}
+		return c.putEnd(ctx, k, value)
+	}, c.putEnds)
 	return err
 }
 
-// putEnd makes key's value readable (PutEnd); putEnds does it for several keys with one
-// BatchPutEnd (other goroutines' single puts, coalesce.go).
-func (c *Client) putEnd(ctx context.Context, key string) (struct{}, error) {
+// putEnd makes key's value readable (PutEnd, carrying a small value's bytes); putEnds does it
+// for several keys with one BatchPutEnd (other goroutines' single puts, coalesce.go; their
+// values go without their bytes).
+func (c *Client) putEnd(ctx context.Context, key string, value []byte) (struct{}, error) {
 	rctx, cancel := c.rpcCtx(ctx)
-	st, err := c.master.PutEnd(rctx, &api.KeyRequest{ClientID: c.id, Key: key})
+	st, err := c.master.PutEnd(rctx, &api.KeyRequest{ClientID: c.id, Key: key, Value: value})
 	cancel()
 	if err != nil {
 		return struct{}{}, c.rpcErr("put "+quote(key), err)
@@ -257,6 +264,7 @@ func (c *Client) batchPut(ctx context.Context, items []Item, opts PutOptions) []
 func (c *Client) finishPuts(ctx context.Context, keys []string, bufs [][]buf, idx []int, results []api.PutStartResponse, errs []error) {
 	var ended, revoked []string
 	var endIdx []int
+	var values [][]byte // values[j]: the bytes of ended[j] when small
 	// Every value's writes to every replica go out together (transferMany): one engine batch
 	// per target segment, not one synchronous transfer per value.
 	var xs []xfer
@@ -289,6 +297,12 @@ func (c *Client) finishPuts(ctx context.Context, keys []string, bufs [][]buf, id
 		}
 		ended = append(ended, keys[i])
 		endIdx = append(endIdx, i)
+		if v := c.smallValue(bufs[i]); v != nil { // for the master's value cache (smallvalue.go)
+			for len(values) < len(ended)-1 {
+				values = append(values, nil)
+			}
+			values = append(values, v)
+		}
 	}
 	if len(revoked) > 0 {
 		rctx, cancel := c.rpcCtx(context.Background())
@@ -297,7 +311,7 @@ func (c *Client) finishPuts(ctx context.Context, keys []string, bufs [][]buf, id
 	}
 	if len(ended) > 0 {
 		rctx, cancel := c.rpcCtx(ctx)
-		resp, err := c.master.BatchPutEnd(rctx, &api.BatchKeysRequest{ClientID: c.id, Keys: ended})
+		resp, err := c.master.BatchPutEnd(rctx, &api.BatchKeysRequest{ClientID: c.id, Keys: ended, Values: values})
 		cancel()
 		if err == nil {
 			err = resp.Err()
