@@ -161,7 +161,9 @@ LOOP = textwrap.dedent("""
         b = 0
         while not stop.is_set():
             keys = [f"b{b}/{i}" for i in range(N)]
-            if b % 2:
+            if b % 3 == 2:  # single puts: their bytes go with PutEnd, into the master's value cache
+                codes = [s.put(k, val(k)) for k in keys]
+            elif b % 3 == 1:
                 for j, k in enumerate(keys):
                     ctypes.memmove(base + j * SIZE, val(k), SIZE)
                 codes = s.batch_put_from(keys, [base + j * SIZE for j in range(N)], [SIZE] * N)

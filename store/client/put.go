@@ -264,7 +264,6 @@ func (c *Client) batchPut(ctx context.Context, items []Item, opts PutOptions) []
 func (c *Client) finishPuts(ctx context.Context, keys []string, bufs [][]buf, idx []int, results []api.PutStartResponse, errs []error) {
 	var ended, revoked []string
 	var endIdx []int
-	var values [][]byte // values[j]: the bytes of ended[j] when small
 	// Every value's writes to every replica go out together (transferMany): one engine batch
 	// per target segment, not one synchronous transfer per value.
 	var xs []xfer
@@ -297,12 +296,6 @@ func (c *Client) finishPuts(ctx context.Context, keys []string, bufs [][]buf, id
 		}
 		ended = append(ended, keys[i])
 		endIdx = append(endIdx, i)
-		if v := c.smallValue(bufs[i]); v != nil { // for the master's value cache (smallvalue.go)
-			for len(values) < len(ended)-1 {
-				values = append(values, nil)
-			}
-			values = append(values, v)
-		}
 	}
 	if len(revoked) > 0 {
 		rctx, cancel := c.rpcCtx(context.Background())
@@ -311,7 +304,7 @@ func (c *Client) finishPuts(ctx context.Context, keys []string, bufs [][]buf, id
 	}
 	if len(ended) > 0 {
 		rctx, cancel := c.rpcCtx(ctx)
-		resp, err := c.master.BatchPutEnd(rctx, &api.BatchKeysRequest{ClientID: c.id, Keys: ended, Values: values})
+		resp, err := c.master.BatchPutEnd(rctx, &api.BatchKeysRequest{ClientID: c.id, Keys: ended})
 		cancel()
 		if err == nil {
 			err = resp.Err()

@@ -5,7 +5,13 @@ import "github.com/mooncake-go/mooncake/store/api"
 // Small values and the master's value cache (store/master/valuecache.go): a put of a value of
 // at most Config.SmallValueBytes sends the bytes it has just written to every replica with its
 // PutEnd, and a get whose GetReplicaList answer carries them (Value, exactly the object's
-// size) copies them and reads no replica: one round trip. An answer without them (the cache
+// size) copies them and reads no replica: one round trip.
+//
+// Batch puts send no bytes (their BatchPutEnd could: api.BatchKeysRequest.Values). Measured
+// (2026-12-06, loaded 2-core host): the bytes travel as base64 in the JSON messages, about 8 µs
+// per 4 KiB at each end here, which a single get more than repays (it saves a transfer: 153 ->
+// 100 µs) but a batch does not (its values move in one pipelined engine run): 64 values of
+// 4 KiB carried made put_batch 1.7x and get_batch 1.7x slower. An answer without them (the cache
 // full, an older master, a value too large) is read from a replica as before.
 
 // DefaultSmallValueBytes is Config.SmallValueBytes when it is 0.
