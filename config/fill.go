@@ -91,7 +91,7 @@ func TLSClient(t tlsconf.Client) tlsconf.Client {
 }
 
 // StoreClient fills cfg's unset fields from the store-setup knobs (MC_STORE_CLUSTER_ID,
-// MC_STORE_RPC, MC_STORE_PREFAULT, the Redis ones) and cfg.Engine as Engine does.
+// MC_STORE_RPC, MC_STORE_PREFAULT, MC_STORE_SMALL_VALUE_BYTES, the Redis ones) and cfg.Engine as Engine does.
 func StoreClient(cfg client.Config) client.Config {
 	setString(&cfg.ClusterID, StoreClusterID)
 	cfg.GRPC = cfg.GRPC || strings.EqualFold(StoreRPC.Trimmed(), "grpc")
@@ -101,6 +101,13 @@ func StoreClient(cfg client.Config) client.Config {
 			cfg.Prefault = client.PrefaultOff
 		case "1":
 			cfg.Prefault = client.PrefaultOn
+		}
+	}
+	if cfg.SmallValueBytes == 0 {
+		if n, ok := StoreSmallValueBytes.Int(); ok && n <= 0 {
+			cfg.SmallValueBytes = -1 // 0: never
+		} else if ok {
+			cfg.SmallValueBytes = n
 		}
 	}
 	cfg.HA = HA(cfg.HA)

@@ -34,9 +34,10 @@ var (
 
 // Store setup(): read when a store client is set up.
 var (
-	StoreClusterID = knob("MC_STORE_CLUSTER_ID", String, "mooncake_cluster", StoreSetup, "HA cluster whose leader a client with master_server_address=etcd://... or redis://... follows")
-	StoreRPC       = knob("MC_STORE_RPC", String, "framed", StoreSetup, "grpc: call the master over gRPC instead of the framed RPC")
-	StorePrefault  = knob("MC_STORE_PREFAULT", String, "auto", StoreSetup, "0: never populate the mounted segment up front; 1: always; auto: when it fits in half the available memory")
+	StoreClusterID       = knob("MC_STORE_CLUSTER_ID", String, "mooncake_cluster", StoreSetup, "HA cluster whose leader a client with master_server_address=etcd://... or redis://... follows")
+	StoreRPC             = knob("MC_STORE_RPC", String, "framed", StoreSetup, "grpc: call the master over gRPC instead of the framed RPC")
+	StorePrefault        = knob("MC_STORE_PREFAULT", String, "auto", StoreSetup, "0: never populate the mounted segment up front; 1: always; auto: when it fits in half the available memory")
+	StoreSmallValueBytes = knob("MC_STORE_SMALL_VALUE_BYTES", Int, "4096", StoreSetup, "a put of at most this many bytes sends them with its PutEnd, so that the master answers gets with them (no transfer; at most 65536; 0: never)")
 )
 
 // Master start: read when mooncake_master starts.

@@ -13,6 +13,9 @@ const CodecName = "json"
 type jsonCodec struct{}
 
 func (jsonCodec) Marshal(v any) ([]byte, error) {
+	if b, ok := fastMarshal(v); ok { // the hot messages (fastjson.go)
+		return b, nil
+	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("encode %T: %w", v, err)
@@ -21,6 +24,9 @@ func (jsonCodec) Marshal(v any) ([]byte, error) {
 }
 
 func (jsonCodec) Unmarshal(data []byte, v any) error {
+	if fastUnmarshal(data, v) { // the hot messages, when within the subset (fastjson.go)
+		return nil
+	}
 	if err := json.Unmarshal(data, v); err != nil {
 		return fmt.Errorf("decode %T: %w", v, err)
 	}

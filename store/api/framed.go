@@ -420,6 +420,9 @@ func (s *framedSock) awaitReply(ctx context.Context) {
 	if s.r.Buffered() > 0 {
 		return
 	}
+	if _, ok := s.c.(*rawConn); ok {
+		return // its Read waits in poll(2) on this thread itself
+	}
 	sc, ok := s.raw.(syscall.Conn)
 	if !ok {
 		return
@@ -471,18 +474,14 @@ func (l *FramedConn) get(ctx context.Context) (*framedSock, error) {
 		}
 		break
 	}
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", l.addr)
+	rc, err := dialRaw(ctx, l.addr) // out of the runtime's poller: see rawconn.go
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, status.Errorf(codes.DeadlineExceeded, "connect to master %s: %v", l.addr, err)
 		}
 		return nil, status.Errorf(codes.Unavailable, "connect to master %s: %v", l.addr, err)
 	}
-	if tc, ok := c.(*net.TCPConn); ok {
-		tc.SetNoDelay(true)
-	}
-	raw := c
+	var c, raw net.Conn = rc, rc
 	if c, err = l.sec.setupClient(ctx, c, l.addr); err != nil {
 		if ctx.Err() != nil {
 			return nil, status.Errorf(codes.DeadlineExceeded, "connect to master %s: %v", l.addr, err)

@@ -203,6 +203,10 @@ type PutStartResponse struct {
 type KeyRequest struct {
 	ClientID string `json:"client_id"`
 	Key      string `json:"key"`
+	// Value, on a PutEnd only: the bytes just written to every replica, sent by a client for a
+	// small value (MC_STORE_SMALL_VALUE_BYTES) so that the master may answer gets with them
+	// (GetReplicaListResponse.Value). Empty: none.
+	Value []byte `json:"value,omitempty"`
 }
 
 type GetReplicaListResponse struct {
@@ -210,6 +214,9 @@ type GetReplicaListResponse struct {
 	Size       uint64    `json:"size"`
 	Replicas   []Replica `json:"replicas,omitempty"`
 	LeaseTTLMs int64     `json:"lease_ttl_ms"`
+	// Value is the object's bytes when the master holds them (a small value whose PutEnd carried
+	// it, store/master's value cache): the reader needs no transfer. Empty: read a replica.
+	Value []byte `json:"value,omitempty"`
 	// Promote, with --promotion_on_hit, is a memory replica the reader should fill with the
 	// bytes it reads from disk and then report with PromoteDone.
 	Promote *Replica `json:"promote,omitempty"`
@@ -273,6 +280,9 @@ type BatchKeysRequest struct {
 	ClientID string   `json:"client_id"`
 	Keys     []string `json:"keys"`
 	Force    bool     `json:"force,omitempty"`
+	// Values, on a BatchPutEnd only: Values[i] is KeyRequest.Value for Keys[i] (none: empty, or
+	// Values shorter than Keys).
+	Values [][]byte `json:"values,omitempty"`
 }
 
 type (

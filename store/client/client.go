@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mooncake-go/mooncake/auth"
@@ -52,9 +53,13 @@ type Config struct {
 
 	// The package reads no environment: capi/ and cmd/ fill these from the knobs of package
 	// config named in the comments.
-	GRPC     bool       // call the master over gRPC instead of the framed RPC (MC_STORE_RPC=grpc)
-	Prefault Prefault   // populate the mounted segment up front: auto (zero), on, off (MC_STORE_PREFAULT)
-	HA       ha.Options // Redis password / database / TLS files of an HA master address (MC_REDIS_PASSWORD, MC_REDIS_DB_INDEX, MC_TLS_*)
+	GRPC     bool     // call the master over gRPC instead of the framed RPC (MC_STORE_RPC=grpc)
+	Prefault Prefault // populate the mounted segment up front: auto (zero), on, off (MC_STORE_PREFAULT)
+	// SmallValueBytes: a put of at most this many bytes (at most 64 KiB) sends them with its
+	// PutEnd, for the master's value cache (store/master/valuecache.go); 0: DefaultSmallValueBytes;
+	// < 0: never (MC_STORE_SMALL_VALUE_BYTES).
+	SmallValueBytes int
+	HA              ha.Options // Redis password / database / TLS files of an HA master address (MC_REDIS_PASSWORD, MC_REDIS_DB_INDEX, MC_TLS_*)
 	// Security of the master connections (docs/security-store.md): the token the master
 	// requires (MC_AUTH_TOKEN / MC_AUTH_TOKEN_FILE), and TLS when MasterTLS is set
 	// (MC_STORE_TLS; TLS holds MC_TLS_CA_FILE, and MC_TLS_CERT_FILE and MC_TLS_KEY_FILE for a
@@ -91,8 +96,9 @@ type Client struct {
 	chunk     uint64
 	chunks    chan uint64 // free staging chunk offsets
 
-	lookups coalescer[*api.GetReplicaListResponse] // concurrent single gets' master calls (coalesce.go)
-	ends    coalescer[struct{}]                    // concurrent single puts' PutEnd calls
+	lookups     coalescer[*api.GetReplicaListResponse] // concurrent single gets' master calls (coalesce.go)
+	ends        coalescer[struct{}]                    // concurrent single puts' PutEnd calls
+	cachedReads atomic.Uint64                          // gets served from the master's value cache (smallvalue.go)
 
 	segMu    sync.Mutex
 	segIDs   map[string]engine.SegmentID

@@ -103,6 +103,9 @@ func (c *Client) dest(key string, it Item, i int, size uint64, opts GetOptions) 
 
 // read reads key's value into dst: one buffer, or several in order.
 func (c *Client) read(ctx context.Context, key string, g *api.GetReplicaListResponse, start time.Time, dst []buf) error {
+	if c.readCached(g, dst) {
+		return nil // the master answered with the bytes (smallvalue.go)
+	}
 	if len(dst) == 1 {
 		return c.readInto(ctx, key, g, start, dst[0])
 	}
@@ -145,6 +148,9 @@ func (c *Client) batchGet(ctx context.Context, items []Item, opts GetOptions) ([
 		}
 		if bufs[i], errs[i] = c.dest(keys[i], items[i], i, g.Size, opts); errs[i] != nil {
 			continue
+		}
+		if c.readCached(g, bufs[i]) {
+			continue // the master answered with the bytes (smallvalue.go)
 		}
 		if len(bufs[i]) == 1 {
 			single = append(single, i)

@@ -93,15 +93,22 @@ func (c *Client) putKey(ctx context.Context, key string, parts []buf, cfg api.Re
 		c.revoke(key)
 		return fmt.Errorf("put %s: %w", quote(key), err)
 	}
-	_, err = c.ends.do(ctx, key, c.putEnd, c.putEnds)
+	value := c.smallValue(parts) // for the master's value cache (smallvalue.go)
+	_, err = c.ends.do(ctx, key, func(ctx context.Context, k string) (struct{}, error) {
+		if k != key {
+			return c.putEnd(ctx, k, nil)
+		}
+		return c.putEnd(ctx, k, value)
+	}, c.putEnds)
 	return err
 }
 
-// putEnd makes key's value readable (PutEnd); putEnds does it for several keys with one
-// BatchPutEnd (other goroutines' single puts, coalesce.go).
-func (c *Client) putEnd(ctx context.Context, key string) (struct{}, error) {
+// putEnd makes key's value readable (PutEnd, carrying a small value's bytes); putEnds does it
+// for several keys with one BatchPutEnd (other goroutines' single puts, coalesce.go; their
+// values go without their bytes).
+func (c *Client) putEnd(ctx context.Context, key string, value []byte) (struct{}, error) {
 	rctx, cancel := c.rpcCtx(ctx)
-	st, err := c.master.PutEnd(rctx, &api.KeyRequest{ClientID: c.id, Key: key})
+	st, err := c.master.PutEnd(rctx, &api.KeyRequest{ClientID: c.id, Key: key, Value: value})
 	cancel()
 	if err != nil {
 		return struct{}{}, c.rpcErr("put "+quote(key), err)

@@ -37,6 +37,7 @@ type objectJSON struct {
 	Upsert       bool          `json:"upsert,omitempty"`
 	SoftPinTTL   int64         `json:"soft_pin_ttl,omitempty"`
 	KeepPin      bool          `json:"keep_pin,omitempty"`
+	Value        []byte        `json:"value,omitempty"` // the value cache's copy (valuecache.go)
 }
 
 type retiredJSON struct {
@@ -134,6 +135,7 @@ func encodeObject(o *object) objectJSON {
 		oj.Promote = &moveJSON{Client: m.client, Seg: m.segID, Addr: m.addr, Started: m.started}
 	}
 	oj.Upsert, oj.SoftPinTTL, oj.KeepPin = o.upsert, o.softPinTTL, o.keepPin
+	oj.Value = o.value
 	return oj
 }
 
@@ -221,6 +223,13 @@ func (s *State) decodeObject(oj objectJSON) (*object, error) {
 		o.promote = &promoteRec{client: m.Client, segID: m.Seg, addr: m.Addr, started: m.Started}
 	}
 	o.upsert, o.softPinTTL, o.keepPin = oj.Upsert, oj.SoftPinTTL, oj.KeepPin
+	if len(oj.Value) > 0 {
+		if uint64(len(oj.Value)) != o.size {
+			return nil, fmt.Errorf("decode master state: object %q holds %d cached bytes of a %d-byte value", oj.Key, len(oj.Value), o.size)
+		}
+		o.value = oj.Value
+		s.valueBytes += o.size
+	}
 	return o, nil
 }
 

@@ -39,6 +39,7 @@ type Config struct {
 	EvictionRatio               float64       // --eviction_ratio
 	EvictionHighWatermarkRatio  float64       // --eviction_high_watermark_ratio
 	EvictionPolicy              string        // --eviction_policy: lru | prefix (evictpolicy.go)
+	SmallValueCacheBytes        uint64        // --small_value_cache_bytes: bytes of small values kept to answer gets (valuecache.go)
 	ClientTTL                   time.Duration // --client_ttl (s)
 	ClusterID                   string        // --cluster_id
 	AllocationStrategy          string        // --allocation_strategy: random | free_ratio_first
@@ -137,6 +138,7 @@ func DefaultConfig() Config {
 		EvictionRatio:               0.05,
 		EvictionHighWatermarkRatio:  0.90, // upstream's DEFAULT_EVICTION_HIGH_WATERMARK_RATIO
 		EvictionPolicy:              EvictionLRU,
+		SmallValueCacheBytes:        64 << 20,
 		ClientTTL:                   10 * time.Second,
 		ClusterID:                   "mooncake_cluster",
 		AllocationStrategy:          "random",
@@ -376,6 +378,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.EvictionRatio, "eviction_ratio", c.EvictionRatio, "fraction of evictable objects evicted per pass")
 	fs.Float64Var(&c.EvictionHighWatermarkRatio, "eviction_high_watermark_ratio", c.EvictionHighWatermarkRatio, "usage ratio above which eviction runs")
 	fs.StringVar(&c.EvictionPolicy, "eviction_policy", c.EvictionPolicy, "eviction order: lru (least recently used first) or prefix (chain tails first; keys NAME|PARENT name their parent block)")
+	fs.Uint64Var(&c.SmallValueCacheBytes, "small_value_cache_bytes", c.SmallValueCacheBytes, "bytes of small values (at most 64 KiB each) the master keeps to answer a get without a transfer; 0: none")
 	fs.Var(durationFlag{&c.ClientTTL, time.Second}, "client_ttl", "seconds of silence after which a client is unmounted")
 	fs.StringVar(&c.ClusterID, "cluster_id", c.ClusterID, "cluster identifier")
 	fs.StringVar(&c.AllocationStrategy, "allocation_strategy", c.AllocationStrategy, "replica placement: random or free_ratio_first")

@@ -67,6 +67,10 @@
 //     first, or under eviction_policy=prefix chain tails first (evictpolicy.go; its indexes,
 //     derived from the state: chains.go, and orphans.go for the G3 tier's order).
 //
-// This package must not import the store client or the transfer engine: the master never
-// touches data.
+// Beyond Mooncake's: a PutEnd may carry a small value's bytes, which the master keeps beside the
+// object within --small_value_cache_bytes and returns with GetReplicaList, so that such a get
+// is one round trip (valuecache.go).
+//
+// This package must not import the store client or the transfer engine: the master moves no
+// data (the value cache's bytes come and go inside the RPC messages).
 package master

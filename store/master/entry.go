@@ -59,6 +59,7 @@ type Entry struct {
 	Offset    int64                `json:"offset,omitempty"` // OpOffloadDone: the object's offset in File
 	Checksum  uint32               `json:"checksum,omitempty"`
 	Error     string               `json:"error,omitempty"` // OpOffloadDone/OpPromoteDone: why the move failed
+	Value     []byte               `json:"value,omitempty"` // OpPutEnd: the value written, for the value cache (valuecache.go)
 }
 
 // Result is what applying an entry produced; the RPC layer turns it into a response.
@@ -71,6 +72,7 @@ type Result struct {
 	Batch    []Result
 	Retry    bool         // NO_AVAILABLE_HANDLE that a retry will likely get past (moves to G3 in progress)
 	Promote  *api.Replica // grant_lease: a memory replica the reader should fill from disk, then report
+	Value    []byte       // grant_lease: the object's bytes from the value cache (valuecache.go)
 	Garbage  []string     // G3 files no longer referenced (see State.Apply)
 	// LocalGarbage: files on clients' local disks (SSD offload) no longer referenced.
 	LocalGarbage []LocalFile

@@ -552,7 +552,7 @@ func (s *Server) waitRoom(ctx context.Context, waitMs int64, try func() (retry b
 const servingCheck = 100 * time.Millisecond
 
 func (s *Server) PutEnd(ctx context.Context, r *api.KeyRequest) (*api.Status, error) {
-	return statusOf(s.do(ctx, Entry{Op: OpPutEnd, ClientID: r.ClientID, Key: r.Key})), nil
+	return statusOf(s.do(ctx, Entry{Op: OpPutEnd, ClientID: r.ClientID, Key: r.Key, Value: r.Value})), nil
 }
 
 func (s *Server) PutRevoke(ctx context.Context, r *api.KeyRequest) (*api.Status, error) {
@@ -561,7 +561,7 @@ func (s *Server) PutRevoke(ctx context.Context, r *api.KeyRequest) (*api.Status,
 
 func (s *Server) leaseResp(res Result) api.GetReplicaListResponse {
 	return api.GetReplicaListResponse{Status: res.Status(), Size: res.Size, Replicas: res.Replicas,
-		LeaseTTLMs: s.cfg.DefaultKVLeaseTTL.Milliseconds(), Promote: res.Promote}
+		LeaseTTLMs: s.cfg.DefaultKVLeaseTTL.Milliseconds(), Promote: res.Promote, Value: res.Value}
 }
 
 func (s *Server) GetReplicaList(ctx context.Context, r *api.KeyRequest) (*api.GetReplicaListResponse, error) {
@@ -680,7 +680,11 @@ func (s *Server) BatchReplicaClear(ctx context.Context, r *api.BatchReplicaClear
 
 func (s *Server) batchStatus(ctx context.Context, r *api.BatchKeysRequest, op Op) *api.BatchStatusResponse {
 	results, st := s.batch(ctx, r.ClientID, len(r.Keys), func(i int) Entry {
-		return Entry{Op: op, Key: r.Keys[i], Force: r.Force}
+		e := Entry{Op: op, Key: r.Keys[i], Force: r.Force}
+		if op == OpPutEnd && i < len(r.Values) {
+			e.Value = r.Values[i] // the value cache (valuecache.go)
+		}
+		return e
 	})
 	out := &api.BatchStatusResponse{Status: st}
 	for _, res := range results {
@@ -716,9 +720,15 @@ func (s *Server) BatchExistKey(ctx context.Context, r *api.BatchKeysRequest) (*a
 	}
 	s.touch(r.ClientID)
 	out := &api.BatchExistKeyResponse{Results: make([]api.ExistKeyResponse, len(r.Keys))}
-	for i, k := range r.Keys {
-		out.Results[i] = s.exist(k)
-	}
+	s.View(func(st *State) { // one lock for the batch, not one per key
+		for i, k := range r.Keys {
+			if err := ValidateKey(k); err != nil {
+				out.Results[i] = api.ExistKeyResponse{Status: api.StatusOf(err)}
+				continue
+			}
+			out.Results[i].Exists, out.Results[i].Size = st.Exists(k)
+		}
+	})
 	return out, nil
 }
 

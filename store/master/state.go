@@ -47,6 +47,7 @@ type object struct {
 	// Under the prefix policy, while in the resident index: the chain nodes of its own name
 	// and of its parent's (chains.go).
 	chainSelf, chainParent *chainNode
+	value                  []byte // a small value's bytes (valuecache.go); nil: none
 }
 
 type segment struct {
@@ -107,11 +108,12 @@ type State struct {
 	stats        derivedStats // the counts and indexes behind Stats (stats.go)
 	// retired are the memory copies of objects an upsert replaced while readers held a lease on
 	// them: freed when the lease is over (upsert.go).
-	retired  []retiredRec
-	capacity uint64
-	used     uint64
-	applied  uint64
-	counters Counters
+	retired    []retiredRec
+	capacity   uint64
+	used       uint64
+	valueBytes uint64 // bytes in the value cache (valuecache.go)
+	applied    uint64
+	counters   Counters
 	// verifiedAt is the applied count right after the last OpVerify entry: the leader
 	// proposes a new one only when something changed since (an idle cluster's log stays put).
 	verifiedAt uint64
@@ -367,8 +369,11 @@ func (s *State) dropSegment(seg *segment) {
 		s.counters.DroppedReplicas++
 		s.segmentGone(o, seg.ID)
 		s.restat(o)
-		if len(o.replicas) == 0 && o.disk == nil {
-			s.deleteObject(o)
+		if len(o.replicas) == 0 {
+			s.dropValue(o) // its last memory copy went
+			if o.disk == nil {
+				s.deleteObject(o)
+			}
 		}
 	}
 	s.capacity -= seg.alloc.size
@@ -597,6 +602,7 @@ func (s *State) putEnd(e Entry) Result {
 	}
 	o.lastAccess = e.Now
 	delete(s.pending, e.Key)
+	s.cacheValue(o, e.Value) // valuecache.go
 	s.offloadAfterPut(o, e.Now)
 	s.restat(o)
 	s.noteTimed(o, e.Now)
@@ -634,7 +640,7 @@ func (s *State) grantLease(e Entry) Result {
 	o.leaseUntil = max(o.leaseUntil, e.Now+int64(s.cfg.DefaultKVLeaseTTL))
 	s.noteTimed(o, e.Now)
 	o.lastAccess = e.Now
-	res := Result{Replicas: s.describe(o), Size: o.size}
+	res := Result{Replicas: s.describe(o), Size: o.size, Value: s.cachedValue(o)}
 	if !s.inMemory(o) {
 		s.counters.DiskReads++
 		o.diskHits++
@@ -716,6 +722,7 @@ func (s *State) removeAll(e Entry) Result {
 // deleteObject frees o's replicas and forgets it. o may be the readable version of its key, a
 // put in progress, or both (an upsert's new version is in pending only, beside the old one).
 func (s *State) deleteObject(o *object) {
+	s.dropValue(o)
 	for _, r := range o.replicas {
 		if seg, ok := s.segments[r.segID]; ok {
 			seg.alloc.release(r.addr-seg.Base, o.size)

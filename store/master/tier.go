@@ -166,6 +166,7 @@ func (s *State) releaseReplica(o *object, idx int) {
 
 // dropMemory frees o's memory copies (it has a G3 file).
 func (s *State) dropMemory(o *object) {
+	s.dropValue(o) // valuecache.go
 	s.counters.EvictedObjects++
 	s.counters.EvictedBytes += o.size * uint64(len(o.replicas))
 	for len(o.replicas) > 0 {

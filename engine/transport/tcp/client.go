@@ -287,6 +287,9 @@ func (c *Client) run(cn *conn, reqs []transport.Request, base int, r transport.R
 		if werr != nil {
 			return 0, false, werr
 		}
+		if cn.br.Buffered() == 0 {
+			awaitReadable(cn.c, awaitSlice)
+		}
 	} else {
 		wg.Add(1)
 		go func() {

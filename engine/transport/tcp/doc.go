@@ -25,6 +25,10 @@
 // socket into the target memory once its read buffer is drained (no copy through a buffer on
 // either side).
 //
+// A run small enough to be sent by its caller waits for its answer in poll(2) on the caller's
+// thread before leaving the wait to the runtime's poller (await.go): a store's 4 KiB get from a
+// Python thread then costs no hand-off between threads.
+//
 // The server (Server) checks every range against the Handler (the engine's registered
 // buffers) and answers an error for a range outside them; a malformed frame (bad magic,
 // version, op or an oversized length) closes that connection only. After applying a WRITE of

@@ -1,0 +1,125 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"testing"
+	"time"
+)
+
+// echoServer accepts connections on loopback and hands each to serve.
+func echoServer(t *testing.T, serve func(net.Conn)) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lis.Close() })
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			go serve(c)
+		}
+	}()
+	return lis.Addr().String()
+}
+
+func TestRawConnRoundTripAndEOF(t *testing.T) {
+	addr := echoServer(t, func(c net.Conn) {
+		defer c.Close()
+		buf := make([]byte, 1<<20)
+		if _, err := io.ReadFull(c, buf); err != nil {
+			return
+		}
+		c.Write(buf) // then close: the client reads EOF
+	})
+	c, err := dialRaw(context.Background(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got := c.RemoteAddr().String(); got != addr {
+		t.Fatalf("remote %s, want %s", got, addr)
+	}
+	// 1 MiB each way: more than a socket buffer, so both Write and Read wait in poll.
+	out := bytes.Repeat([]byte("0123456789abcdef"), 1<<16)
+	if n, err := c.Write(out); err != nil || n != len(out) {
+		t.Fatalf("write: %d, %v", n, err)
+	}
+	in := make([]byte, len(out))
+	if _, err := io.ReadFull(c, in); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(in, out) {
+		t.Fatal("echo differs")
+	}
+	if n, err := c.Read(in[:1]); n != 0 || err != io.EOF {
+		t.Fatalf("after the peer closed: %d, %v; want 0, EOF", n, err)
+	}
+}
+
+func TestRawConnDeadlineAndClose(t *testing.T) {
+	hold := make(chan struct{})
+	t.Cleanup(func() { close(hold) })
+	addr := echoServer(t, func(c net.Conn) {
+		defer c.Close()
+		<-hold // never answers
+	})
+	c, err := dialRaw(context.Background(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A deadline already past fails at once.
+	c.SetReadDeadline(time.Unix(1, 0))
+	if _, err := c.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("past deadline: %v", err)
+	}
+	// A deadline moved earlier by another goroutine ends a waiting read (the AfterFunc of a
+	// cancelled call does this).
+	c.SetReadDeadline(time.Time{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Read(make([]byte, 1))
+		done <- err
+	}()
+	time.AfterFunc(50*time.Millisecond, func() { c.SetDeadline(time.Unix(1, 0)) })
+	if err := <-done; !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("deadline moved earlier: %v", err)
+	}
+	// Close ends a waiting read with net.ErrClosed; later calls fail the same way.
+	c.SetDeadline(time.Time{})
+	go func() {
+		_, err := c.Read(make([]byte, 1))
+		done <- err
+	}()
+	time.AfterFunc(50*time.Millisecond, func() { c.Close() })
+	if err := <-done; !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("closed while reading: %v", err)
+	}
+	if _, err := c.Write([]byte("x")); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("write after close: %v", err)
+	}
+	if err := c.Close(); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("second close: %v", err)
+	}
+}
+
+func TestRawConnRefused(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	if c, err := dialRaw(context.Background(), addr); err == nil {
+		c.Close()
+		t.Fatal("dial to a closed port succeeded")
+	}
+}

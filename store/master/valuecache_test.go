@@ -1,0 +1,121 @@
+package master
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/mooncake-go/mooncake/store/api"
+)
+
+// putValue puts key with its bytes carried by the PutEnd (a client's small value).
+func (h *harness) putValue(client, key string, v []byte, upsert bool) {
+	h.t.Helper()
+	cfg := api.ReplicateConfig{PreferredSegments: []string{"s1"}}
+	if r := h.apply(Entry{Op: OpPutStart, ClientID: client, Key: key, Size: uint64(len(v)), Config: &cfg, Upsert: upsert}); r.Code != api.OK {
+		h.t.Fatalf("put_start %s: %v", key, r.Err())
+	}
+	if r := h.apply(Entry{Op: OpPutEnd, ClientID: client, Key: key, Value: v}); r.Code != api.OK {
+		h.t.Fatalf("put_end %s: %v", key, r.Err())
+	}
+}
+
+func (h *harness) cached(key string) []byte {
+	h.t.Helper()
+	r := h.apply(Entry{Op: OpGrantLease, ClientID: "reader", Key: key})
+	if r.Code != api.OK {
+		h.t.Fatalf("grant_lease %s: %v", key, r.Err())
+	}
+	if len(r.Replicas) == 0 {
+		h.t.Fatalf("grant_lease %s: no replica", key)
+	}
+	return r.Value
+}
+
+func val(b byte, n int) []byte { return bytes.Repeat([]byte{b}, n) }
+
+func TestValueCacheKeepsSmallValuesWithinItsBudget(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.SmallValueCacheBytes = 3 * 4096 })
+	h.mount("c1", "s1", "seg1", 1<<20, 64<<20)
+	h.putValue("c1", "a", val('a', 4096), false)
+	h.putValue("c1", "b", val('b', 4096), false)
+	h.putValue("c1", "c", val('c', 4096), false)
+	h.putValue("c1", "d", val('d', 4096), false) // over the budget: not kept
+	h.putValue("c1", "big", val('x', maxCachedValue+1), false)
+	cfg := api.ReplicateConfig{}
+	h.apply(Entry{Op: OpPutStart, ClientID: "c1", Key: "wrong", Size: 100, Config: &cfg})
+	h.apply(Entry{Op: OpPutEnd, ClientID: "c1", Key: "wrong", Value: val('w', 99)}) // not its size
+	h.put("c1", "plain", 4096, cfg)                                                 // no bytes sent
+	for key, want := range map[string][]byte{"a": val('a', 4096), "b": val('b', 4096), "c": val('c', 4096),
+		"d": nil, "big": nil, "wrong": nil, "plain": nil} {
+		if got := h.cached(key); !bytes.Equal(got, want) {
+			t.Fatalf("%s: cached %d bytes, want %d", key, len(got), len(want))
+		}
+	}
+	if got := h.s.CachedValueBytes(); got != 3*4096 {
+		t.Fatalf("cache holds %d bytes, want %d", got, 3*4096)
+	}
+	// A standby replaying the log and a restored snapshot hold the same bytes.
+	replay := NewState(h.s.cfg)
+	for _, e := range h.log {
+		replay.Apply(e)
+	}
+	snap := h.snapshot()
+	for _, s := range []*State{replay, snap} {
+		if s.Digest() != h.s.Digest() || s.CachedValueBytes() != 3*4096 {
+			t.Fatalf("replica of the state: digest equal %v, %d cached bytes", s.Digest() == h.s.Digest(), s.CachedValueBytes())
+		}
+	}
+	r := snap.Apply(Entry{Op: OpGrantLease, ClientID: "r", Key: "b", Now: h.now})
+	if !bytes.Equal(r.Value, val('b', 4096)) {
+		t.Fatalf("restored snapshot answers %d bytes for b", len(r.Value))
+	}
+	// Removal frees room; the next small put is kept.
+	if r := h.apply(Entry{Op: OpRemove, ClientID: "c1", Key: "a", Force: true}); r.Code != api.OK {
+		t.Fatal(r.Err())
+	}
+	h.putValue("c1", "e", val('e', 4096), false)
+	if got := h.cached("e"); !bytes.Equal(got, val('e', 4096)) || h.s.CachedValueBytes() != 3*4096 {
+		t.Fatalf("after a removal: e cached %d bytes, cache %d", len(got), h.s.CachedValueBytes())
+	}
+}
+
+func TestValueCacheFollowsUpsertsEvictionAndUnmount(t *testing.T) {
+	h := newHarness(t)
+	h.mount("c1", "s1", "seg1", 1<<20, 64<<20)
+	h.mount("c2", "s2", "seg2", 1<<30, 64<<20)
+	h.putValue("c1", "k", val('1', 1000), false)
+	// An upsert's new bytes replace the old ones, also while a reader holds the old version.
+	h.cached("k")
+	h.putValue("c1", "k", val('2', 2000), true)
+	if got := h.cached("k"); !bytes.Equal(got, val('2', 2000)) || h.s.CachedValueBytes() != 2000 {
+		t.Fatalf("after the upsert: %d bytes cached (%d in all)", len(got), h.s.CachedValueBytes())
+	}
+	// A value whose only memory copy goes (its segment unmounted) is no longer answered from
+	// the cache, and the cache forgets it.
+	cfg := api.ReplicateConfig{PreferredSegments: []string{"s2"}}
+	if r := h.apply(Entry{Op: OpPutStart, ClientID: "c2", Key: "on2", Size: 500, Config: &cfg}); r.Code != api.OK || r.Replicas[0].SegmentID != "s2" {
+		t.Fatalf("put_start on s2: %v %v", r.Err(), r.Replicas)
+	}
+	h.apply(Entry{Op: OpPutEnd, ClientID: "c2", Key: "on2", Value: val('z', 500)})
+	if h.s.CachedValueBytes() != 2500 {
+		t.Fatalf("cache holds %d bytes, want 2500", h.s.CachedValueBytes())
+	}
+	h.apply(Entry{Op: OpUnmountSegment, ClientID: "c2", SegmentID: "s2"})
+	if r := h.apply(Entry{Op: OpGrantLease, ClientID: "r", Key: "on2"}); r.Code != api.OBJECT_NOT_FOUND || r.Value != nil {
+		t.Fatalf("after the unmount: %v, %d bytes", r.Code, len(r.Value))
+	}
+	if h.s.CachedValueBytes() != 2000 {
+		t.Fatalf("cache holds %d bytes after the unmount, want 2000", h.s.CachedValueBytes())
+	}
+	// Eviction takes cached objects like any other.
+	h.advance(h.s.cfg.DefaultKVLeaseTTL * 2)
+	for h.s.CachedValueBytes() > 0 {
+		before := h.s.counters.EvictedObjects
+		if freed, _ := h.s.evictPass(h.now); freed == 0 || h.s.counters.EvictedObjects == before {
+			t.Fatal("eviction freed nothing")
+		}
+	}
+	if _, ok := h.s.objects["k"]; ok {
+		t.Fatal("k survived the eviction passes")
+	}
+}
