@@ -36,6 +36,12 @@ func seamCluster(t *testing.T, failing *atomic.Bool, autoSync bool) *cluster {
 // rejoin1 has rank 1 join again and rank 0 admit it; the next all_reduce is exact.
 func rejoin1(t *testing.T, c *cluster, epoch int64) {
 	t.Helper()
+	if e := c.groups()[0].CurrentEpoch(); e != epoch-1 { // as upstream's test waits for it
+		t.Fatalf("rank 0 before the rejoin: epoch %d, want %d", e, epoch-1)
+	}
+	if c.groups()[0].peerState([]int{1})[0] {
+		t.Fatal("rank 1 can be activated before it asked to join (a join request of its earlier rejoin still stands)")
+	}
 	joined := make(chan error, 1)
 	go func() {
 		_, err := c.groups()[1].Membership(Request{Op: "join"})
@@ -80,6 +86,14 @@ func TestSeamFailsCollective(t *testing.T) {
 		t.Fatalf("rank 0: epoch %d active %v, want 1 and [0]", e, active(g[0]))
 	}
 	rejoin1(t, c, 2)
+	// the same process leaves and rejoins once more
+	failing.Store(true)
+	res = allReduce(t, c, 0, 1)
+	failing.Store(false)
+	if x := res[1]; x.err != nil || !slices.Equal(x.failed, []int{0}) || g[1].Epoch() != 3 {
+		t.Fatalf("rank 1, second fault: %+v epoch %d", x, g[1].Epoch())
+	}
+	rejoin1(t, c, 4)
 }
 
 // TestSeamFailsSend: rank 1's send to rank 0 meets a failed transfer: it completes flagged
