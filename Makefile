@@ -51,6 +51,7 @@ test-py:
 # Developer conveniences (no set-up).
 lib:
 	go build -buildmode=c-shared -o python/mooncake/libmooncake.so ./capi && rm -f python/mooncake/libmooncake.h
+	faultseam/build.sh python/mooncake
 
 bench:
 	./bench/engine_bench.sh

@@ -1,7 +1,8 @@
 """Builds and installs Mooncake in Go.
 
 `pip install --no-build-isolation .` runs `go build -buildmode=c-shared ./capi` into
-python/mooncake/libmooncake.so, builds the four Go commands as one multi-call binary
+python/mooncake/libmooncake.so, the transfer seam python/mooncake/libmooncake_pg.so
+(faultseam/build.sh), builds the four Go commands as one multi-call binary
 python/mooncake/bin/mooncake (cmd/mooncake; the console scripts mooncake_master, mooncake_client,
 transfer_engine_bench and mooncake_http_metadata_server exec it under their own names), and,
 when torch is importable, the c10d shim `mooncake._pg_ext` against that torch (no second torch
@@ -49,14 +50,22 @@ def go_build():
                            "./cmd/" + MULTICALL], cwd=ROOT, env=env)
 
 
+def seam_build():
+    """Builds python/mooncake/libmooncake_pg.so, the transfer-status seam the torch shim links
+    (faultseam/mooncake_pg_seam.h; docs/elastic.md, "Fault injection seam")."""
+    subprocess.check_call(["bash", os.path.join(ROOT, "faultseam", "build.sh"), PKG], cwd=ROOT)
+
+
 class BuildPy(build_py):
     def run(self):
         go_build()
+        seam_build()
         super().run()
         dst = os.path.join(self.build_lib, "mooncake")
         shutil.rmtree(os.path.join(dst, "bin"), ignore_errors=True)  # a stale build/ tree
         os.makedirs(os.path.join(dst, "bin"))
         shutil.copy2(os.path.join(PKG, "libmooncake.so"), dst)
+        shutil.copy2(os.path.join(PKG, "libmooncake_pg.so"), dst)
         shutil.copy2(os.path.join(PKG, "bin", MULTICALL), os.path.join(dst, "bin", MULTICALL))
 
 
@@ -88,7 +97,7 @@ setup(
     package_dir={"": "python"},
     packages=["mooncake"],
     py_modules=["mooncake_pg"],
-    package_data={"mooncake": ["libmooncake.so", "bin/*"]},
+    package_data={"mooncake": ["libmooncake.so", "libmooncake_pg.so", "bin/*"]},
     ext_modules=ext_modules,
     cmdclass=cmdclass,
     zip_safe=False,

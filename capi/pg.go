@@ -20,6 +20,13 @@ typedef struct mc_store_ops {
   int (*add)(void *ctx, const char *key, int64_t delta, int64_t *out);
 } mc_store_ops;
 
+typedef int (*mc_pg_transfer_check_fn)(void *ctx, const int32_t *ranks, const uint64_t *lengths,
+                                       int32_t n, int32_t *failed);
+static inline int mc_pg_call_transfer_check(mc_pg_transfer_check_fn fn, void *ctx, const int32_t *ranks,
+                                            const uint64_t *lengths, int32_t n, int32_t *failed) {
+  return fn(ctx, ranks, lengths, n, failed);
+}
+
 typedef struct mc_pg_config {
   int32_t rank;
   int32_t size;
@@ -30,6 +37,8 @@ typedef struct mc_pg_config {
   int32_t device_type;
   int64_t timeout_ms;
   const char *group_name;
+  mc_pg_transfer_check_fn transfer_check;
+  void *transfer_ctx;
 } mc_pg_config;
 
 typedef void (*mc_work_hook)(void *arg);
@@ -285,6 +294,9 @@ func mc_pg_create(cfg *C.mc_pg_config, store *C.mc_store_ops, out *C.uint64_t) C
 	}
 	c.Options.NoAuth = !config.PGAuth.Bool() // MOONCAKE_PG_AUTH
 	c.Options.Observer = pgObserver(c)       // process-group metrics (pg_metrics.go)
+	if cfg.transfer_check != nil {
+		c.Options.TransferCheck = transferCheck(cfg.transfer_check, cfg.transfer_ctx)
+	}
 	ph.g, err = pg.New(c, cStore{ph.ops}, p2p.EngineFabric(eng))
 	if err != nil {
 		ph.free()
@@ -646,7 +658,7 @@ func mc_pg_current_epoch(h C.uint64_t) C.int64_t {
 	if err != nil {
 		return C.int64_t(setErr(err))
 	}
-	return C.int64_t(ph.g.Epoch())
+	return C.int64_t(ph.g.CurrentEpoch())
 }
 
 //export mc_pg_membership
@@ -668,4 +680,32 @@ func mc_pg_membership(h C.uint64_t, request *C.char, out *C.char, outlen C.int32
 	}
 	b, _ := json.Marshal(res)
 	return copyOut(string(b), out, C.int(outlen))
+}
+
+// transferCheck wraps the shim's transfer-status seam (mc_pg_config.transfer_check) for
+// pg.Options.TransferCheck: the ranks whose transfers it reports failed.
+func transferCheck(fn C.mc_pg_transfer_check_fn, ctx unsafe.Pointer) func(ranks []int, n int) ([]int, error) {
+	return func(ranks []int, n int) ([]int, error) {
+		if len(ranks) == 0 {
+			return nil, nil
+		}
+		cr := make([]C.int32_t, len(ranks))
+		cl := make([]C.uint64_t, len(ranks))
+		cf := make([]C.int32_t, len(ranks))
+		for i, r := range ranks {
+			cr[i], cl[i] = C.int32_t(r), C.uint64_t(n)
+		}
+		rc := C.mc_pg_call_transfer_check(fn, ctx, &cr[0], &cl[0], C.int32_t(len(ranks)), &cf[0])
+		var failed []int
+		for i, f := range cf {
+			if f != 0 {
+				failed = append(failed, ranks[i])
+			}
+		}
+		if rc != 0 {
+			// The seam printed why on stderr; pg logs what it does about it.
+			return failed, fmt.Errorf("the transfer seam failed (code %d) reporting transfers to ranks %v", int(rc), ranks)
+		}
+		return failed, nil
+	}
 }

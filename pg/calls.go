@@ -353,6 +353,11 @@ func (pg *Group) join(ctx context.Context) (Result, error) {
 			return Result{}, fmt.Errorf("join_group: %w", err)
 		}
 	}
+	// The request is answered: withdraw it, or a later removal of this same process (it may
+	// leave and rejoin again) would find it standing and be admitted before it asks.
+	if err := pg.st.Set(pg.key("join", pg.cfg.Rank), []byte("answered")); err != nil {
+		pg.logf("join_group: withdrawing the answered join request: %v", err)
+	}
 	pg.logf("joined at epoch %d", pg.g.Epoch())
 	return Result{Status: ProposalApplied}, nil
 }

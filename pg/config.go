@@ -59,6 +59,11 @@ type Options struct {
 	// Observer, when set, is told every op's size, time and result and every membership change
 	// (MOONCAKE_PG_METRICS_PORT: pg/pgmetrics). nil: no observer.
 	Observer Observer
+	// TransferCheck is the transfer-status seam (capi sets it from the shim's
+	// mc_pg_config.transfer_check, only when a fault injector interposes the seam): after an op
+	// moved its data it is given the peers this rank sent to and the bytes, and returns those
+	// whose transfers failed (linkfault.go). nil: ops consult nothing.
+	TransferCheck func(ranks []int, n int) (failed []int, err error)
 }
 
 // check fills the defaults and validates c.

@@ -93,6 +93,11 @@ func (pg *Group) runFT(ctx context.Context, op string, inplace []byte, fn func(c
 				return err // fenced, or it cannot complete here (the error says why)
 			}
 		}
+		if err == nil && pg.cfg.Options.TransferCheck != nil { // the transfer seam (linkfault.go)
+			if bad := pg.failedTransfers(op, without(members, []int{pg.cfg.Rank}), len(inplace)); len(bad) > 0 {
+				return pg.transfersFailed(ctx, op, bad)
+			}
+		}
 		if err == nil {
 			rerun, cerr := pg.checkSucceeded(op, seq, start)
 			if cerr != nil {

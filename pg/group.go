@@ -197,6 +197,13 @@ func (pg *Group) ActiveCount() int { return len(ranksOf(pg.g.ActiveRanks())) }
 // Epoch is the group's membership epoch.
 func (pg *Group) Epoch() int64 { return pg.g.Epoch() }
 
+// CurrentEpoch is the epoch after applying the decisions this rank has not seen yet, as
+// ActiveRanks does (get_current_epoch: a member learns a rank left without an op of its own).
+func (pg *Group) CurrentEpoch() int64 {
+	pg.ActiveRanks()
+	return pg.g.Epoch()
+}
+
 // SetHeldStarts makes ops submitted from now on wait until the caller starts them
 // (Work.Start hands one to the queue's goroutine, Work.RunHere runs it on the calling
 // thread): the torch shim runs synchronous ops on its own thread this way.

@@ -85,7 +85,12 @@ func (pg *Group) Send(buf []byte, dst int, tag int32) (*worker.Work, error) {
 		if err := pg.ep.AliveRecently(ctx, dst, time.Second); err != nil && errors.Is(err, wire.ErrPeerDead) {
 			return lost(err)
 		}
-		if err := pg.ep.Send(ctx, dst, wire.UserTag(tag), buf); err != nil {
+		sctx, stop := pg.whileMember(ctx, dst) // a peer the group removes meanwhile (linkfault.go)
+		defer stop()
+		if err := pg.ep.Send(sctx, dst, wire.UserTag(tag), buf); err != nil {
+			if left, ok := peerLeft(sctx); ok {
+				return lost(left)
+			}
 			switch {
 			case errors.Is(err, wire.ErrPeerDead) || errors.Is(pg.ep.PeerAlive(ctx, dst), wire.ErrPeerDead):
 				return lost(err)
@@ -100,6 +105,9 @@ func (pg *Group) Send(buf []byte, dst int, tag int32) (*worker.Work, error) {
 			if err := pg.ep.PeerAlive(ctx, dst); err != nil && errors.Is(err, wire.ErrPeerDead) {
 				return lost(err)
 			}
+		}
+		if bad := pg.failedTransfers("send", []int{dst}, len(buf)); len(bad) > 0 {
+			return pg.transfersFailedP2P("send", bad) // the transfer seam (linkfault.go)
 		}
 		return nil
 	}), nil
@@ -152,8 +160,17 @@ func (pg *Group) Recv(buf []byte, src int, tag int32) (*worker.Work, error) {
 		wait := pg.p2pDeadline()
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		defer cancel()
+		if src >= 0 {
+			var stop func()
+			ctx, stop = pg.whileMember(ctx, src) // a peer the group removes meanwhile (linkfault.go)
+			defer stop()
+		}
 		n, s, err := r.Wait(ctx)
 		switch {
+		case src >= 0 && err != nil && !pg.closed.Load() && isLeft(ctx):
+			left, _ := peerLeft(ctx)
+			err = pg.p2pLost("recv", src, tag, left)
+			s = src
 		case src >= 0 && err != nil && !pg.closed.Load() &&
 			(errors.Is(err, wire.ErrPeerDead) || errors.Is(pg.ep.PeerAlive(ctx, src), wire.ErrPeerDead)):
 			// The peer died before its message came: completes with the peer in the hint.

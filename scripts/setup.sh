@@ -184,8 +184,9 @@ step "Go toolchain ($(command -v go >/dev/null && go env GOVERSION)) + Go module
 step "venv + torch, numpy, matplotlib" venv
 step "package (Go library, Go commands, torch shim)" package
 if [ "$test_part" = 1 ]; then
-  step "Debian packages for the tests (etcd-server, redis-server, prometheus, iproute2, openssl)" \
-    apt_install etcd-server redis-server prometheus iproute2 openssl
+  # gcc: tests/test_transfer_seam.py compiles its fault injector (tests/transfer_seam_preload.c)
+  step "Debian packages for the tests (etcd-server, redis-server, prometheus, iproute2, openssl, gcc)" \
+    apt_install etcd-server redis-server prometheus iproute2 openssl gcc
   step "MinIO" minio_server
   step "pytest" pytest_pkg
   [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"

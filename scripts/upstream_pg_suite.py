@@ -7,9 +7,13 @@ its own, the same way for both, and prints ran / passed / failed / errors / skip
         [--filter CPU] [--files test_a.py,test_b.py] [--json out.json] [--logs DIR] [--timeout 1200]
 
 Upstream's tests are never part of this repository: get them with
-`git -C MIRROR archive HEAD mooncake-pg | tar -x` into a scratch folder. The folder is copied
-afresh for each file (the test files import their helpers, pg_test_utils and the others, from
-it; `from mooncake import pg` is the installed package of --python).
+`git -C MIRROR archive HEAD mooncake-pg mooncake-transfer-engine mooncake-common | tar -x` into
+a scratch folder. The folder is copied afresh for each file (the test files import their
+helpers, pg_test_utils and the others, from it; `from mooncake import pg` is the installed
+package of --python), keeping its place in upstream's tree (the folders beside it are linked):
+test_pg_elastic's in-place rejoin tests compile a fault-injection preload against upstream's
+C++ headers found from there (they also need glog, jsoncpp, libnuma and yalantinglibs headers:
+docs/elastic.md, "Upstream's own test suite").
 
 Each test file runs as upstream's README runs the suite (`python -m unittest discover -s
 mooncake-pg/tests -k CPU`), one file at a time: `python -m unittest -v -k FILTER MODULE`, in a
@@ -51,11 +55,28 @@ def test_files(folder: str) -> list[str]:
     return sorted(f for f in os.listdir(folder) if f.startswith("test") and f.endswith(".py"))
 
 
+def copy_tests(tests: str, tmp: str) -> str:
+    """Copies the tests folder to tmp/<its parent's name>/<its name> and links, beside the copy
+    and beside its parent, what sits beside the original and its parent (upstream's
+    mooncake-pg/include, mooncake-transfer-engine, ...): the fault-injection helper builds its
+    preload against parents[2]/mooncake-transfer-engine/include and parents[2]/mooncake-pg/include
+    of its own path. Returns the copy."""
+    tests = os.path.abspath(tests)
+    parent = os.path.dirname(tests)
+    top = os.path.dirname(parent)
+    run_dir = os.path.join(tmp, os.path.basename(parent), os.path.basename(tests))
+    shutil.copytree(tests, run_dir)
+    for src, dst, skip in ((parent, os.path.dirname(run_dir), tests), (top, tmp, parent)):
+        for entry in os.listdir(src):
+            if os.path.join(src, entry) != skip and not os.path.exists(os.path.join(dst, entry)):
+                os.symlink(os.path.join(src, entry), os.path.join(dst, entry))
+    return run_dir
+
+
 def run_file(name: str, tests: str, python: str, filt: str, timeout: int, keep: str | None) -> dict:
     python = os.path.abspath(python)  # the file runs in a copy of the folder
     tmp = tempfile.mkdtemp(prefix="upstream-pg-suite-")
-    run_dir = os.path.join(tmp, "tests")
-    shutil.copytree(tests, run_dir)
+    run_dir = copy_tests(tests, tmp)
     env = dict(os.environ)
     env.update({
         "RUN_DIR": run_dir, "PY": python, "MODULE": name[:-3],

@@ -6,8 +6,9 @@ setup.py imports this file when torch is importable::
     setup(..., ext_modules=torchext_build.ext_modules(), cmdclass=torchext_build.cmdclass())
 
 The extension links python/mooncake/libmooncake.so (built first by
-``go build -buildmode=c-shared -o python/mooncake/libmooncake.so ./capi``) and finds it at run
-time next to itself (rpath $ORIGIN). It is compiled against the torch in the environment (use
+``go build -buildmode=c-shared -o python/mooncake/libmooncake.so ./capi``) and
+python/mooncake/libmooncake_pg.so (the transfer seam, ``faultseam/build.sh python/mooncake``)
+and finds them at run time next to itself (rpath $ORIGIN). It is compiled against the torch in the environment (use
 ``pip install --no-build-isolation``) and records that torch version; mooncake.pg refuses to load
 it under another torch with an ImportError that says to reinstall.
 
@@ -107,9 +108,9 @@ def ext_modules(relative: bool = True):
     fix = _rel if relative else (lambda p: p)
     debug = os.environ.get("MOONCAKE_DEBUG_BUILD", "") not in ("", "0")
     define_macros = [("MOONCAKE_TORCH_VERSION", '"%s"' % torch.__version__)]
-    include_dirs = [os.path.join(ROOT, "capi", "include"), HERE]
-    # libstdc++ first: see the module docstring.
-    libraries = ["stdc++", "mooncake"]
+    include_dirs = [os.path.join(ROOT, "capi", "include"), os.path.join(ROOT, "faultseam"), HERE]
+    # libstdc++ first: see the module docstring. libmooncake_pg: the transfer seam (faultseam/).
+    libraries = ["stdc++", "mooncake", "mooncake_pg"]
     cuda_inc = cuda_include_dirs()
     if cuda_inc:
         define_macros.append(("MOONCAKE_WITH_CUDA", "1"))

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds mooncake._pg_ext in place into python/mooncake/ (for development and tests).
 # Usage: torchext/build_inplace.sh [python]   (default: .venv/bin/python, else python3)
-# Needs python/mooncake/libmooncake.so; builds it with `go build` when it is missing.
+# Needs python/mooncake/libmooncake.so and libmooncake_pg.so; builds them when they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${1:-}
@@ -10,6 +10,9 @@ if [ -z "$PY" ]; then
 fi
 if [ ! -f python/mooncake/libmooncake.so ]; then
   go build -buildmode=c-shared -o python/mooncake/libmooncake.so ./capi
+fi
+if [ ! -f python/mooncake/libmooncake_pg.so ]; then
+  faultseam/build.sh python/mooncake
 fi
 export MAX_JOBS=${MAX_JOBS:-2}
 "$PY" - <<'PYEOF'

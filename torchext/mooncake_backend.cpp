@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "mooncake_pg_seam.h"
 #include "util.hpp"
 
 namespace mooncake {
@@ -64,7 +65,20 @@ MooncakeBackend::MooncakeBackend(
   cfg.device_type = cuda_ ? 1 : 0;
   cfg.timeout_ms = timeout_.count() > 0 ? timeout_.count() : 0;
   cfg.group_name = groupName_.c_str();
+  // The transfer-status seam (faultseam/): consulted by the data path only when a fault
+  // injector interposes its methods (upstream's tests LD_PRELOAD one); otherwise left out.
+  if (mooncake_pg_seam_interposed() != 0) {
+    seam_ = mooncake_pg_seam_open(options.maxGroupSize > size ? options.maxGroupSize : size);
+    if (seam_ != nullptr) {
+      cfg.transfer_check = &mooncake_pg_seam_check;
+      cfg.transfer_ctx = seam_;
+    }
+  }
   int rc = mc_pg_create(&cfg, &bridge_->ops, &pg_);
+  if (rc != 0 && seam_ != nullptr) {
+    mooncake_pg_seam_close(seam_);
+    seam_ = nullptr;
+  }
   TORCH_CHECK(
       rc == 0, getBackendName(), ": creating group '", groupName_, "' failed on rank ", rank,
       " of ", size, ": ", lastError());
@@ -129,6 +143,10 @@ void MooncakeBackend::shutdownGroup() {
     mc_pg_set_completion_hook(pg_, nullptr, nullptr);
     mc_pg_destroy(pg_);
     pg_ = 0;
+  }
+  if (seam_ != nullptr) {
+    mooncake_pg_seam_close(seam_);
+    seam_ = nullptr;
   }
 }
 

@@ -220,6 +220,7 @@ class MooncakeBackend : public c10d::Backend {
   int curSize_ = 0;  // the group's current size (Backend::size_ may be const: see compat.hpp)
   std::unique_ptr<StoreBridge> bridge_;
   uint64_t pg_ = 0;
+  void* seam_ = nullptr;  // libmooncake_pg.so's transfer seam, only under a fault injector
   const int32_t* worldSizeWord_ = nullptr;  // written by libmooncake (mc_pg_world_size_word)
   std::atomic<bool> closed_{false};
 

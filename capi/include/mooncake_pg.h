@@ -35,6 +35,12 @@ typedef struct mc_store_ops {
   int (*add)(void *ctx, const char *key, int64_t delta, int64_t *out);
 } mc_store_ops;
 
+/* Reports the transfers of one op: this rank sent lengths[i] bytes to group rank ranks[i]
+ * (i < n); sets failed[i] to 1 for a transfer that failed, else 0. 0 ok, -1 error (then every
+ * failed[i] is 1). */
+typedef int (*mc_pg_transfer_check_fn)(void *ctx, const int32_t *ranks, const uint64_t *lengths,
+                                       int32_t n, int32_t *failed);
+
 typedef struct mc_pg_config {
   int32_t rank;            /* this process's rank in the group */
   int32_t size;            /* initial group size */
@@ -45,6 +51,12 @@ typedef struct mc_pg_config {
   int32_t device_type;     /* 0 cpu, 1 cuda (the shim stages cuda tensors through host memory) */
   int64_t timeout_ms;      /* per-op timeout */
   const char *group_name;  /* unique per group within the store, e.g. torch's group id */
+  /* The transfer-status seam (faultseam/mooncake_pg_seam.h's mooncake_pg_seam_check and its
+   * seam), or NULL: none. When set, every op reports the transfers it made to each peer
+   * through it, and a transfer reported failed is handled as docs/elastic.md says ("Fault
+   * injection seam"). The shim sets it only when a fault injector interposes the seam. */
+  mc_pg_transfer_check_fn transfer_check;
+  void *transfer_ctx;
 } mc_pg_config;
 
 /* Creates the group and rendezvouses with the other ranks through store (which must stay valid
