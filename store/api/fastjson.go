@@ -57,17 +57,17 @@ func fastMarshal(v any) ([]byte, bool) {
 func fastUnmarshal(data []byte, v any) bool {
 	switch m := v.(type) {
 	case *KeyRequest:
-		return m.decodeJSON(data)
+		return decodeAll(m, data)
 	case *BatchKeysRequest:
-		return m.decodeJSON(data)
+		return decodeAll(m, data)
 	case *Status:
-		return m.decodeJSON(data)
+		return decodeAll(m, data)
 	case *ExistKeyResponse:
-		return m.decodeJSON(data)
+		return decodeAll(m, data)
 	case *GetReplicaListResponse:
-		return m.decodeJSON(data)
+		return decodeAll(m, data)
 	case *PutStartResponse:
-		return m.decodeJSON(data)
+		return decodeAll(m, data)
 	case *BatchStatusResponse:
 		return m.decodeJSON(data)
 	case *BatchExistKeyResponse:
@@ -78,6 +78,22 @@ func fastUnmarshal(data []byte, v any) bool {
 		return m.decodeJSON(data)
 	}
 	return false
+}
+
+// decodeAll reads all of data into *r through its decode method; false (data outside the
+// subset, or more than one value) leaves *r unchanged.
+func decodeAll[T any, P interface {
+	*T
+	decode(*jdec)
+}](r P, data []byte) bool {
+	var t T
+	d := jdec{b: data, ok: true}
+	P(&t).decode(&d)
+	if !d.end() {
+		return false
+	}
+	*r = t
+	return true
 }
 
 // elemAppend writes one batch result (the element types of the batch responses above).
@@ -573,71 +589,46 @@ func (d *jdec) strings() []string {
 	return out
 }
 
-func (r *KeyRequest) decodeJSON(data []byte) bool {
-	var t KeyRequest
-	d := jdec{b: data, ok: true}
+func (r *KeyRequest) decode(d *jdec) {
 	d.object(func(name string) bool {
 		switch name {
 		case "client_id":
-			t.ClientID = d.str()
+			r.ClientID = d.str()
 		case "key":
-			t.Key = d.str()
+			r.Key = d.str()
 		case "value":
-			t.Value = d.bytes()
+			r.Value = d.bytes()
 		default:
 			return false
 		}
 		return true
 	})
-	if !d.end() {
-		return false
-	}
-	*r = t
-	return true
 }
 
-func (r *BatchKeysRequest) decodeJSON(data []byte) bool {
-	var t BatchKeysRequest
-	d := jdec{b: data, ok: true}
+func (r *BatchKeysRequest) decode(d *jdec) {
 	d.object(func(name string) bool {
 		switch name {
 		case "client_id":
-			t.ClientID = d.str()
+			r.ClientID = d.str()
 		case "keys":
-			t.Keys = d.strings()
+			r.Keys = d.strings()
 		case "force":
-			t.Force = d.bool()
+			r.Force = d.bool()
 		case "values":
 			var vs [][]byte
 			if d.array(func() { vs = append(vs, d.bytes()) }) && vs == nil {
 				vs = [][]byte{}
 			}
-			t.Values = vs
+			r.Values = vs
 		default:
 			return false
 		}
 		return true
 	})
-	if !d.end() {
-		return false
-	}
-	*r = t
-	return true
 }
 
 func (s *Status) decode(d *jdec) {
 	d.object(func(name string) bool { return s.field(d, name) })
-}
-
-func (s *Status) decodeJSON(data []byte) bool {
-	var t Status
-	d := jdec{b: data, ok: true}
-	t.decode(&d)
-	if !d.end() {
-		return false
-	}
-	*s = t
-	return true
 }
 
 func (r *ExistKeyResponse) decode(d *jdec) {
@@ -652,17 +643,6 @@ func (r *ExistKeyResponse) decode(d *jdec) {
 		}
 		return true
 	})
-}
-
-func (r *ExistKeyResponse) decodeJSON(data []byte) bool {
-	var t ExistKeyResponse
-	d := jdec{b: data, ok: true}
-	t.decode(&d)
-	if !d.end() {
-		return false
-	}
-	*r = t
-	return true
 }
 
 func (r *Replica) decode(d *jdec) {
@@ -727,17 +707,6 @@ func (r *GetReplicaListResponse) decode(d *jdec) {
 	})
 }
 
-func (r *GetReplicaListResponse) decodeJSON(data []byte) bool {
-	var t GetReplicaListResponse
-	d := jdec{b: data, ok: true}
-	t.decode(&d)
-	if !d.end() {
-		return false
-	}
-	*r = t
-	return true
-}
-
 func (r *PutStartResponse) decode(d *jdec) {
 	d.object(func(name string) bool {
 		switch name {
@@ -750,17 +719,6 @@ func (r *PutStartResponse) decode(d *jdec) {
 		}
 		return true
 	})
-}
-
-func (r *PutStartResponse) decodeJSON(data []byte) bool {
-	var t PutStartResponse
-	d := jdec{b: data, ok: true}
-	t.decode(&d)
-	if !d.end() {
-		return false
-	}
-	*r = t
-	return true
 }
 
 func (r *BatchResponse[T]) decodeJSON(data []byte) bool {
