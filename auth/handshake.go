@@ -77,7 +77,8 @@ func bound(ctx context.Context, rw io.ReadWriter) func() {
 }
 
 // ioErr words a read/write failure: the context's error when it ended, ErrNoHandshake when the
-// peer hung up (a server without a token drops the connection) or sent something that is not a handshake message.
+// peer hung up (a server without a token drops the connection, and so does a process that is ending)
+// or sent something that is not a handshake message.
 func ioErr(ctx context.Context, step string, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("authentication %s: %w", step, ctx.Err())
@@ -85,9 +86,14 @@ func ioErr(ctx context.Context, step string, err error) error {
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		return fmt.Errorf("authentication %s timed out: %w (%v)", step, context.DeadlineExceeded, err)
 	}
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.ErrClosedPipe) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, ErrMalformed) {
+	if errors.Is(err, ErrMalformed) {
 		return fmt.Errorf("%w (%s: %v)", ErrNoHandshake, step, err)
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.ErrClosedPipe) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		// A peer without a token hangs up, and so does one whose process is ending (a rank
+		// killed while its peers probe it): the error names both.
+		return fmt.Errorf("the peer hung up during authentication (%s: %v): its process is ending, or %w", step, err, ErrNoHandshake)
 	}
 	return fmt.Errorf("authentication %s: %w", step, err)
 }
