@@ -81,6 +81,14 @@ def bridge():
     subprocess.run(["ip", "link", "del", br], capture_output=True)
 
 
+def reap(procs: dict) -> None:
+    """Kills the workers still running (a test that failed before collecting them)."""
+    for p in procs.values():
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
 def collect(procs: dict) -> dict:
     """Each worker's RESULT line (as a dict, its log's tail under "_stderr"), by rank."""
     res = {}
@@ -142,10 +150,7 @@ def test_partition_majority_goes_on_minority_is_fenced_then_rejoins(bridge, scen
             assert "error" not in res[r], f"rank {r}: {res[r]['error']}\n{res[r]['_stderr']}\n" + \
                 "\n".join(f"rank {q}:\n{res[q]['_stderr'][-2500:]}" for q in range(4))
     finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        reap(procs)
     for r in (0, 1, 3):
         first = FAULT + (scenario == "partition")  # the first step without rank 2
         check_steps(res[r], lambda s: total([0, 1, 3]) if first <= s < RECOVER else total(range(4)))
@@ -190,10 +195,7 @@ def test_inplace_rejoin_after_a_cut_link(bridge, op):
         _ip("link", "set", bridge["ports"][1], "up")
         res = collect(procs)
     finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        reap(procs)
     logs = "\n".join(f"rank {q}:\n{res[q]['_stderr'][-2500:]}" for q in range(2))
     n_works = 1 if op == "collective" else 2
     for r in range(2):
@@ -260,10 +262,7 @@ def test_survivors_split_on_the_cut_step_end_it_alike(bridge):
         _ip("link", "set", bridge["ports"][2], "up")
         res = collect(procs)
     finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        reap(procs)
     logs = "\n".join(f"rank {q}:\n{res[q]['_stderr'][-3000:]}" for q in range(4))
     for r in range(4):
         assert "error" not in res[r], f"rank {r}: {res[r]['error']}\n{logs}"
