@@ -11,7 +11,9 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -40,6 +42,10 @@ import (
 //	request:  u32 n | u8 len(method) | method | JSON body           (n counts what follows it)
 //	reply:    u32 n | u8 0 | JSON body                              (success)
 //	          u32 n | u8 1 | u32 grpc code | message                (error)
+//
+// A request whose method name starts with attachMark uses the attachment layout instead
+// (attach.go): its JSON, then its byte values raw; its success reply is kind 2 when it carries
+// values.
 //
 // The magic's bytes keep the name this path had before ("lane") so that clients and masters
 // of either version still understand each other.
@@ -123,22 +129,44 @@ func (l *FramedServer) serveConn(c net.Conn, info ConnInfo) {
 		}
 		name, body := string(frame[1:1+int(frame[0])]), frame[1+int(frame[0]):]
 		var resp any
+		var vals [][]byte // a marked call's attached values (attach.go)
+		attached := strings.HasPrefix(name, attachMark)
+		if attached {
+			name = name[len(attachMark):]
+		}
 		m, ok := l.methods[name]
 		if !ok {
 			err = status.Errorf(codes.Unimplemented, "unknown method %q", name)
-		} else {
+		} else if attached {
+			if body, vals, err = splitAttached(body); err != nil {
+				err = status.Error(codes.InvalidArgument, err.Error())
+			}
+			for i, v := range vals {
+				vals[i] = bytes.Clone(v) // a value may outlive the frame (the value cache)
+			}
+		}
+		if err == nil {
 			resp, err = m.Handler(l.srv, ctx, func(v any) error {
 				if err := codec.Unmarshal(body, v); err != nil {
+					return status.Error(codes.InvalidArgument, err.Error())
+				}
+				if err := attachValues(v, vals); err != nil {
 					return status.Error(codes.InvalidArgument, err.Error())
 				}
 				return nil
 			}, l.icpt)
 		}
 		var out []byte
+		var outVals [][]byte
 		if err == nil {
+			if attached {
+				resp, outVals = detachValues(resp)
+			}
 			out, err = codec.Marshal(resp)
 		}
-		if err == nil {
+		if err == nil && outVals != nil {
+			err = writeFrame(w, append([][]byte{{replyAttached}}, attachedParts(out, outVals)...)...)
+		} else if err == nil {
 			err = writeFrame(w, []byte{0}, out)
 		} else {
 			st := status.Convert(err)
@@ -295,6 +323,9 @@ type FramedConn struct {
 	addr string
 	sec  ClientSecurity
 	idle chan *framedSock
+	// plain: the master answered a call in the attachment layout "unknown method" (it predates
+	// attach.go), so calls go in the plain layout.
+	plain atomic.Bool
 
 	mu     sync.Mutex
 	closed bool
@@ -328,11 +359,16 @@ func DialFramedSecure(addr string, sec ClientSecurity) (*FramedConn, error) {
 
 // Invoke implements grpc.ClientConnInterface.
 func (l *FramedConn) Invoke(ctx context.Context, method string, args, reply any, _ ...grpc.CallOption) error {
-	if len(method) > 255 {
+	if len(attachMark)+len(method) > 255 {
 		return status.Errorf(codes.Internal, "method name %q too long", method)
 	}
+	marked := !l.plain.Load()
+	sent, vals := args, [][]byte(nil)
+	if marked {
+		sent, vals = detachValues(args)
+	}
 	var codec jsonCodec
-	body, err := codec.Marshal(args)
+	body, err := codec.Marshal(sent)
 	if err != nil {
 		return status.Error(codes.Internal, err.Error())
 	}
@@ -346,7 +382,12 @@ func (l *FramedConn) Invoke(ctx context.Context, method string, args, reply any,
 		s.c.SetDeadline(time.Time{})
 	}
 	stop := context.AfterFunc(ctx, func() { s.c.SetDeadline(time.Unix(1, 0)) })
-	frame, err := s.call(ctx, method, body)
+	var frame []byte
+	if marked {
+		frame, err = s.call(ctx, attachMark+method, attachedParts(body, vals)...)
+	} else {
+		frame, err = s.call(ctx, method, body)
+	}
 	stop()
 	if err != nil {
 		s.c.Close()
@@ -371,17 +412,36 @@ func (l *FramedConn) Invoke(ctx context.Context, method string, args, reply any,
 			return status.Error(codes.Internal, err.Error())
 		}
 		return nil
+	case replyAttached:
+		body, vals, err := splitAttached(frame[1:])
+		if err == nil {
+			err = codec.Unmarshal(body, reply)
+		}
+		if err == nil {
+			err = attachValues(reply, vals)
+		}
+		if err != nil {
+			return status.Errorf(codes.Internal, "master %s: %v", l.addr, err)
+		}
+		return nil
 	case 1:
 		if len(frame) < 5 {
 			return status.Errorf(codes.Internal, "master %s sent a short error reply", l.addr)
 		}
-		return status.Error(codes.Code(binary.LittleEndian.Uint32(frame[1:5])), string(frame[5:]))
+		code, msg := codes.Code(binary.LittleEndian.Uint32(frame[1:5])), string(frame[5:])
+		if marked && code == codes.Unimplemented && strings.Contains(msg, attachMark+method) {
+			// A master older than attachments: the plain layout from now on (attach.go).
+			l.plain.Store(true)
+			return l.Invoke(ctx, method, args, reply)
+		}
+		return status.Error(code, msg)
 	}
 	return status.Errorf(codes.Internal, "master %s sent a reply of unknown kind %d", l.addr, frame[0])
 }
 
-func (s *framedSock) call(ctx context.Context, method string, body []byte) ([]byte, error) {
-	if err := writeFrame(s.w, []byte{byte(len(method))}, []byte(method), body); err != nil {
+// call sends one request (the method name, then parts) and reads its reply frame.
+func (s *framedSock) call(ctx context.Context, method string, parts ...[]byte) ([]byte, error) {
+	if err := writeFrame(s.w, append([][]byte{{byte(len(method))}, []byte(method)}, parts...)...); err != nil {
 		return nil, err
 	}
 	s.awaitReply(ctx)

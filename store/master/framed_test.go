@@ -1,6 +1,7 @@
 package master
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"io"
@@ -15,22 +16,30 @@ import (
 	"github.com/mooncake-go/mooncake/store/api"
 )
 
-// The framed RPC and gRPC share one port and one state: what a framed-RPC client writes, a gRPC client
-// sees, and the per-method metrics count both.
-func TestFramedRPCAndGRPCOnOnePort(t *testing.T) {
-	srv, g, addr := startServer(t)
+// framedMounted dials addr over the framed RPC and mounts client c1's segment s1 (1 MiB) there;
+// the connection and the context end with the test.
+func framedMounted(t *testing.T, addr string) (*api.FramedConn, *api.MasterClient, context.Context) {
+	t.Helper()
 	framed, err := api.DialFramed(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer framed.Close()
+	t.Cleanup(func() { framed.Close() })
 	l := api.NewMasterClient(framed)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	st, err := l.MountSegment(ctx, &api.MountSegmentRequest{ClientID: "c1", Segment: api.Segment{ID: "s1", Name: "h1:1", Base: 4096, Size: 1 << 20}})
 	if err != nil || st.Code != api.OK {
-		t.Fatalf("mount over the framed: %v %+v", err, st)
+		t.Fatalf("mount over the framed RPC: %v %+v", err, st)
 	}
+	return framed, l, ctx
+}
+
+// The framed RPC and gRPC share one port and one state: what a framed-RPC client writes, a gRPC client
+// sees, and the per-method metrics count both.
+func TestFramedRPCAndGRPCOnOnePort(t *testing.T) {
+	srv, g, addr := startServer(t)
+	framed, l, ctx := framedMounted(t, addr)
 	ps, err := l.PutStart(ctx, &api.PutStartRequest{ClientID: "c1", Key: "k", Size: 10, Config: api.ReplicateConfig{ReplicaNum: 1}})
 	if err != nil || ps.Code != api.OK || len(ps.Replicas) != 1 || ps.Replicas[0].SegmentName != "h1:1" {
 		t.Fatalf("put start over the framed: %v %+v", err, ps)
@@ -133,5 +142,153 @@ func TestFramedRPCUnreachableMaster(t *testing.T) {
 	defer scancel()
 	if err := framed2.Invoke(sctx, "/"+api.ServiceName+"/ServiceStatus", &api.ServiceStatusRequest{}, &out); status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("call to a silent master: %v", err)
+	}
+}
+
+// Values travel as binary attachments over the framed RPC (store/api/attach.go) and as base64
+// over gRPC: a value put through one is read back byte for byte through both, single and batch.
+func TestFramedRPCAttachedValues(t *testing.T) {
+	_, g, addr := startServer(t)
+	_, l, ctx := framedMounted(t, addr)
+	value := func(i, n int) []byte {
+		v := make([]byte, n)
+		for j := range v {
+			v[j] = byte(i*7 + j) // every byte value, quotes and backslashes included
+		}
+		return v
+	}
+	put := func(key string, size int) {
+		t.Helper()
+		ps, err := l.PutStart(ctx, &api.PutStartRequest{ClientID: "c1", Key: key, Size: uint64(size), Config: api.ReplicateConfig{ReplicaNum: 1}})
+		if err != nil || ps.Code != api.OK {
+			t.Fatalf("put start %s: %v %+v", key, err, ps)
+		}
+	}
+	put("one", 4096)
+	if st, err := l.PutEnd(ctx, &api.KeyRequest{ClientID: "c1", Key: "one", Value: value(1, 4096)}); err != nil || st.Code != api.OK {
+		t.Fatalf("put end: %v %+v", err, st)
+	}
+	keys := []string{"b0", "b1", "b2"}
+	for _, k := range keys {
+		put(k, 100)
+	}
+	// b1 sends no value: its answer carries none, and the others' stay in place.
+	vals := [][]byte{value(10, 100), nil, value(12, 100)}
+	if res, err := l.BatchPutEnd(ctx, &api.BatchKeysRequest{ClientID: "c1", Keys: keys, Values: vals}); err != nil || res.Code != api.OK {
+		t.Fatalf("batch put end: %v %+v", err, res)
+	}
+	for name, c := range map[string]*api.MasterClient{"framed": l, "gRPC": g} {
+		one, err := c.GetReplicaList(ctx, &api.KeyRequest{Key: "one"})
+		if err != nil || one.Code != api.OK || !bytes.Equal(one.Value, value(1, 4096)) || len(one.Replicas) != 1 {
+			t.Fatalf("%s: get of the single put: %v code %v, %d value bytes", name, err, one.Code, len(one.Value))
+		}
+		batch, err := c.BatchGetReplicaList(ctx, &api.BatchKeysRequest{Keys: append([]string{"one", "missing"}, keys...)})
+		if err != nil || len(batch.Results) != 5 {
+			t.Fatalf("%s: batch get: %v %+v", name, err, batch)
+		}
+		want := [][]byte{value(1, 4096), nil, vals[0], nil, vals[2]}
+		for i, r := range batch.Results {
+			if !bytes.Equal(r.Value, want[i]) {
+				t.Errorf("%s: batch result %d: %d value bytes, want %d", name, i, len(r.Value), len(want[i]))
+			}
+		}
+		if batch.Results[1].Code != api.OBJECT_NOT_FOUND {
+			t.Errorf("%s: missing key answered %v", name, batch.Results[1].Code)
+		}
+	}
+	// The caller's request is not changed by the framed client's detaching of its values.
+	req := &api.KeyRequest{ClientID: "c1", Key: "one", Value: []byte("x")}
+	l.PutEnd(ctx, req)
+	if string(req.Value) != "x" {
+		t.Errorf("the request's value changed to %q", req.Value)
+	}
+}
+
+// A marked call whose attachment layout is malformed is an InvalidArgument status, and the
+// connection stays usable; a master that predates attachments (it answers the marked name
+// "unknown method") gets the call again in the plain layout.
+func TestFramedRPCAttachmentLayout(t *testing.T) {
+	_, _, addr := startServer(t)
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	method := "+/" + api.ServiceName + "/ExistKey"
+	call := func(body []byte) (byte, string) {
+		t.Helper()
+		f := append([]byte{byte(len(method))}, method...)
+		f = append(f, body...)
+		if _, err := conn.Write(append(binary.LittleEndian.AppendUint32(nil, uint32(len(f))), f...)); err != nil {
+			t.Fatal(err)
+		}
+		var hdr [4]byte
+		if _, err := io.ReadFull(conn, hdr[:]); err != nil {
+			t.Fatal(err)
+		}
+		reply := make([]byte, binary.LittleEndian.Uint32(hdr[:]))
+		if _, err := io.ReadFull(conn, reply); err != nil {
+			t.Fatal(err)
+		}
+		return reply[0], string(reply[1:])
+	}
+	conn.Write([]byte("MCLANE1\n"))
+	json := []byte(`{"client_id":"c","key":"k"}`)
+	good := append(binary.LittleEndian.AppendUint32(nil, uint32(len(json))), json...)
+	good = binary.LittleEndian.AppendUint32(good, 0)
+	for _, bad := range [][]byte{json, good[:len(good)-2], append(append([]byte{}, good...), 'x'),
+		binary.LittleEndian.AppendUint32(bytes.Clone(good[:len(good)-4]), 1<<30)} {
+		if kind, msg := call(bad); kind != 1 || !strings.Contains(msg, "attachment layout") {
+			t.Errorf("malformed layout %q: reply kind %d %q", bad, kind, msg)
+		}
+	}
+	if kind, msg := call(good); kind != 0 || msg != `{"code":0,"exists":false}` {
+		t.Errorf("well-formed marked call: reply kind %d %q", kind, msg)
+	}
+
+	// An old master, as its frames go: the marked name is an unknown method; the plain one works.
+	old, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	go func() {
+		c, err := old.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		magic := make([]byte, 8)
+		io.ReadFull(c, magic)
+		for {
+			var hdr [4]byte
+			if _, err := io.ReadFull(c, hdr[:]); err != nil {
+				return
+			}
+			f := make([]byte, binary.LittleEndian.Uint32(hdr[:]))
+			if _, err := io.ReadFull(c, f); err != nil {
+				return
+			}
+			name := string(f[1 : 1+int(f[0])])
+			var reply []byte
+			if strings.HasPrefix(name, "+") {
+				reply = binary.LittleEndian.AppendUint32([]byte{1}, uint32(codes.Unimplemented))
+				reply = append(reply, `unknown method "`+name+`"`...)
+			} else {
+				reply = append([]byte{0}, `{"code":0,"exists":true,"size":7}`...)
+			}
+			c.Write(append(binary.LittleEndian.AppendUint32(nil, uint32(len(reply))), reply...))
+		}
+	}()
+	framed, _ := api.DialFramed(old.Addr().String())
+	defer framed.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for i := 0; i < 2; i++ {
+		ex, err := api.NewMasterClient(framed).ExistKey(ctx, &api.KeyRequest{Key: "k"})
+		if err != nil || !ex.Exists || ex.Size != 7 {
+			t.Fatalf("call %d to an old master: %v %+v", i, err, ex)
+		}
 	}
 }
