@@ -152,7 +152,7 @@ func (c *Client) transferSegment(ctx context.Context, op engine.Opcode, xs []xfe
 			packed = packed[1:]
 		}
 		if len(reqs) > 0 {
-			err := c.eng.TransferSync(ctx, reqs)
+			err := c.eng.TransferSync(ctx, c.mergeAdjacent(reqs))
 			if err != nil {
 				err = api.Errorf(api.TRANSFER_FAIL, "transfer of %d values with %s: %v", len(reqs), xs[carried[0]].r.SegmentName, err)
 				for _, i := range carried {
@@ -168,4 +168,36 @@ func (c *Client) transferSegment(ctx context.Context, op engine.Opcode, xs []xfe
 			c.chunks <- off
 		}
 	}
+}
+
+// mergeAdjacent joins each run of requests whose local and remote ranges both continue the
+// previous one's into one request (in place), when the joined local range lies in one
+// registered buffer (the staging buffer, or one the user registered: the engine takes a source
+// only inside one). The master places the keys of a batch put one after another in a segment
+// (first fit) and a batch's staged values are packed in order, so a batch of small values to
+// one segment is often one request: one frame and one completion for the engine and the peer
+// instead of one per value. The engine batch fails or succeeds as a whole either way
+// (transferSegment fails every value it carried), so nothing else changes.
+func (c *Client) mergeAdjacent(reqs []engine.TransferRequest) []engine.TransferRequest {
+	out := reqs[:1]
+	for _, r := range reqs[1:] {
+		last := &out[len(out)-1]
+		if r.Opcode == last.Opcode && r.TargetID == last.TargetID &&
+			r.Source == last.Source+uintptr(last.Length) && r.TargetOffset == last.TargetOffset+last.Length &&
+			c.oneLocalBuffer(last.Source, last.Length+r.Length) {
+			last.Length += r.Length
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// oneLocalBuffer reports whether [addr, addr+n) lies in the staging buffer or in one buffer the
+// user registered.
+func (c *Client) oneLocalBuffer(addr uintptr, n uint64) bool {
+	if addr >= c.stageAddr && uint64(addr-c.stageAddr)+n <= c.stageSize {
+		return true
+	}
+	return c.registered(addr, n)
 }

@@ -147,3 +147,35 @@ func TestBatchPutToADeadSegment(t *testing.T) {
 		}
 	}
 }
+
+// mergeAdjacent joins requests whose local and remote ranges both continue the previous one's,
+// only within one local buffer (the staging buffer, or one registered buffer: two buffers
+// registered side by side stay apart, as the engine takes a source inside one only).
+func TestMergeAdjacentTransfers(t *testing.T) {
+	c := &Client{stageAddr: 0x10000, stageSize: 0x1000, regions: map[uintptr]uint64{0x40000: 0x100, 0x40100: 0x100}}
+	req := func(src uintptr, seg engine.SegmentID, off, n uint64) engine.TransferRequest {
+		return engine.TransferRequest{Opcode: engine.OpWrite, Source: src, TargetID: seg, TargetOffset: off, Length: n}
+	}
+	got := c.mergeAdjacent([]engine.TransferRequest{
+		req(0x10000, 1, 0x500, 0x100), req(0x10100, 1, 0x600, 0x100), req(0x10200, 1, 0x700, 0x80), // staged, one run
+		req(0x10280, 1, 0x800, 0x80),  // remote gap: a new request
+		req(0x10300, 2, 0x880, 0x80),  // another segment
+		req(0x40000, 2, 0x900, 0x80),  // registered buffer A ...
+		req(0x40080, 2, 0x980, 0x80),  // ... continued
+		req(0x40100, 2, 0xa00, 0x100), // registered buffer B, adjacent in memory: kept apart
+		req(0x90000, 2, 0xb00, 0x10),  // unregistered memory: never joined
+		req(0x90010, 2, 0xb10, 0x10),
+	})
+	want := []engine.TransferRequest{
+		req(0x10000, 1, 0x500, 0x280), req(0x10280, 1, 0x800, 0x80), req(0x10300, 2, 0x880, 0x80),
+		req(0x40000, 2, 0x900, 0x100), req(0x40100, 2, 0xa00, 0x100), req(0x90000, 2, 0xb00, 0x10), req(0x90010, 2, 0xb10, 0x10),
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("merged:\n%v\nwant\n%v", got, want)
+	}
+	read := []engine.TransferRequest{req(0x10000, 1, 0, 0x10), req(0x10010, 1, 0x10, 0x10)}
+	read[1].Opcode = engine.OpRead
+	if got := c.mergeAdjacent(read); len(got) != 2 {
+		t.Fatalf("a write and a read were joined: %v", got)
+	}
+}
