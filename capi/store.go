@@ -199,6 +199,7 @@ func storeSetup(h C.uint64_t, base client.Config, ssdOffload bool, offloadPath s
 	}
 	// The store-setup and engine-creation knobs are read now, at setup().
 	cfg := config.StoreClient(base)
+	cfg.SingleCallsInFlight = client.ForeignThreadCalls // this ABI's callers are threads of their own (coalesce.go)
 	// The process-wide engine may exist already (tcp): refuse another protocol here rather than
 	// run over tcp while the caller asked for rdma.
 	if err := engine.CheckProtocol(cfg.Protocol); err != nil {

@@ -59,7 +59,12 @@ type Config struct {
 	// PutEnd, for the master's value cache (store/master/valuecache.go); 0: DefaultSmallValueBytes;
 	// < 0: never (MC_STORE_SMALL_VALUE_BYTES).
 	SmallValueBytes int
-	HA              ha.Options // Redis password / database / TLS files of an HA master address (MC_REDIS_PASSWORD, MC_REDIS_DB_INDEX, MC_TLS_*)
+	// SingleCallsInFlight: how many single gets' (puts') master calls of this client run at
+	// once before later ones go together as a batch call (coalesce.go); 0: 1. The C ABI sets
+	// ForeignThreadCalls: its callers are threads of their own (Python's, Rust's), each woken
+	// by the kernel when a batch it waited in ends.
+	SingleCallsInFlight int
+	HA                  ha.Options // Redis password / database / TLS files of an HA master address (MC_REDIS_PASSWORD, MC_REDIS_DB_INDEX, MC_TLS_*)
 	// Security of the master connections (docs/security-store.md): the token the master
 	// requires (MC_AUTH_TOKEN / MC_AUTH_TOKEN_FILE), and TLS when MasterTLS is set
 	// (MC_STORE_TLS; TLS holds MC_TLS_CA_FILE, and MC_TLS_CERT_FILE and MC_TLS_KEY_FILE for a
@@ -220,6 +225,7 @@ func NewWithEngine(ctx context.Context, eng Engine, cfg Config) (*Client, error)
 	}
 	c := &Client{cfg: cfg, eng: eng, id: newID(), cc: cc, master: api.NewMasterClient(cc), tenant: tenant,
 		segIDs: map[string]engine.SegmentID{}, extra: map[string]*extraSeg{}, regions: map[uintptr]uint64{}, healthy: true, done: make(chan struct{})}
+	c.lookups.parallel, c.ends.parallel = cfg.SingleCallsInFlight, cfg.SingleCallsInFlight // coalesce.go
 	fail := func(err error) (*Client, error) {
 		c.release()
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,11 +15,17 @@ import (
 	"github.com/mooncake-go/mooncake/store/api"
 )
 
-// TestCoalescerBatchesWaiters: calls arriving while one is in flight wait and go as one batch
-// call, led by one of them; each gets its own key's result and error; a lone call after that
-// takes the single path again.
+// TestCoalescerBatchesWaiters: with parallel calls in flight (1, and 2 as a client allows
+// more), calls arriving meanwhile wait and go as one batch call, led by one of them; each gets
+// its own key's result and error; a lone call after that takes the single path again.
 func TestCoalescerBatchesWaiters(t *testing.T) {
-	var co coalescer[string]
+	for _, parallel := range []int{0, 2} {
+		t.Run(fmt.Sprint("parallel=", parallel), func(t *testing.T) { coalescerBatchesWaiters(t, parallel) })
+	}
+}
+
+func coalescerBatchesWaiters(t *testing.T, parallel int) {
+	co := coalescer[string]{parallel: parallel}
 	release := make(chan struct{})
 	var mu sync.Mutex
 	var batches [][]string
@@ -27,7 +34,7 @@ func TestCoalescerBatchesWaiters(t *testing.T) {
 		mu.Lock()
 		singles = append(singles, k)
 		mu.Unlock()
-		if k == "first" {
+		if strings.HasPrefix(k, "first") {
 			<-release
 		}
 		return "one:" + k, nil
@@ -60,13 +67,16 @@ func TestCoalescerBatchesWaiters(t *testing.T) {
 		got[k] = out{r, err}
 		gmu.Unlock()
 	}
-	wg.Add(1)
-	go call("first")
-	for { // the first call is in flight
+	inFlight := max(parallel, 1)
+	for i := 0; i < inFlight; i++ {
+		wg.Add(1)
+		go call(fmt.Sprint("first", i))
+	}
+	for { // the first calls are in flight
 		mu.Lock()
 		n := len(singles)
 		mu.Unlock()
-		if n == 1 {
+		if n == inFlight {
 			break
 		}
 		time.Sleep(time.Millisecond)
@@ -76,7 +86,7 @@ func TestCoalescerBatchesWaiters(t *testing.T) {
 		wg.Add(1)
 		go call(k)
 	}
-	for { // all four queued behind it
+	for { // all four queued behind them
 		co.mu.Lock()
 		n := len(co.queue)
 		co.mu.Unlock()
@@ -87,7 +97,7 @@ func TestCoalescerBatchesWaiters(t *testing.T) {
 	}
 	close(release)
 	wg.Wait()
-	if len(batches) != 1 || len(singles) != 1 {
+	if len(batches) != 1 || len(singles) != inFlight {
 		t.Fatalf("batches %v singles %v", batches, singles)
 	}
 	b := slices.Clone(batches[0])
@@ -100,11 +110,11 @@ func TestCoalescerBatchesWaiters(t *testing.T) {
 			t.Fatalf("%s: %+v", k, got[k])
 		}
 	}
-	if got["first"] != (out{"one:first", nil}) || got["bad"].err == nil || got["bad"].err.Error() != "bad key" {
-		t.Fatalf("first %+v bad %+v", got["first"], got["bad"])
+	if got["first0"] != (out{"one:first0", nil}) || got["bad"].err == nil || got["bad"].err.Error() != "bad key" {
+		t.Fatalf("first %+v bad %+v", got["first0"], got["bad"])
 	}
-	if r, err := co.do(context.Background(), "alone", one, many); r != "one:alone" || err != nil || co.busy {
-		t.Fatalf("alone: %q %v busy %v", r, err, co.busy)
+	if r, err := co.do(context.Background(), "alone", one, many); r != "one:alone" || err != nil || co.flying != 0 {
+		t.Fatalf("alone: %q %v in flight %d", r, err, co.flying)
 	}
 }
 
