@@ -39,12 +39,21 @@ func (e *Endpoint) wake() {
 // It spins a little, then futex-waits in short slices, watching ctx and Close. With sig (the
 // word's WatchWord channel) it parks on sig instead while net() holds (the word's writer is
 // reached over the network, so its writes come through this process's tcp server).
+//
+// Over the network (sig set and net() true) it does not yield while it spins: the word changes
+// only after a round trip through our tcp server, far longer than the spin, and on the thread
+// of a cgo call (the torch shim runs ops on its caller's thread, locked to it) every
+// runtime.Gosched costs two thread hand-offs; it parks at once instead.
 func (e *Endpoint) waitWord(ctx context.Context, word *uint32, cond func() bool, peer int, sig <-chan struct{}, net func() bool) error {
+	yield := !(sig != nil && net())
 	for i := 0; i < 64; i++ {
 		if cond() {
 			return nil
 		}
 		if i > 16 {
+			if !yield {
+				break
+			}
 			runtime.Gosched()
 		}
 	}
