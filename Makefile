@@ -50,7 +50,7 @@ test-py:
 
 # Developer conveniences (no set-up).
 lib:
-	go build -buildmode=c-shared -o python/mooncake/libmooncake.so ./capi && rm -f python/mooncake/libmooncake.h
+	go build -ldflags=-extldflags=-Wl,-soname,libmooncake.so -buildmode=c-shared -o python/mooncake/libmooncake.so ./capi && rm -f python/mooncake/libmooncake.h
 	faultseam/build.sh python/mooncake
 
 bench:

@@ -29,15 +29,23 @@ MULTICALL = "mooncake"
 DEBUG = os.environ.get("MOONCAKE_DEBUG_BUILD", "") not in ("", "0")
 
 
-def go_flags():
-    return ["-trimpath"] + ([] if DEBUG else ["-ldflags=-s -w"])
+def go_flags(soname: str = ""):
+    """go build's flags; soname: the shared library's DT_SONAME (LIB_SONAME)."""
+    ld = ([] if DEBUG else ["-s", "-w"]) + ([f"-extldflags=-Wl,-soname,{soname}"] if soname else [])
+    return ["-trimpath"] + (["-ldflags=" + " ".join(ld)] if ld else [])
+
+
+# libmooncake.so's soname. A process that loaded a libmooncake.so from another path first
+# (MOONCAKE_LIB) then satisfies the torch shim's and Rust's DT_NEEDED "libmooncake.so" with that
+# very copy instead of loading the package's as well (two Go runtimes in one process).
+LIB_SONAME = "libmooncake.so"
 
 
 def go_build():
     """Builds libmooncake.so and the multi-call binary in the source tree (python/mooncake)."""
     go = shutil.which("go") or "/usr/local/go/bin/go"
     env = dict(os.environ, CGO_ENABLED="1")
-    subprocess.check_call([go, "build", *go_flags(), "-buildmode=c-shared",
+    subprocess.check_call([go, "build", *go_flags(LIB_SONAME), "-buildmode=c-shared",
                            "-o", os.path.join(PKG, "libmooncake.so"), "./capi"], cwd=ROOT, env=env)
     header = os.path.join(PKG, "libmooncake.h")
     if os.path.exists(header):

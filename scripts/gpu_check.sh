@@ -29,7 +29,7 @@ TESTS="$TESTS tests/test_pg_ipc.py::test_cuda_path_matches_cpu"
 BENCH="bench/pgbench.py --device cuda --collective all_reduce -b 8 -e 256M -f 32 -g 2 -n 10 -w 2 -r 3"
 BENCH_STAGING="bench/pgbench.py --device cuda --collective all_reduce -b 8 -e 256M -f 32 -g 2 -n 10 -w 2 -r 1"
 PREPARE=(
-  "go build -trimpath -ldflags=-s\\ -w -buildmode=c-shared -o python/mooncake/libmooncake.so ./capi"
+  "go build -trimpath -ldflags=-s\\ -w\\ -extldflags=-Wl,-soname,libmooncake.so -buildmode=c-shared -o python/mooncake/libmooncake.so ./capi"
   "go build -trimpath -ldflags=-s\\ -w -o python/mooncake/bin/mooncake ./cmd/mooncake"
   "tar -czf .gpu/bin.tgz python/mooncake/libmooncake.so python/mooncake/bin/mooncake"
 )

@@ -29,7 +29,8 @@ def test_dry_run_plans_every_step(tmp_path):
                        capture_output=True, text=True, timeout=600)
     out = p.stdout + p.stderr
     assert p.returncode == 0, out
-    assert "go build -trimpath -ldflags=-s\\ -w -buildmode=c-shared -o python/mooncake/libmooncake.so ./capi" in out
+    assert ("go build -trimpath -ldflags=-s\\ -w\\ -extldflags=-Wl,-soname,libmooncake.so -buildmode=c-shared "
+            "-o python/mooncake/libmooncake.so ./capi") in out
     assert "tar -czf .gpu/bin.tgz python/mooncake/libmooncake.so python/mooncake/bin/mooncake" in out
     assert "  libraries: stdc++ mooncake" in out
     assert "-fvisibility=hidden" in out and "--version-script=" in out

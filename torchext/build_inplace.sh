@@ -9,7 +9,7 @@ if [ -z "$PY" ]; then
   if [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=python3; fi
 fi
 if [ ! -f python/mooncake/libmooncake.so ]; then
-  go build -buildmode=c-shared -o python/mooncake/libmooncake.so ./capi
+  go build -ldflags=-extldflags=-Wl,-soname,libmooncake.so -buildmode=c-shared -o python/mooncake/libmooncake.so ./capi
 fi
 if [ ! -f python/mooncake/libmooncake_pg.so ]; then
   faultseam/build.sh python/mooncake

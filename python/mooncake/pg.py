@@ -38,6 +38,12 @@ from typing import Any, List, Optional
 import torch
 import torch.distributed as dist
 
+from mooncake import _native
+
+# The library first: the shim's DT_NEEDED "libmooncake.so" (the library's soname) is then met by
+# the copy this process loaded, MOONCAKE_LIB's when it is set, not by a second Go runtime.
+_native.lib()
+
 try:
     from mooncake import _pg_ext  # type: ignore[attr-defined]
 except ImportError as e:  # pragma: no cover - depends on the installation
