@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"strconv"
+	"unsafe"
 )
 
 // The hot messages' JSON without reflection.
@@ -367,6 +368,9 @@ type jdec struct {
 	b  []byte
 	i  int
 	ok bool
+	// seen: strings read by shared, which a message repeats (a batch answer's segment ids and
+	// names), each allocated once per message.
+	seen []string
 }
 
 func (d *jdec) ws() {
@@ -397,10 +401,13 @@ func (d *jdec) expect(c byte) {
 	d.ok = false
 }
 
-func (d *jdec) str() string {
+func (d *jdec) str() string { return string(d.raw()) }
+
+// raw reads a plain string and returns its bytes (aliasing the message; nil when not ok).
+func (d *jdec) raw() []byte {
 	if !d.ok || d.peek() != '"' {
 		d.ok = false
-		return ""
+		return nil
 	}
 	d.i++
 	start := d.i
@@ -408,17 +415,33 @@ func (d *jdec) str() string {
 		c := d.b[d.i]
 		switch {
 		case c == '"':
-			s := string(d.b[start:d.i])
+			b := d.b[start:d.i]
 			d.i++
-			return s
+			return b
 		case c == '\\' || c < 0x20 || c >= 0x80:
 			d.ok = false
-			return ""
+			return nil
 		}
 		d.i++
 	}
 	d.ok = false
-	return ""
+	return nil
+}
+
+// shared reads a string that the message may repeat: the copy made at its first reading is
+// returned again (the comparisons allocate nothing).
+func (d *jdec) shared() string {
+	b := d.raw()
+	for _, s := range d.seen {
+		if s == string(b) {
+			return s
+		}
+	}
+	s := string(b)
+	if len(d.seen) < 8 {
+		d.seen = append(d.seen, s)
+	}
+	return s
 }
 
 func (d *jdec) number() []byte {
@@ -480,7 +503,8 @@ func (d *jdec) bool() bool {
 func (d *jdec) null() bool { return d.peek() == 'n' && d.word("null") }
 
 // object reads an object, calling field for each member name (field reads the value; it
-// returns false for a name it does not know).
+// returns false for a name it does not know; it must not keep the name, which aliases the
+// message).
 func (d *jdec) object(field func(name string) bool) {
 	d.expect('{')
 	if d.ok && d.peek() == '}' {
@@ -488,7 +512,9 @@ func (d *jdec) object(field func(name string) bool) {
 		return
 	}
 	for d.ok {
-		name := d.str()
+		// The name aliases the message (no copy): field only compares it, never keeps it.
+		b := d.raw()
+		name := unsafe.String(unsafe.SliceData(b), len(b))
 		d.expect(':')
 		if !d.ok || !field(name) {
 			d.ok = false
@@ -649,9 +675,9 @@ func (r *Replica) decode(d *jdec) {
 	d.object(func(name string) bool {
 		switch name {
 		case "segment_id":
-			r.SegmentID = d.str()
+			r.SegmentID = d.shared()
 		case "segment_name":
-			r.SegmentName = d.str()
+			r.SegmentName = d.shared()
 		case "addr":
 			r.Addr = d.uint(64)
 		case "size":
@@ -659,7 +685,7 @@ func (r *Replica) decode(d *jdec) {
 		case "status":
 			r.Status = ReplicaStatus(d.int(32))
 		case "kind":
-			r.Kind = d.str()
+			r.Kind = d.shared()
 		case "path":
 			r.Path = d.str()
 		case "offset":
@@ -667,7 +693,7 @@ func (r *Replica) decode(d *jdec) {
 		case "checksum":
 			r.Checksum = uint32(d.uint(32))
 		case "endpoint":
-			r.Endpoint = d.str()
+			r.Endpoint = d.shared()
 		default:
 			return false
 		}

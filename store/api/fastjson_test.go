@@ -208,3 +208,29 @@ func BenchmarkCodecBatchExist(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCodecBatchReplicaList: the answer of a batch get of 64 keys (one memory replica
+// each, all on one segment), written and read.
+func BenchmarkCodecBatchReplicaList(b *testing.B) {
+	resp := &BatchGetReplicaListResponse{}
+	for i := range 64 {
+		resp.Results = append(resp.Results, GetReplicaListResponse{Size: 4096, LeaseTTLMs: 5000,
+			Replicas: []Replica{{SegmentID: "seg-3f9a1c2e", SegmentName: "10.0.0.2:12345", Addr: 1<<40 + uint64(i)*4096, Size: 4096, Status: ReplicaComplete, Kind: KindMemory}}})
+	}
+	s, _ := jsonCodec{}.Marshal(resp)
+	b.Run("write", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			jsonCodec{}.Marshal(resp)
+		}
+	})
+	b.Run("read", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var rs BatchGetReplicaListResponse
+			if err := (jsonCodec{}).Unmarshal(s, &rs); err != nil || len(rs.Results) != 64 {
+				b.Fatal(err)
+			}
+		}
+	})
+}
