@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"io"
 	"net"
 	"strings"
@@ -201,6 +202,29 @@ func TestFramedRPCAttachedValues(t *testing.T) {
 	l.PutEnd(ctx, req)
 	if string(req.Value) != "x" {
 		t.Errorf("the request's value changed to %q", req.Value)
+	}
+	// A client older than attachments (plain method names) still gets the value as base64 in
+	// the JSON of a kind-0 reply.
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	method, body := "/"+api.ServiceName+"/GetReplicaList", `{"client_id":"old","key":"one"}`
+	f := append([]byte{byte(len(method))}, method+body...)
+	conn.Write(append(binary.LittleEndian.AppendUint32([]byte("MCLANE1\n"), uint32(len(f))), f...))
+	var hdr [4]byte
+	if _, err := io.ReadFull(conn, hdr[:]); err != nil {
+		t.Fatal(err)
+	}
+	reply := make([]byte, binary.LittleEndian.Uint32(hdr[:]))
+	if _, err := io.ReadFull(conn, reply); err != nil {
+		t.Fatal(err)
+	}
+	var old api.GetReplicaListResponse
+	if reply[0] != 0 || json.Unmarshal(reply[1:], &old) != nil || !bytes.Equal(old.Value, value(1, 4096)) {
+		t.Errorf("plain-layout get: reply kind %d, %d value bytes", reply[0], len(old.Value))
 	}
 }
 
