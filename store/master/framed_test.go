@@ -205,23 +205,7 @@ func TestFramedRPCAttachedValues(t *testing.T) {
 	}
 	// A client older than attachments (plain method names) still gets the value as base64 in
 	// the JSON of a kind-0 reply.
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
-	method, body := "/"+api.ServiceName+"/GetReplicaList", `{"client_id":"old","key":"one"}`
-	f := append([]byte{byte(len(method))}, method+body...)
-	conn.Write(append(binary.LittleEndian.AppendUint32([]byte("MCLANE1\n"), uint32(len(f))), f...))
-	var hdr [4]byte
-	if _, err := io.ReadFull(conn, hdr[:]); err != nil {
-		t.Fatal(err)
-	}
-	reply := make([]byte, binary.LittleEndian.Uint32(hdr[:]))
-	if _, err := io.ReadFull(conn, reply); err != nil {
-		t.Fatal(err)
-	}
+	reply := rawFramedCall(t, rawFramedConn(t, addr), "/"+api.ServiceName+"/GetReplicaList", []byte(`{"client_id":"old","key":"one"}`))
 	var old api.GetReplicaListResponse
 	if reply[0] != 0 || json.Unmarshal(reply[1:], &old) != nil || !bytes.Equal(old.Value, value(1, 4096)) {
 		t.Errorf("plain-layout get: reply kind %d, %d value bytes", reply[0], len(old.Value))
@@ -233,35 +217,16 @@ func TestFramedRPCAttachedValues(t *testing.T) {
 // "unknown method") gets the call again in the plain layout.
 func TestFramedRPCAttachmentLayout(t *testing.T) {
 	_, _, addr := startServer(t)
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
-	method := "+/" + api.ServiceName + "/ExistKey"
+	conn := rawFramedConn(t, addr)
 	call := func(body []byte) (byte, string) {
 		t.Helper()
-		f := append([]byte{byte(len(method))}, method...)
-		f = append(f, body...)
-		if _, err := conn.Write(append(binary.LittleEndian.AppendUint32(nil, uint32(len(f))), f...)); err != nil {
-			t.Fatal(err)
-		}
-		var hdr [4]byte
-		if _, err := io.ReadFull(conn, hdr[:]); err != nil {
-			t.Fatal(err)
-		}
-		reply := make([]byte, binary.LittleEndian.Uint32(hdr[:]))
-		if _, err := io.ReadFull(conn, reply); err != nil {
-			t.Fatal(err)
-		}
+		reply := rawFramedCall(t, conn, "+/"+api.ServiceName+"/ExistKey", body)
 		return reply[0], string(reply[1:])
 	}
-	conn.Write([]byte("MCLANE1\n"))
-	json := []byte(`{"client_id":"c","key":"k"}`)
-	good := append(binary.LittleEndian.AppendUint32(nil, uint32(len(json))), json...)
+	msg := []byte(`{"client_id":"c","key":"k"}`)
+	good := append(binary.LittleEndian.AppendUint32(nil, uint32(len(msg))), msg...)
 	good = binary.LittleEndian.AppendUint32(good, 0)
-	for _, bad := range [][]byte{json, good[:len(good)-2], append(append([]byte{}, good...), 'x'),
+	for _, bad := range [][]byte{msg, good[:len(good)-2], append(append([]byte{}, good...), 'x'),
 		binary.LittleEndian.AppendUint32(bytes.Clone(good[:len(good)-4]), 1<<30)} {
 		if kind, msg := call(bad); kind != 1 || !strings.Contains(msg, "attachment layout") {
 			t.Errorf("malformed layout %q: reply kind %d %q", bad, kind, msg)
@@ -315,4 +280,37 @@ func TestFramedRPCAttachmentLayout(t *testing.T) {
 			t.Fatalf("call %d to an old master: %v %+v", i, err, ex)
 		}
 	}
+}
+
+// rawFramedConn is a plain TCP connection to addr that has sent the framed RPC's magic; it
+// closes when the test ends.
+func rawFramedConn(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	conn.Write([]byte("MCLANE1\n"))
+	return conn
+}
+
+// rawFramedCall writes one request frame (method, then body as it is) and returns the reply
+// frame (its kind byte first).
+func rawFramedCall(t *testing.T, conn net.Conn, method string, body []byte) []byte {
+	t.Helper()
+	f := append(append([]byte{byte(len(method))}, method...), body...)
+	if _, err := conn.Write(append(binary.LittleEndian.AppendUint32(nil, uint32(len(f))), f...)); err != nil {
+		t.Fatal(err)
+	}
+	var hdr [4]byte
+	if _, err := io.ReadFull(conn, hdr[:]); err != nil {
+		t.Fatal(err)
+	}
+	reply := make([]byte, binary.LittleEndian.Uint32(hdr[:]))
+	if _, err := io.ReadFull(conn, reply); err != nil {
+		t.Fatal(err)
+	}
+	return reply
 }
