@@ -61,16 +61,14 @@ import torch.distributed as dist  # noqa: E402
 
 import mooncake_pg as mpg  # noqa: E402
 
+import rejoin_ops  # noqa: E402  (tests/, beside this script)
+
 FAULT, SECOND, RECOVER, STEPS = 10, 20, 30, 36
 BUSY_S = 5.0
 
 
 def wait_for(cond, what: str, timeout: float = 150.0) -> None:
-    end = time.time() + timeout
-    while not cond():
-        if time.time() > end:
-            raise TimeoutError(f"waited {timeout}s for {what}")
-        time.sleep(0.05)
+    rejoin_ops.wait_for(cond, what, timeout)
 
 
 def view() -> dict:
@@ -170,29 +168,8 @@ def carrier_down() -> bool:
 
 def inplace_rejoin(a, store, out: dict) -> None:
     """Scenarios rejoin_collective and rejoin_p2p (see the module comment)."""
-    rank, peer = a.rank, 1 - a.rank
-
-    def op():
-        """The op; its value is the sum of both ranks' contributions it saw (3 with both)."""
-        mine = torch.full((8,), float(rank + 1))
-        if a.scenario == "rejoin_collective":
-            w = dist.all_reduce(mine, async_op=True)
-            w.wait()
-            return mine[0].item(), [w]
-        got = torch.zeros(8)
-        works = dist.batch_isend_irecv([dist.P2POp(dist.isend, mine, peer),
-                                        dist.P2POp(dist.irecv, got, peer)])
-        for w in works:
-            w.wait()
-        return got[0].item() + rank + 1, works
-
-    def record(name: str) -> None:
-        try:
-            v, works = op()
-            out[name] = [v, [bool(mpg.get_local_success(w)) for w in works], None]
-        except Exception as e:  # noqa: BLE001
-            out[name] = [None, None, str(e)[:600]]
-        out[name + "_view"] = view()
+    rank = a.rank
+    record = rejoin_ops.recorder(mpg, a.scenario == "rejoin_collective", rank, out, view)
 
     record("before")
     if rank == 1:

@@ -15,7 +15,6 @@ import ctypes
 import json
 import os
 import sys
-import time
 import traceback
 from datetime import timedelta
 
@@ -30,13 +29,11 @@ import torch.distributed as dist  # noqa: E402
 
 from mooncake import pg as mpg  # noqa: E402
 
+import rejoin_ops  # noqa: E402  (tests/, beside this script)
+
 
 def wait_for(cond, what: str, timeout: float = 60.0) -> None:
-    end = time.time() + timeout
-    while not cond():
-        if time.time() > end:
-            raise TimeoutError(f"waited {timeout}s for {what}")
-        time.sleep(0.05)
+    rejoin_ops.wait_for(cond, what, timeout)
 
 
 def view() -> dict:
@@ -52,31 +49,8 @@ def seam_interposed() -> int:
 
 def run_round(kind: str, rank: int, store, inj) -> dict:
     """One round (see the module comment) with op kind "collective" or "p2p"."""
-    peer = 1 - rank
     out: dict = {}
-
-    def op():
-        """The op; its value is the sum of both ranks' contributions it saw (3 with both)."""
-        mine = torch.full((8,), float(rank + 1))
-        if kind == "collective":
-            w = dist.all_reduce(mine, async_op=True)
-            w.wait()
-            return mine[0].item(), [w]
-        got = torch.zeros(8)
-        works = dist.batch_isend_irecv([dist.P2POp(dist.isend, mine, peer),
-                                        dist.P2POp(dist.irecv, got, peer)])
-        for w in works:
-            w.wait()
-        return got[0].item() + rank + 1, works
-
-    def record(name: str) -> None:
-        try:
-            v, works = op()
-            out[name] = [v, [bool(mpg.get_local_success(w)) for w in works], None]
-            out[name + "_hints"] = [mpg.get_failed_ranks_hint(w).tolist() for w in works]
-        except Exception as e:  # noqa: BLE001
-            out[name] = [None, None, str(e)[:600]]
-        out[name + "_view"] = view()
+    record = rejoin_ops.recorder(mpg, kind == "collective", rank, out, view, hints=True)
 
     record("before")
     if rank == 1:

@@ -5,10 +5,8 @@ setup.py imports this file when torch is importable::
     sys.path.insert(0, "torchext"); import build as torchext_build
     setup(..., ext_modules=torchext_build.ext_modules(), cmdclass=torchext_build.cmdclass())
 
-The extension links python/mooncake/libmooncake.so (built first by
-``go build -buildmode=c-shared -o python/mooncake/libmooncake.so ./capi``) and
-python/mooncake/libmooncake_pg.so (the transfer seam, ``faultseam/build.sh python/mooncake``)
-and finds them at run time next to itself (rpath $ORIGIN). It is compiled against the torch in the environment (use
+The extension links python/mooncake/libmooncake.so and python/mooncake/libmooncake_pg.so (the
+transfer seam; both built first, by setup.py or ``make lib``) and finds them at run time next to itself (rpath $ORIGIN). It is compiled against the torch in the environment (use
 ``pip install --no-build-isolation``) and records that torch version; mooncake.pg refuses to load
 it under another torch with an ImportError that says to reinstall.
 

@@ -8,11 +8,8 @@ PY=${1:-}
 if [ -z "$PY" ]; then
   if [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=python3; fi
 fi
-if [ ! -f python/mooncake/libmooncake.so ]; then
-  go build -ldflags=-extldflags=-Wl,-soname,libmooncake.so -buildmode=c-shared -o python/mooncake/libmooncake.so ./capi
-fi
-if [ ! -f python/mooncake/libmooncake_pg.so ]; then
-  faultseam/build.sh python/mooncake
+if [ ! -f python/mooncake/libmooncake.so ] || [ ! -f python/mooncake/libmooncake_pg.so ]; then
+  make lib # the Makefile's one build of both (with the library's soname)
 fi
 export MAX_JOBS=${MAX_JOBS:-2}
 "$PY" - <<'PYEOF'

@@ -112,26 +112,14 @@ func attachValues(v any, vals [][]byte) error {
 	return fmt.Errorf("%d attached values do not fit a %T", len(vals), v)
 }
 
-// attachedHeads are the length prefixes of a message in the attachment layout: the JSON's,
-// the count, and each value's (written between the values by the frame writer).
-func attachedHeads(jsonLen int, vals [][]byte) [][]byte {
-	heads := make([][]byte, 0, 2+len(vals))
-	heads = append(heads, binary.LittleEndian.AppendUint32(nil, uint32(jsonLen)))
-	heads = append(heads, binary.LittleEndian.AppendUint32(nil, uint32(len(vals))))
-	for _, v := range vals {
-		heads = append(heads, binary.LittleEndian.AppendUint32(nil, uint32(len(v))))
-	}
-	return heads
-}
-
 // attachedParts is the frame's parts after its kind or method: u32 len(JSON), JSON, the count,
 // then each value's length and bytes.
 func attachedParts(body []byte, vals [][]byte) [][]byte {
-	heads := attachedHeads(len(body), vals)
+	u32 := func(n int) []byte { return binary.LittleEndian.AppendUint32(nil, uint32(n)) }
 	parts := make([][]byte, 0, 3+2*len(vals))
-	parts = append(parts, heads[0], body, heads[1])
-	for i, v := range vals {
-		parts = append(parts, heads[2+i], v)
+	parts = append(parts, u32(len(body)), body, u32(len(vals)))
+	for _, v := range vals {
+		parts = append(parts, u32(len(v)), v)
 	}
 	return parts
 }
