@@ -42,6 +42,18 @@ step() {
   fi
 }
 
+# retry CMD...: runs a command that downloads (package registries), up to three times, so that a
+# registry's passing hiccup does not fail a fresh machine's set-up.
+retry() {
+  local i
+  for i in 1 2; do
+    "$@" && return 0
+    echo "setup: '$*' failed (try $i of 3); again in $((i * 10)) s" >&2
+    sleep $((i * 10))
+  done
+  "$@"
+}
+
 # apt_install [--no-install-recommends] PACKAGE...: installs those of the Debian packages that
 # are missing (skipped=1: none).
 apt_install() {
@@ -55,8 +67,8 @@ apt_install() {
     return
   fi
   echo "setup: installing Debian packages: ${need[*]}"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${opts[@]}" "${need[@]}" >/dev/null
+  retry $SUDO apt-get update -qq
+  retry env DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${opts[@]}" "${need[@]}" >/dev/null
 }
 
 # ---- what `make run` needs ------------------------------------------------------------------
@@ -74,7 +86,7 @@ go_toolchain() {
   esac
   # Quiet and quick when the module cache has them all.
   GOPROXY=off go mod download 2>/dev/null && { skipped=1; return; }
-  go mod download
+  retry go mod download
 }
 
 # has_modules MODULE...: whether the virtualenv has them all (found, not imported: quick).
@@ -91,14 +103,14 @@ venv() {
   local new=0
   if [ ! -x "$VENV/bin/python" ]; then
     "$PY" -m venv "$VENV"
-    "$VENV/bin/python" -m pip install -q --upgrade pip
+    retry "$VENV/bin/python" -m pip install -q --upgrade pip
     new=1
   fi
   if has_modules torch numpy matplotlib setuptools wheel; then
     [ "$new" = 1 ] || skipped=1
     return
   fi
-  "$VENV/bin/python" -m pip install -q torch numpy matplotlib setuptools wheel
+  retry "$VENV/bin/python" -m pip install -q torch numpy matplotlib setuptools wheel
 }
 
 # This package, built from source into the virtualenv: skipped when nothing it is built from
@@ -142,7 +154,7 @@ minio_server() {
     return
   fi
   echo "setup: building MinIO for the S3 snapshot tests (once; a few minutes)"
-  (cd /tmp && GOFLAGS= go install github.com/minio/minio@latest)
+  (cd /tmp && GOFLAGS= retry go install github.com/minio/minio@latest)
 }
 
 pytest_pkg() {
@@ -150,7 +162,7 @@ pytest_pkg() {
     skipped=1
     return
   fi
-  "$VENV/bin/python" -m pip install -q pytest
+  retry "$VENV/bin/python" -m pip install -q pytest
 }
 
 # Rust bindings (rust/, `make test-rust`): a Rust toolchain with clippy and rustfmt, and libclang
@@ -176,7 +188,7 @@ cargo_fetch() {
     skipped=1
     return
   fi
-  (cd rust && cargo fetch --locked -q)
+  (cd rust && retry cargo fetch --locked -q)
 }
 
 t_all=$EPOCHREALTIME
