@@ -271,13 +271,16 @@ func (o *opState) ring(data, save []byte, dt reduce.DType, op reduce.Op, allGath
 			defer o.g.pool.put(tmps[i])
 		}
 	}
+	// Over a Conn that reads all-gather chunks straight into data (Lander), a chunk is saved
+	// when posted and received plainly; otherwise it is saved as it arrives (below).
+	lands := q.lands()
 	post := func(j int) {
 		it := items[j]
 		if it.step < n-1 && rp == nil {
 			q.add(tmps[j%depth][:len(it.dst)])
 			return
 		}
-		if rp != nil && save != nil {
+		if rp != nil && save != nil && !(lands && it.step >= n-1) {
 			// Saved on arrival: the first piece that lands saves the whole chunk, which
 			// the delivery then reads from cache (one pass over memory less than a save
 			// made here, chunks before the data comes).

@@ -24,6 +24,13 @@ type ReducePoster interface {
 	PostReduce(peer int, tag uint64, buf []byte, combine func(dst, src []byte)) wire.PostedRecv
 }
 
+// Lander is a Poster whose plain receives from some peers are read straight from the network
+// into their buffers (p2p over tcp): a copy into a receive's buffer then costs no pass over
+// memory, and an algorithm gains nothing by doing other work in it.
+type Lander interface {
+	LandsFrom(peer int) bool
+}
+
 // recvAhead receives a known sequence of messages from one peer with one step into buffers
 // given in order, keeping up to depth of them posted ahead when the Conn is a Poster (else
 // each is a plain receive when waited for).
@@ -60,6 +67,13 @@ func (q *recvAhead) add(buf []byte) {
 func (q *recvAhead) reducer() ReducePoster {
 	rp, _ := q.p.(ReducePoster)
 	return rp
+}
+
+// lands reports whether the Conn reads plain receives from the peer straight into their
+// buffers (Lander).
+func (q *recvAhead) lands() bool {
+	l, ok := q.p.(Lander)
+	return ok && l.LandsFrom(q.peer)
 }
 
 // addReduce queues the next message to be combined into buf on arrival (reducer() != nil).

@@ -38,6 +38,8 @@ type Notify struct {
 // segments and batches. All methods are safe for concurrent use.
 type Engine struct {
 	watchers sync.Map // WatchWord: word address (uint64) -> *watcher
+	landMu   sync.RWMutex
+	zones    []*landZone // LandOn
 
 	name     string
 	ip       string
@@ -351,6 +353,58 @@ func (h *serverHandler) Signaled(addr uint64) {
 		select {
 		case w.ch <- struct{}{}:
 		default:
+		}
+	}
+}
+
+// Land implements tcp.Lander with the zones registered by LandOn.
+func (h *serverHandler) Land(addr, length uint64, interrupt func()) ([]byte, func(bool)) {
+	e := (*Engine)(h)
+	e.landMu.RLock()
+	var z *landZone
+	for _, c := range e.zones {
+		if addr >= c.base && addr+length <= c.end {
+			z = c
+			break
+		}
+	}
+	e.landMu.RUnlock()
+	if z == nil {
+		return nil, nil
+	}
+	return z.hook(uintptr(addr), int(length), interrupt)
+}
+
+// LandHook decides where the payload of a WRITE into its zone goes: nil to leave it to its
+// target, else a destination of n bytes and a done func that runs once the read ended (ok: all
+// of it arrived). interrupt makes a read that waits for the payload fail (the connection is
+// dropped); the hook's owner calls it when it must stop writes into the destination before the
+// bytes come. See tcp.Lander.
+type LandHook func(addr uintptr, n int, interrupt func()) (dst []byte, done func(ok bool))
+
+type landZone struct {
+	base, end uint64
+	hook      LandHook
+}
+
+// LandOn registers hook for WRITEs over tcp whose payload (16 KiB or more) lies inside local
+// registered memory [base, base+length): the payload may be read straight into another buffer
+// of this process instead of its target (a p2p mailbox's cells: the posted receive the bytes
+// are for). Writes through shared memory do not reach it. stop removes the registration;
+// the hook may still run once after stop returns.
+func (e *Engine) LandOn(base, length uintptr, hook LandHook) (stop func()) {
+	z := &landZone{base: uint64(base), end: uint64(base + length), hook: hook}
+	e.landMu.Lock()
+	e.zones = append(e.zones, z)
+	e.landMu.Unlock()
+	return func() {
+		e.landMu.Lock()
+		defer e.landMu.Unlock()
+		for i, c := range e.zones {
+			if c == z {
+				e.zones = append(e.zones[:i:i], e.zones[i+1:]...)
+				return
+			}
 		}
 	}
 }

@@ -183,3 +183,51 @@ func TestWatchWord(t *testing.T) {
 		}
 	}
 }
+
+// TestLandOn: a large write over tcp into a registered zone goes where the zone's hook says (a
+// Go buffer here), and the target keeps its bytes; a write the hook declines, one outside the
+// zone and any after stop reach their target.
+func TestLandOn(t *testing.T) {
+	ini, tgt, seg, sh, _, src := pair(t, true)
+	fillFast(src, 3)
+	zone := addr(sh) + 1<<20
+	alt := make([]byte, 64<<10)
+	offers := make(chan uintptr, 8)
+	stop := tgt.LandOn(zone, 1<<20, func(a uintptr, n int, interrupt func()) ([]byte, func(bool)) {
+		offers <- a
+		if a != zone || n != len(alt) {
+			return nil, nil
+		}
+		return alt, func(ok bool) {
+			if !ok {
+				t.Error("the redirected read failed")
+			}
+		}
+	})
+	ctx := context.Background()
+	write := func(dst uintptr, n int) {
+		t.Helper()
+		if err := ini.TransferSync(ctx, []TransferRequest{{OpWrite, addr(src), seg, uint64(dst), uint64(n)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(zone, len(alt))
+	if <-offers != zone || !bytes.Equal(alt, src[:len(alt)]) || sh[1<<20] != 0 || sh[1<<20+len(alt)-1] != 0 {
+		t.Fatal("the write into the zone did not go to the hook's buffer alone")
+	}
+	write(zone+128<<10, len(alt)) // declined
+	if <-offers != zone+128<<10 || !bytes.Equal(sh[1<<20+128<<10:][:len(alt)], src[:len(alt)]) {
+		t.Fatal("a declined write did not reach its target")
+	}
+	write(addr(sh), len(alt)) // outside the zone
+	stop()
+	write(zone, len(alt)) // after stop
+	select {
+	case a := <-offers:
+		t.Fatalf("offered a write to %#x outside the zone or after stop", a)
+	default:
+	}
+	if !bytes.Equal(sh[:len(alt)], src[:len(alt)]) || !bytes.Equal(sh[1<<20:][:len(alt)], src[:len(alt)]) {
+		t.Fatal("a write outside the zone or after stop did not reach its target")
+	}
+}

@@ -95,6 +95,7 @@ type Endpoint struct {
 	// parks on it in the Go scheduler instead of a futex syscall (no thread hand-off per wake).
 	bellCh   <-chan struct{}
 	unwatch  func()
+	unland   func() // ends the PayloadLander registration (land.go)
 	kick     chan struct{} // local wake-ups (close, reset, dead peer) for a channel park
 	netPeers atomic.Bool   // every other peer connected, over the network: park on bellCh
 	// drainMu is held by whoever drains the mailboxes: the progress goroutine, or the tcp server
@@ -137,7 +138,8 @@ func New(f Fabric, rank, maxPeers int, opts Options) (*Endpoint, error) {
 		e.bellCh, e.unwatch = ww.WatchWord(base+uintptr(lay.bell()), e.drainHook)
 	}
 	for p := 0; p < maxPeers; p++ {
-		pp := &peer{rank: p, sendSem: make(chan struct{}, 1), creditCh: make(chan struct{}, 1)}
+		pp := &peer{rank: p, sendSem: make(chan struct{}, 1), creditCh: make(chan struct{}, 1),
+			early: make([]atomic.Uint32, lay.K)}
 		pp.headWord = memview.Uint32(base + uintptr(lay.ctrl(p)))
 		pp.tailWord = memview.Uint32(base + uintptr(lay.ctrl(p)+4))
 		pp.scratch = base + uintptr(lay.scratch(p))
@@ -149,6 +151,10 @@ func New(f Fabric, rank, maxPeers int, opts Options) (*Endpoint, error) {
 		e.peers = append(e.peers, pp)
 	}
 	e.peers[rank].connected.Store(true)
+	if pl, ok := f.(PayloadLander); ok {
+		mb := uintptr(lay.mailbox(0, 0))
+		e.unland = pl.LandOn(base+mb, uintptr(lay.size())-mb, e.land)
+	}
 	e.wg.Add(1)
 	go e.progress()
 	return e, nil
@@ -176,6 +182,9 @@ func (e *Endpoint) Close() error {
 		e.wg.Wait()
 		if e.unwatch != nil {
 			e.unwatch()
+		}
+		if e.unland != nil {
+			e.unland()
 		}
 		e.drainMu.Lock() // a drainHook under way finishes; later ones see closed
 		e.drainMu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -495,5 +496,103 @@ func TestProbeCallerDeadline(t *testing.T) {
 	}
 	if d := time.Since(start); d < DefaultProbeTimeout {
 		t.Fatalf("the probe gave up after %v, before its timeout %v", d, DefaultProbeTimeout)
+	}
+}
+
+// TestLandStraightInReceive: over the network, the chunks of a message that a posted receive
+// has taken are read straight into its buffer (PayloadLander), not copied out of the mailbox;
+// chunks too short to travel apart from their header, unexpected messages and reductions go
+// through the mailbox. Every byte arrives exact either way.
+func TestLandStraightInReceive(t *testing.T) {
+	eps, hub := mkEndpointsOn(t, 2, Options{Credits: 2, CellBytes: 8192},
+		func(h *memHub, name string) Fabric { return h.netFabric(name) })
+	ctx := ctxT(t, 10*time.Second)
+	send := func(tag uint64, b []byte) {
+		if err := eps[0].Send(ctx, 1, tag, b); err != nil {
+			t.Error(err)
+		}
+	}
+	check := func(what string, got, want []byte) {
+		t.Helper()
+		if !bytes.Equal(got, want) {
+			t.Fatalf("%s: the bytes differ", what)
+		}
+	}
+	var posted int64
+	for i, n := range []int{4096, 8192, 3*8192 + 4100, 100000} {
+		buf := make([]byte, n)
+		rq := eps[1].PostRecv(0, wire.UserTag(int32(i)), buf)
+		go send(wire.UserTag(int32(i)), data(n, i))
+		if _, _, err := rq.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		check(fmt.Sprintf("posted, %d bytes", n), buf, data(n, i))
+		posted += int64(n)
+	}
+	landed := hub.land.Load()
+	t.Logf("%d of %d posted bytes landed straight in their receives", landed, posted)
+	if landed == 0 || landed > posted {
+		t.Fatalf("%d of %d posted bytes landed straight in their receives", landed, posted)
+	}
+
+	// Unexpected: stashed from the mailbox, then copied out when the receive comes.
+	send(wire.UserTag(10), data(3*8192, 10))
+	buf := make([]byte, 3*8192)
+	if _, err := eps[1].Recv(ctx, 0, wire.UserTag(10), buf); err != nil {
+		t.Fatal(err)
+	}
+	check("unexpected", buf, data(3*8192, 10))
+
+	// A reduction combines each chunk from its cell.
+	acc := make([]byte, 4*8192)
+	two := make([]byte, 4*8192)
+	for i := 0; i < len(acc)/4; i++ {
+		binary.LittleEndian.PutUint32(acc[4*i:], math.Float32bits(1))
+		binary.LittleEndian.PutUint32(two[4*i:], math.Float32bits(2))
+	}
+	before := hub.land.Load()
+	rq := eps[1].PostReduce(0, wire.UserTag(11), acc, sumF32)
+	go send(wire.UserTag(11), two)
+	if _, _, err := rq.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < len(acc)/4; i++ {
+		if v := math.Float32frombits(binary.LittleEndian.Uint32(acc[4*i:])); v != 3 {
+			t.Fatalf("element %d reduced to %v, want 3", i, v)
+		}
+	}
+	if d := hub.land.Load() - before; d != 0 {
+		t.Fatalf("%d bytes of a reduction landed straight in its buffer", d)
+	}
+}
+
+// TestWithdrawWaitsForLanding: a receive that fails while a chunk is being read into its buffer
+// returns only once the read ended; a read that does not end within landingGrace is
+// interrupted. A read that begins after the withdrawal is refused.
+func TestWithdrawWaitsForLanding(t *testing.T) {
+	r := &Request{done: make(chan struct{})}
+	var ended atomic.Bool
+	l := r.beginLanding(func() { t.Error("interrupted a read that ended in time") })
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		ended.Store(true)
+		r.endLanding(l)
+	}()
+	r.finish(0, -1, errors.New("failed"))
+	if !ended.Load() {
+		t.Fatal("the failed receive returned while a read into its buffer was under way")
+	}
+	if r.beginLanding(func() {}) != nil {
+		t.Fatal("a read into a withdrawn receive's buffer began")
+	}
+
+	r2 := &Request{done: make(chan struct{})}
+	var interrupted atomic.Bool
+	var l2 *landing
+	l2 = r2.beginLanding(func() { interrupted.Store(true); go r2.endLanding(l2) })
+	t0 := time.Now()
+	r2.finish(0, -1, errors.New("failed"))
+	if !interrupted.Load() || time.Since(t0) < landingGrace {
+		t.Fatalf("a stuck read: interrupted %v after %v", interrupted.Load(), time.Since(t0))
 	}
 }

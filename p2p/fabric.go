@@ -179,6 +179,11 @@ func (f *engineFabric) OpenStream(seg uint64) (WriteStream, error) {
 	return &engineStream{st: st, seg: engine.SegmentID(seg)}, nil
 }
 
+// LandOn implements PayloadLander with the engine's tcp server.
+func (f *engineFabric) LandOn(base, length uintptr, hook func(addr uintptr, n int, interrupt func()) ([]byte, func(bool))) func() {
+	return f.e.LandOn(base, length, hook)
+}
+
 // WatchWord implements WordWatcher.
 func (f *engineFabric) WatchWord(addr uintptr, hook func() bool) (<-chan struct{}, func()) {
 	return f.e.WatchWord(addr, hook)

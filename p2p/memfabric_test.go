@@ -19,6 +19,13 @@ type memHub struct {
 	dead  map[string]bool
 	mute  map[string]bool // its own writes fail (it cannot return credits)
 	watch map[uint64]*memWatch
+	zones []memZone    // netFabric's PayloadLander registrations
+	land  atomic.Int64 // payload bytes a zone's hook took (read straight into its buffer)
+}
+
+type memZone struct {
+	base, end uintptr
+	hook      func(addr uintptr, n int, interrupt func()) ([]byte, func(bool))
 }
 
 // memWatch is a netFabric's WordWatcher registration.
@@ -119,9 +126,36 @@ func (f *memFabric) Write(ctx context.Context, seg uint64, ws []Write) error {
 			}
 			continue
 		}
+		if f.landed(w) {
+			continue
+		}
 		copy(memview.Bytes(uintptr(w.Dst), int(w.Len)), memview.Bytes(w.Src, int(w.Len)))
 	}
 	return nil
+}
+
+// landed offers w's payload to a PayloadLander zone's hook (netFabric's LandOn), as the
+// engine's tcp server does, and reports whether the hook took it.
+func (f *memFabric) landed(w Write) bool {
+	f.h.mu.Lock()
+	var hook func(uintptr, int, func()) ([]byte, func(bool))
+	for _, z := range f.h.zones {
+		if uintptr(w.Dst) >= z.base && uintptr(w.Dst+w.Len) <= z.end {
+			hook = z.hook
+		}
+	}
+	f.h.mu.Unlock()
+	if hook == nil {
+		return false
+	}
+	dst, done := hook(uintptr(w.Dst), int(w.Len), func() {})
+	if dst == nil {
+		return false
+	}
+	copy(dst, memview.Bytes(w.Src, int(w.Len)))
+	f.h.land.Add(int64(w.Len))
+	done(true)
+	return true
 }
 
 // netFabric is a memFabric that plays a peer reached over the network, as EngineFabric's tcp
@@ -142,6 +176,23 @@ func (f netFabric) WatchWord(addr uintptr, hook func() bool) (<-chan struct{}, f
 			delete(f.h.watch, uint64(addr))
 		}
 		f.h.mu.Unlock()
+	}
+}
+
+// LandOn implements PayloadLander for every payload written into [base, base+length).
+func (f netFabric) LandOn(base, length uintptr, hook func(addr uintptr, n int, interrupt func()) ([]byte, func(bool))) func() {
+	f.h.mu.Lock()
+	f.h.zones = append(f.h.zones, memZone{base, base + length, hook})
+	f.h.mu.Unlock()
+	return func() {
+		f.h.mu.Lock()
+		defer f.h.mu.Unlock()
+		for i, z := range f.h.zones {
+			if z.base == base {
+				f.h.zones = append(f.h.zones[:i:i], f.h.zones[i+1:]...)
+				return
+			}
+		}
 	}
 }
 

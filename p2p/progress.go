@@ -107,7 +107,7 @@ func (e *Endpoint) drain(resets bool) (did, ok bool) {
 			if hd.n < 0 || hd.n > e.lay.S {
 				hd.n = 0 // corrupt; drop
 			}
-			e.handleChunk(p, hd, cell[cellHdr:cellHdr+hd.n])
+			e.handleChunk(p, hd, cell[cellHdr:cellHdr+hd.n], p.early[c%K].Swap(0))
 		}
 		p.consumed.Store(c)
 		p.lastAlive.Store(time.Now().UnixNano())

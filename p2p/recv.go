@@ -27,12 +27,13 @@ type inbound struct {
 	arrivals uint64
 }
 
-// handleChunk delivers one chunk from p.
-func (e *Endpoint) handleChunk(p *peer, hd chunkHdr, payload []byte) {
+// handleChunk delivers one chunk from p; early says what land.go did with it already (the
+// message's start, the payload).
+func (e *Endpoint) handleChunk(p *peer, hd chunkHdr, payload []byte, early uint32) {
 	if t := e.tap.Load(); t != nil && t.chunk != nil {
 		t.chunk(hd)
 	}
-	if hd.off == 0 {
+	if hd.off == 0 && early&earlyStarted == 0 {
 		if in := p.cur; in != nil {
 			p.cur = nil
 			e.cutOff(in)
@@ -73,7 +74,9 @@ func (e *Endpoint) handleChunk(p *peer, hd chunkHdr, payload []byte) {
 	}
 	if !in.discard.Load() {
 		if in.req != nil {
-			in.req.copyIn(hd.off, payload)
+			if early&earlyLanded == 0 {
+				in.req.copyIn(hd.off, payload)
+			}
 		} else {
 			in.parts = append(in.parts, e.stash(payload))
 		}
@@ -283,6 +286,9 @@ func (e *Endpoint) resetRecv(p *peer) {
 	}
 	atomic.StoreUint32(p.headWord, 0)
 	p.consumed.Store(0)
+	for i := range p.early {
+		p.early[i].Store(0)
+	}
 	e.mu.Lock()
 	u := e.unexpected[:0]
 	for _, in := range e.unexpected {

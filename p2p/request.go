@@ -6,6 +6,7 @@ package p2p
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -19,6 +20,10 @@ type Request struct {
 	mu       sync.Mutex // guards writes into buf against cancel
 	canceled bool
 	into     func(dst, src []byte) // how a message lands in buf; nil: copied (PostReduce: reduced)
+
+	// A chunk read from the network straight into buf (land.go), and the end of such reads.
+	landing   atomic.Pointer[landing]
+	withdrawn atomic.Bool
 
 	once sync.Once
 	done chan struct{}
@@ -36,7 +41,12 @@ func (r *Request) Result() (n, src int, err error) {
 	return r.n, r.src, r.err
 }
 
+// finish completes the receive; a failed one first withdraws it (nothing is written into buf
+// once its caller sees the error).
 func (r *Request) finish(n, src int, err error) {
+	if err != nil {
+		r.withdraw()
+	}
 	r.once.Do(func() {
 		r.n, r.src, r.err = n, src, err
 		close(r.done)
@@ -94,10 +104,27 @@ func (r *Request) cancel(err error) {
 	}
 	delete(e.inflight, r)
 	e.mu.Unlock()
+	r.finish(0, -1, err)
+}
+
+// withdraw stops writes into buf: a chunk being read into it from the network is waited for
+// (interrupted after landingGrace: a sender that stopped half way), copies from the mailbox
+// are stopped.
+func (r *Request) withdraw() {
+	r.withdrawn.Store(true)
+	if l := r.landing.Load(); l != nil {
+		t := time.NewTimer(landingGrace)
+		select {
+		case <-l.done:
+		case <-t.C:
+			l.interrupt()
+			<-l.done
+		}
+		t.Stop()
+	}
 	r.mu.Lock()
 	r.canceled = true
 	r.mu.Unlock()
-	r.finish(0, -1, err)
 }
 
 // Wait waits for the receive; when ctx ends first the receive is withdrawn.

@@ -123,7 +123,7 @@ func (e *Endpoint) write(p *peer, stream WriteStream, ws []Write) error {
 }
 
 func (e *Endpoint) sendSelf(p *peer, tag uint64, data []byte) {
-	e.handleChunk(p, chunkHdr{tag: tag, id: p.msgID, n: len(data), total: len(data)}, data)
+	e.handleChunk(p, chunkHdr{tag: tag, id: p.msgID, n: len(data), total: len(data)}, data, 0)
 }
 
 // creditor returns credits to p: it writes the consumed count into p's tail word for us.

@@ -37,6 +37,21 @@ type Signaler interface {
 	Signaled(addr uint64)
 }
 
+// Lander is an optional Handler method: Land may give a WRITE's payload another destination
+// than its target (local memory [addr, addr+length), already acquired), so that bytes bound for
+// a staging area go straight where the memory's owner would have copied them. It returns nil
+// to leave the write to its target; otherwise dst has length bytes, the payload is read into it, and done reports
+// whether all of it arrived (false: the connection failed, dst holds a part). interrupt, safe to
+// call from any goroutine until done runs, makes a read that waits for the payload fail at once
+// (the connection is then dropped): an owner that must stop writes into dst before the bytes
+// come calls it.
+type Lander interface {
+	Land(addr, length uint64, interrupt func()) (dst []byte, done func(ok bool))
+}
+
+// landBytes: payloads shorter than this are never offered to a Lander.
+const landBytes = 16 << 10
+
 // Server serves frames on a listener.
 type Server struct {
 	ln net.Listener
@@ -137,6 +152,8 @@ func (s *Server) serveConn(c net.Conn) {
 	}
 	bw := bufio.NewWriterSize(c, 64<<10)
 	sg, _ := s.h.(Signaler)
+	ld, _ := s.h.(Lander)
+	interrupt := func() { c.SetReadDeadline(time.Now()) }
 	var hb [reqHdrLen]byte
 	var rb [respHdrLen]byte
 	var h Header
@@ -193,6 +210,9 @@ func (s *Server) serveConn(c net.Conn) {
 						sg.Signaled(h.Addr)
 					}
 				}
+			} else if dst, landed := s.land(ld, &h, interrupt); dst != nil {
+				err = readInto(br, c, dst)
+				landed(err == nil)
 			} else {
 				err = readInto(br, c, view)
 			}
@@ -235,6 +255,22 @@ func (s *Server) serveConn(c net.Conn) {
 			}
 		}
 	}
+}
+
+// land asks ld (nil: none) for another destination of a large WRITE's payload.
+func (s *Server) land(ld Lander, h *Header, interrupt func()) ([]byte, func(bool)) {
+	if ld == nil || h.Length < landBytes {
+		return nil, nil
+	}
+	dst, done := ld.Land(h.Addr, h.Length, interrupt)
+	if dst == nil {
+		return nil, nil
+	}
+	if len(dst) != int(h.Length) { // a Lander bug: the payload goes to its target
+		done(false)
+		return nil, nil
+	}
+	return dst, done
 }
 
 func tuneConn(c net.Conn, buf int) {

@@ -314,3 +314,112 @@ func TestQuietWrites(t *testing.T) {
 		t.Fatalf("server wrote %d bytes of answers, want %d (one error, one final answer)", got, want)
 	}
 }
+
+// landHandler is a memHandler whose Lander sends the payload of every large write to
+// mem[redirect] elsewhere (alt), and declines the others.
+type landHandler struct {
+	memHandler
+	redirect uint64 // target address whose payload goes to alt
+	alt      []byte
+	offered  chan uint64 // every offer's length
+	began    chan func() // interrupt of each redirected read
+	ended    chan bool   // done's ok of each redirected read
+}
+
+func (h *landHandler) Land(addr, n uint64, interrupt func()) ([]byte, func(bool)) {
+	h.offered <- n
+	if addr != h.redirect {
+		return nil, nil
+	}
+	h.began <- interrupt
+	return h.alt[:n], func(ok bool) { h.ended <- ok }
+}
+
+// TestLander: the payload of a large write that the Lander redirects is read into its other
+// buffer and not into the target; a declined one, or one under landBytes, goes to its target.
+// A redirected read whose payload stops coming ends, with done(false) and the connection
+// dropped, when the Lander calls interrupt.
+func TestLander(t *testing.T) {
+	remote := mmap(t, 1<<20)
+	local := mmap(t, 1<<20)
+	for i := range local {
+		local[i] = byte(i*7 + 1)
+	}
+	base := uint64(memview.Addr(remote))
+	h := &landHandler{memHandler: memHandler{remote}, redirect: base + 4096, alt: make([]byte, 256<<10),
+		offered: make(chan uint64, 16), began: make(chan func(), 16), ended: make(chan bool, 16)}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	srv := NewServer(ln, h)
+	go srv.Serve()
+	defer srv.Close()
+	c := NewClient()
+	defer c.Close()
+	tg := &transport.Target{Addr: ln.Addr().String()}
+	la := memview.Addr(local)
+	const big = 100 << 10
+	reqs := []transport.Request{
+		{Write: true, Local: la, Remote: base + 4096, Length: big},             // redirected
+		{Write: true, Local: la + big, Remote: base + 512<<10, Length: big},    // declined
+		{Write: true, Local: la + 2*big, Remote: base + 4096, Length: 8 << 10}, // too small to offer
+	}
+	r := newRec(len(reqs))
+	c.Execute(context.Background(), tg, reqs, r)
+	for i := range reqs {
+		if !r.done[i] || r.errs[i] != nil {
+			t.Fatalf("request %d: done %v err %v", i, r.done[i], r.errs[i])
+		}
+	}
+	if n := <-h.offered; n != big {
+		t.Fatalf("offered %d bytes, want %d", n, big)
+	}
+	<-h.offered
+	select {
+	case n := <-h.offered:
+		t.Fatalf("a write of %d bytes was offered", n)
+	default:
+	}
+	<-h.began
+	if !<-h.ended {
+		t.Fatal("the redirected read reported a failure")
+	}
+	if !bytes.Equal(h.alt[:big], local[:big]) {
+		t.Fatal("the redirected payload differs")
+	}
+	if !bytes.Equal(remote[4096:4096+8<<10], local[2*big:2*big+8<<10]) || remote[4096+8<<10] != 0 {
+		t.Fatal("the redirected payload reached its target, or the small write did not")
+	}
+	if !bytes.Equal(remote[512<<10:512<<10+big], local[big:2*big]) {
+		t.Fatal("the declined payload did not reach its target")
+	}
+
+	// A frame whose payload stops after 1 KiB: the read waits until interrupted.
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var hb [reqHdrLen]byte
+	EncodeHeader(hb[:], &Header{Op: OpWrite, Seq: 1, Addr: base + 4096, Length: big})
+	conn.Write(hb[:])
+	conn.Write(local[:1024])
+	<-h.offered
+	interrupt := <-h.began
+	select {
+	case ok := <-h.ended:
+		t.Fatalf("the read ended (%v) with most of its payload still to come", ok)
+	case <-time.After(100 * time.Millisecond):
+	}
+	interrupt()
+	select {
+	case ok := <-h.ended:
+		if ok {
+			t.Fatal("an interrupted read reported success")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("interrupt did not end the read")
+	}
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := conn.Read(hb[:]); err == nil {
+		t.Fatal("the connection stayed open after an interrupted read")
+	}
+}
