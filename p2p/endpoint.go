@@ -95,7 +95,7 @@ type Endpoint struct {
 	// parks on it in the Go scheduler instead of a futex syscall (no thread hand-off per wake).
 	bellCh   <-chan struct{}
 	unwatch  func()
-	unland   func() // ends the PayloadLander registration (land.go)
+	unland   func()        // ends the PayloadLander registration (land.go)
 	kick     chan struct{} // local wake-ups (close, reset, dead peer) for a channel park
 	netPeers atomic.Bool   // every other peer connected, over the network: park on bellCh
 	// drainMu is held by whoever drains the mailboxes: the progress goroutine, or the tcp server
