@@ -50,6 +50,12 @@
 // trip, and a failure reported later breaks the stream (the next Write returns it). Same-host
 // and local targets are written before Write returns. p2p sends its mailbox cells and credits this way.
 //
+// Landing zones. LandOn lets the owner of registered memory redirect the payload of a large
+// WRITE that arrives over tcp into that memory: its hook, run on the server goroutine before
+// the payload is read, may name another buffer of this process, and the bytes go from the
+// socket straight there (p2p: a mailbox cell's payload into the receive it is for, one copy
+// less). The hook can also interrupt the read, which drops the connection.
+//
 // Timeouts. Every run of requests has a deadline of Config.TransferTimeout (default 30 s;
 // MC_TRANSFER_TIMEOUT) plus 1 ns per byte; a dead or silent peer gives
 // FAILED or TIMEOUT, never a hang. Close stops the listener and waits for its goroutines.

@@ -47,7 +47,10 @@
 // makes one on its own goroutine (drainMu serialises passes), so a chunk from the network
 // usually lands without waking any goroutine. Draining never waits for the application: a
 // message that matches a posted receive (first posted, by
-// peer or any source, and tag) is copied straight into its buffer; otherwise it is stashed in
+// peer or any source, and tag) is copied straight into its buffer (over the network the copy is
+// skipped: the tcp server asks land.go, before it reads a chunk's payload, whether a posted
+// receive has taken its message, and reads it from the socket into that receive's buffer);
+// otherwise it is stashed in
 // the unexpected queue (chunk by chunk, in pooled cell-size buffers), where a later receive
 // finds it. A receive that finds a message still arriving takes it over: the stashed chunks
 // are copied once and the rest lands in its buffer straight from the mailbox (adopt). So a Send
@@ -91,6 +94,7 @@
 //	recv.go      the receive side: a chunk's delivery, the unexpected queue (stash, adopt,
 //	             cut-off messages), PostRecv, PostReduce, Recv, a peer's receive-side reset
 //	request.go   Request: a posted receive, its completion, Wait and Cancel
+//	land.go      payloads read from the network straight into their receive (PayloadLander)
 //	abort.go     collective ops' aborts: Abort and what it fails and drops
 //	liveness.go  probes and dead peers: MarkDead, Dead, PeerAlive, AliveRecently
 //	fabric.go    what p2p needs from the engine (Fabric and its optional interfaces),

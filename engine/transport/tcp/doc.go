@@ -33,7 +33,8 @@
 // buffers) and answers an error for a range outside them; a malformed frame (bad magic,
 // version, op or an oversized length) closes that connection only. After applying a WRITE of
 // exactly 4 bytes to a 4-aligned address it wakes futex waiters on that word (and tells a
-// Handler that implements Signaler).
+// Handler that implements Signaler). A Handler that implements Lander may give the payload of
+// a WRITE of 16 KiB or more another destination before it is read.
 //
 // Authentication (auth.go, package auth): with Server.Auth set, a connection may start with
 // one or more handshakes (magic "MCAU") before its first frame; the tokens it proved go with
