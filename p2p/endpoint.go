@@ -96,6 +96,7 @@ type Endpoint struct {
 	bellCh   <-chan struct{}
 	unwatch  func()
 	unland   func()        // ends the PayloadLander registration (land.go)
+	landSeq  atomic.Uint64 // numbers land.go's marks of peer.early
 	kick     chan struct{} // local wake-ups (close, reset, dead peer) for a channel park
 	netPeers atomic.Bool   // every other peer connected, over the network: park on bellCh
 	// drainMu is held by whoever drains the mailboxes: the progress goroutine, or the tcp server
@@ -139,7 +140,7 @@ func New(f Fabric, rank, maxPeers int, opts Options) (*Endpoint, error) {
 	}
 	for p := 0; p < maxPeers; p++ {
 		pp := &peer{rank: p, sendSem: make(chan struct{}, 1), creditCh: make(chan struct{}, 1),
-			early: make([]atomic.Uint32, lay.K)}
+			early: make([]atomic.Uint64, lay.K)}
 		pp.headWord = memview.Uint32(base + uintptr(lay.ctrl(p)))
 		pp.tailWord = memview.Uint32(base + uintptr(lay.ctrl(p)+4))
 		pp.scratch = base + uintptr(lay.scratch(p))

@@ -71,10 +71,14 @@ func (r *Request) endLanding(l *landing) {
 	close(l.done)
 }
 
-// What land did with a cell before the drain reached it (peer.early).
+// What land did with a cell before the drain reached it: peer.early holds a mark of its own
+// per landing (a number from landSeq, shifted) with these flags. The read's end sets
+// earlyLanded only on its own mark, so a reset of the peer's receive side (which clears the
+// word) in the meantime leaves no flag for a later incarnation's chunk in that cell.
 const (
-	earlyStarted uint32 = 1 << iota // the message's first chunk: matched to its receive
+	earlyStarted uint64 = 1 << iota // the message's first chunk: matched to its receive
 	earlyLanded                     // the payload is in the receive's buffer
+	earlyMarkShift = iota
 )
 
 // land is the endpoint's hook for payloads written into its mailboxes (PayloadLander).
@@ -103,11 +107,13 @@ func (e *Endpoint) land(addr uintptr, n int, interrupt func()) ([]byte, func(boo
 		return nil, nil
 	}
 	var r *Request
+	mark := e.landSeq.Add(1) << earlyMarkShift
 	if hd.off == 0 {
 		if r = e.startEarly(p, hd); r == nil {
 			return nil, nil
 		}
-		p.early[k].Store(earlyStarted) // the drain must not match the message again
+		mark |= earlyStarted
+		p.early[k].Store(mark) // the drain must not match the message again
 	} else if in := p.cur; in != nil && in.msgID == hd.id && in.got == hd.off && in.total == hd.total &&
 		!in.discard.Load() && in.req != nil && in.req.into == nil {
 		r = in.req
@@ -121,9 +127,11 @@ func (e *Endpoint) land(addr uintptr, n int, interrupt func()) ([]byte, func(boo
 	if l == nil {
 		return nil, nil
 	}
+	p.early[k].Store(mark)
 	return r.buf[hd.off : hd.off+n], func(ok bool) {
 		if ok {
-			p.early[k].Or(earlyLanded) // before the head word: the drain that sees it skips the copy
+			// Before the head word comes: the drain that sees it skips the copy.
+			p.early[k].CompareAndSwap(mark, mark|earlyLanded)
 		}
 		r.endLanding(l)
 	}

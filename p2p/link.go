@@ -32,7 +32,7 @@ type peer struct {
 	consumed atomic.Uint32
 	cur      *inbound
 	creditCh chan struct{}
-	early    []atomic.Uint32 // per cell: what land.go did before the drain (earlyStarted, earlyLanded)
+	early    []atomic.Uint64 // per cell: what land.go did before the drain (its mark and flags)
 
 	// liveness and incarnations (liveness.go)
 	dead      atomic.Pointer[deadErr]

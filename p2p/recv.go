@@ -29,7 +29,7 @@ type inbound struct {
 
 // handleChunk delivers one chunk from p; early says what land.go did with it already (the
 // message's start, the payload).
-func (e *Endpoint) handleChunk(p *peer, hd chunkHdr, payload []byte, early uint32) {
+func (e *Endpoint) handleChunk(p *peer, hd chunkHdr, payload []byte, early uint64) {
 	if t := e.tap.Load(); t != nil && t.chunk != nil {
 		t.chunk(hd)
 	}
