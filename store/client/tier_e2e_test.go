@@ -204,18 +204,32 @@ func g3WorkingSetLargerThanMemory(t *testing.T, bins [2]string) {
 		t.Errorf("G3 holds %.0f bytes, want most of the %d-byte working set", used, n*size)
 	}
 
-	// Damage: find three keys that live only in G3, in three different files.
-	var victims []string
-	var reps []api.Replica
-	for i := 0; i < n && len(victims) < 3; i++ {
+	// Damage: three keys that live only in G3, in three different files; the first (to be
+	// corrupted) in a file that holds other G3-only objects too, which the batch below reads
+	// beside it. Which objects share a file, and which stay in memory, depends on timing.
+	var files []string              // files of G3-only objects, in key order
+	inFile := map[string][]string{} // file -> its G3-only keys
+	for i := range n {
 		key := fmt.Sprintf("k%04d", i)
-		if r, ok := diskOnly(tc.replicas(key)); ok && !slices.ContainsFunc(reps, func(x api.Replica) bool { return x.Path == r.Path }) {
-			victims = append(victims, key)
-			reps = append(reps, r)
+		if r, ok := diskOnly(tc.replicas(key)); ok {
+			if len(inFile[r.Path]) == 0 {
+				files = append(files, r.Path)
+			}
+			inFile[r.Path] = append(inFile[r.Path], key)
 		}
 	}
-	if len(victims) < 3 {
-		t.Fatalf("found only %d G3-only keys", len(victims))
+	shares := slices.IndexFunc(files, func(f string) bool { return len(inFile[f]) > 1 })
+	if len(files) < 3 || shares < 0 {
+		t.Fatalf("G3-only objects in %d files, %d of them shared by several objects: want 3 files, one shared", len(files), shares+1)
+	}
+	files[0], files[shares] = files[shares], files[0]
+	t.Logf("G3-only objects in %d files; the one to corrupt holds %d", len(files), len(inFile[files[0]]))
+	var victims []string
+	var reps []api.Replica
+	for _, f := range files[:3] {
+		r, _ := diskOnly(tc.replicas(inFile[f][0]))
+		victims = append(victims, inFile[f][0])
+		reps = append(reps, r)
 	}
 	// A corrupt payload byte.
 	f, err := os.OpenFile(filepath.Join(tc.root, reps[0].Path), os.O_RDWR, 0)
