@@ -68,7 +68,7 @@ apt_install() {
   fi
   echo "setup: installing Debian packages: ${need[*]}"
   retry $SUDO apt-get update -qq
-  retry env DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${opts[@]}" "${need[@]}" >/dev/null
+  retry $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${opts[@]}" "${need[@]}" >/dev/null
 }
 
 # ---- what `make run` needs ------------------------------------------------------------------
