@@ -201,6 +201,10 @@ func (r *KeyRequest) appendJSON(b []byte) ([]byte, bool) {
 		b = appendField(b, "value")
 		b = appendBytes(b, r.Value)
 	}
+	if r.Reserved != "" {
+		b = appendField(b, "reserved")
+		b = appendStr(b, r.Reserved)
+	}
 	return append(b, '}'), true
 }
 
@@ -624,6 +628,8 @@ func (r *KeyRequest) decode(d *jdec) {
 			r.Key = d.str()
 		case "value":
 			r.Value = d.bytes()
+		case "reserved":
+			r.Reserved = d.str()
 		default:
 			return false
 		}

@@ -20,6 +20,9 @@ type MasterServer interface {
 	Ping(context.Context, *PingRequest) (*PingResponse, error)
 	PutStart(context.Context, *PutStartRequest) (*PutStartResponse, error)
 	PutEnd(context.Context, *KeyRequest) (*Status, error)
+	// PutEndReserved is PutEnd of a value written into the reservation KeyRequest.Reserved (a
+	// put the client started ahead under a name of its own): the master renames it to Key.
+	PutEndReserved(context.Context, *KeyRequest) (*Status, error)
 	PutRevoke(context.Context, *KeyRequest) (*Status, error)
 	GetReplicaList(context.Context, *KeyRequest) (*GetReplicaListResponse, error)
 	ExistKey(context.Context, *KeyRequest) (*ExistKeyResponse, error)
@@ -72,6 +75,7 @@ var ServiceDesc = grpc.ServiceDesc{
 		method("Ping", MasterServer.Ping),
 		method("PutStart", MasterServer.PutStart),
 		method("PutEnd", MasterServer.PutEnd),
+		method("PutEndReserved", MasterServer.PutEndReserved),
 		method("PutRevoke", MasterServer.PutRevoke),
 		method("GetReplicaList", MasterServer.GetReplicaList),
 		method("ExistKey", MasterServer.ExistKey),
@@ -147,6 +151,9 @@ func (c *MasterClient) RemoveAll(ctx context.Context, r *RemoveAllRequest) (*Cou
 }
 func (c *MasterClient) BatchPutStart(ctx context.Context, r *BatchPutStartRequest) (*BatchPutStartResponse, error) {
 	return invoke[BatchPutStartResponse](ctx, c, "BatchPutStart", r)
+}
+func (c *MasterClient) PutEndReserved(ctx context.Context, r *KeyRequest) (*Status, error) {
+	return invoke[Status](ctx, c, "PutEndReserved", r)
 }
 func (c *MasterClient) BatchPutEnd(ctx context.Context, r *BatchKeysRequest) (*BatchStatusResponse, error) {
 	return invoke[BatchStatusResponse](ctx, c, "BatchPutEnd", r)

@@ -39,6 +39,14 @@ func NormalizeTenant(t string) (string, error) {
 	return t, nil
 }
 
+// ReservationPrefix begins the names of put reservations (store/client/reserve.go): puts a
+// client starts ahead to write values of later puts into. No user key can begin with it (it
+// holds TenantSep), and the master treats such puts apart (store/master/reserve.go).
+const ReservationPrefix = TenantSep + "put-reservation" + TenantSep
+
+// IsReservation reports whether key names a put reservation.
+func IsReservation(key string) bool { return strings.HasPrefix(key, ReservationPrefix) }
+
 // TenantKey is the internal key of user key k for (normalized) tenant t.
 func TenantKey(t, k string) string {
 	if t == "" {

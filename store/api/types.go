@@ -207,6 +207,9 @@ type KeyRequest struct {
 	// small value (MC_STORE_SMALL_VALUE_BYTES) so that the master may answer gets with them
 	// (GetReplicaListResponse.Value). Empty: none.
 	Value []byte `json:"value,omitempty"`
+	// Reserved, on a PutEndReserved only: the reservation (a put of this client in progress)
+	// whose replicas hold Key's value.
+	Reserved string `json:"reserved,omitempty"`
 }
 
 type GetReplicaListResponse struct {

@@ -175,6 +175,7 @@ func DecodeState(cfg Config, b []byte) (*State, error) {
 		s.noteTimed(o, 0) // the time is not known here: whatever ever had a pin or a lease
 		if !o.complete {
 			s.pending[o.key] = o
+			s.noteReservation(o, 1)
 		}
 		if o.offload != nil || o.promote != nil {
 			s.moving[o.key] = o

@@ -69,7 +69,9 @@
 //
 // Beyond Mooncake's: a PutEnd may carry a small value's bytes, which the master keeps beside the
 // object within --small_value_cache_bytes and returns with GetReplicaList, so that such a get
-// is one round trip (valuecache.go).
+// is one round trip (valuecache.go). A PutEndReserved completes a put a client started ahead
+// under a reservation name (api.ReservationPrefix) as another key: the rename that makes a
+// single small put two round trips (reserve.go).
 //
 // This package must not import the store client or the transfer engine: the master moves no
 // data (the value cache's bytes come and go inside the RPC messages).

@@ -13,6 +13,9 @@ const (
 	OpPutStart       Op = "put_start"
 	OpPutEnd         Op = "put_end"
 	OpPutRevoke      Op = "put_revoke"
+	// OpPutEndReserved completes a put written into a reservation: a pending put the client
+	// started ahead under a name of its own (Reserved) becomes Key's value (reserve.go).
+	OpPutEndReserved Op = "put_end_reserved"
 	OpGrantLease     Op = "grant_lease" // GetReplicaList: lease + LRU touch
 	OpRemove         Op = "remove"
 	OpRemoveByRegex  Op = "remove_by_regex"
@@ -58,8 +61,9 @@ type Entry struct {
 	File      string               `json:"file,omitempty"`   // OpOffloadDone: the file written, when not Path (a bucket)
 	Offset    int64                `json:"offset,omitempty"` // OpOffloadDone: the object's offset in File
 	Checksum  uint32               `json:"checksum,omitempty"`
-	Error     string               `json:"error,omitempty"` // OpOffloadDone/OpPromoteDone: why the move failed
-	Value     []byte               `json:"value,omitempty"` // OpPutEnd: the value written, for the value cache (valuecache.go)
+	Error     string               `json:"error,omitempty"`    // OpOffloadDone/OpPromoteDone: why the move failed
+	Value     []byte               `json:"value,omitempty"`    // OpPutEnd: the value written, for the value cache (valuecache.go)
+	Reserved  string               `json:"reserved,omitempty"` // OpPutEndReserved: the reservation that holds Key's value
 }
 
 // Result is what applying an entry produced; the RPC layer turns it into a response.

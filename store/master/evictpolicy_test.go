@@ -1,7 +1,6 @@
 package master
 
 import (
-	"encoding/json"
 	"fmt"
 	"reflect"
 	"slices"
@@ -89,18 +88,7 @@ func TestPrefixEvictionReplaysTheSame(t *testing.T) {
 	if h.s.counters.EvictedObjects == 0 {
 		t.Fatal("no eviction: the test puts too little")
 	}
-	data, err := json.Marshal(h.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var log []Entry
-	if err := json.Unmarshal(data, &log); err != nil {
-		t.Fatal(err)
-	}
-	replay := NewState(h.s.cfg)
-	for _, e := range log {
-		replay.Apply(e)
-	}
+	replay := h.replayed()
 	for _, e := range rest {
 		snap.Apply(e)
 	}

@@ -23,8 +23,13 @@ type HA struct {
 	Snapshots *snapshot.Manager // nil: no snapshots (the oplog is then never truncated)
 }
 
-// entryTypeJSON is the ha.Entry.Type of a master Entry encoded as JSON (the only type).
-const entryTypeJSON uint32 = 1
+// entryTypeJSON is the ha.Entry.Type of a master Entry encoded as JSON; entryTypeJSONReserved
+// the same encoding for an entry an older master cannot apply (OpPutEndReserved, reserve.go):
+// a standby of that version stops on its unknown type instead of diverging from its leader.
+const (
+	entryTypeJSON         uint32 = 1
+	entryTypeJSONReserved uint32 = 2
+)
 
 // ErrNotServing is returned (as UNAVAILABLE_IN_CURRENT_STATUS) by requests reaching a master
 // that is not the serving leader.
@@ -36,11 +41,15 @@ func encodeEntry(seq uint64, e Entry) (ha.Entry, error) {
 	if err != nil {
 		return ha.Entry{}, err
 	}
-	return ha.Entry{Seq: seq, Type: entryTypeJSON, Payload: b}, nil
+	typ := entryTypeJSON
+	if e.Op == OpPutEndReserved {
+		typ = entryTypeJSONReserved
+	}
+	return ha.Entry{Seq: seq, Type: typ, Payload: b}, nil
 }
 
 func decodeEntry(he ha.Entry) (Entry, error) {
-	if he.Type != entryTypeJSON {
+	if he.Type != entryTypeJSON && he.Type != entryTypeJSONReserved {
 		return Entry{}, fmt.Errorf("oplog entry %d has unknown type %d", he.Seq, he.Type)
 	}
 	var e Entry

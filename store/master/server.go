@@ -555,6 +555,14 @@ func (s *Server) PutEnd(ctx context.Context, r *api.KeyRequest) (*api.Status, er
 	return statusOf(s.do(ctx, Entry{Op: OpPutEnd, ClientID: r.ClientID, Key: r.Key, Value: r.Value})), nil
 }
 
+// PutEndReserved completes a put written into the reservation r.Reserved (reserve.go).
+func (s *Server) PutEndReserved(ctx context.Context, r *api.KeyRequest) (*api.Status, error) {
+	if r.Reserved == "" {
+		return &api.Status{Code: api.INVALID_PARAMS, Message: "PutEndReserved without a reservation"}, nil
+	}
+	return statusOf(s.do(ctx, Entry{Op: OpPutEndReserved, ClientID: r.ClientID, Key: r.Key, Reserved: r.Reserved, Value: r.Value})), nil
+}
+
 func (s *Server) PutRevoke(ctx context.Context, r *api.KeyRequest) (*api.Status, error) {
 	return statusOf(s.do(ctx, Entry{Op: OpPutRevoke, ClientID: r.ClientID, Key: r.Key})), nil
 }

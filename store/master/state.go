@@ -48,6 +48,7 @@ type object struct {
 	// and of its parent's (chains.go).
 	chainSelf, chainParent *chainNode
 	value                  []byte // a small value's bytes (valuecache.go); nil: none
+	reservedBytes          uint64 // a put reservation's bytes counted in State.reserved (reserve.go)
 }
 
 type segment struct {
@@ -111,6 +112,7 @@ type State struct {
 	retired    []retiredRec
 	capacity   uint64
 	used       uint64
+	reserved   uint64 // of used: the bytes of put reservations in progress (reserve.go; derived)
 	valueBytes uint64 // bytes in the value cache (valuecache.go)
 	applied    uint64
 	counters   Counters
@@ -196,6 +198,7 @@ var entryOps = map[Op]func(*State, Entry) Result{
 	OpPutStart:         (*State).putStart,
 	OpPutEnd:           (*State).putEnd,
 	OpPutRevoke:        (*State).putRevoke,
+	OpPutEndReserved:   (*State).putEndReserved,
 	OpGrantLease:       (*State).grantLease,
 	OpRemove:           (*State).remove,
 	OpRemoveByRegex:    (*State).removeByRegex,
@@ -454,7 +457,16 @@ func (s *State) putStart(e Entry) Result {
 		return fail(api.NO_AVAILABLE_HANDLE, fmt.Sprintf(
 			"cannot place %d replica(s) of %d bytes: only %d mounted segment(s) open to new objects are large enough", cfg.ReplicaNum, e.Size, fit))
 	}
+	reserving := api.IsReservation(e.Key)
+	if reserving {
+		if r, refused := s.reservationRefused(e, cfg); refused {
+			return r
+		}
+	}
 	reps, ok := s.allocate(e, cfg)
+	if !ok && reserving {
+		return fail(api.NO_AVAILABLE_HANDLE, "no free room for a put reservation (reservations never evict)")
+	}
 	for !ok {
 		retry := func(why string) Result {
 			r := fail(api.NO_AVAILABLE_HANDLE, fmt.Sprintf("no space for %d replica(s) of %d bytes yet: %s; retry", cfg.ReplicaNum, e.Size, why))
@@ -494,6 +506,7 @@ func (s *State) putStart(e Entry) Result {
 		s.noteResident(o)
 	}
 	s.pending[e.Key] = o
+	s.noteReservation(o, 1)
 	s.moveAhead(e.Now)
 	return Result{Replicas: s.describe(o), Size: o.size}
 }
@@ -737,6 +750,7 @@ func (s *State) deleteObject(o *object) {
 		s.forgetStat(o)
 	}
 	if s.pending[o.key] == o {
+		s.noteReservation(o, -1)
 		delete(s.pending, o.key)
 	}
 }

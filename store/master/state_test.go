@@ -50,6 +50,24 @@ func (h *harness) snapshot() *State {
 	return d
 }
 
+// replayed is the state a standby builds by applying h's log, sent as JSON.
+func (h *harness) replayed() *State {
+	h.t.Helper()
+	data, err := json.Marshal(h.log)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var log []Entry
+	if err := json.Unmarshal(data, &log); err != nil {
+		h.t.Fatal(err)
+	}
+	s := NewState(h.s.cfg)
+	for _, e := range log {
+		s.Apply(e)
+	}
+	return s
+}
+
 func (h *harness) mount(client, id, name string, base, size uint64) {
 	h.t.Helper()
 	r := h.apply(Entry{Op: OpMountSegment, ClientID: client, Segment: &api.Segment{ID: id, Name: name, Base: base, Size: size}})
