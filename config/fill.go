@@ -91,7 +91,7 @@ func TLSClient(t tlsconf.Client) tlsconf.Client {
 }
 
 // StoreClient fills cfg's unset fields from the store-setup knobs (MC_STORE_CLUSTER_ID,
-// MC_STORE_RPC, MC_STORE_PREFAULT, MC_STORE_SMALL_VALUE_BYTES, the Redis ones) and cfg.Engine as Engine does.
+// MC_STORE_RPC, MC_STORE_PREFAULT, MC_STORE_SMALL_VALUE_BYTES, MC_STORE_PUT_RESERVATIONS, the Redis ones) and cfg.Engine as Engine does.
 func StoreClient(cfg client.Config) client.Config {
 	setString(&cfg.ClusterID, StoreClusterID)
 	cfg.GRPC = cfg.GRPC || strings.EqualFold(StoreRPC.Trimmed(), "grpc")
@@ -108,6 +108,13 @@ func StoreClient(cfg client.Config) client.Config {
 			cfg.SmallValueBytes = -1 // 0: never
 		} else if ok {
 			cfg.SmallValueBytes = n
+		}
+	}
+	if cfg.PutReservations == 0 {
+		if n, ok := StorePutReservations.Int(); ok && n <= 0 {
+			cfg.PutReservations = -1 // 0: none
+		} else if ok {
+			cfg.PutReservations = n
 		}
 	}
 	cfg.HA = HA(cfg.HA)

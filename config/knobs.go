@@ -38,6 +38,7 @@ var (
 	StoreRPC             = knob("MC_STORE_RPC", String, "framed", StoreSetup, "grpc: call the master over gRPC instead of the framed RPC")
 	StorePrefault        = knob("MC_STORE_PREFAULT", String, "auto", StoreSetup, "0: never populate the mounted segment up front; 1: always; auto: when it fits in half the available memory")
 	StoreSmallValueBytes = knob("MC_STORE_SMALL_VALUE_BYTES", Int, "4096", StoreSetup, "a put of at most this many bytes sends them with its PutEnd, so that the master answers gets with them (no transfer; at most 65536; 0: never)")
+	StorePutReservations = knob("MC_STORE_PUT_RESERVATIONS", Int, "64", StoreSetup, "how many single puts of one size (at most 64 KiB) a client may start ahead, so that such a put is the write and one master call (0: none)")
 )
 
 // Master start: read when mooncake_master starts.

@@ -64,7 +64,11 @@ type Config struct {
 	// ForeignThreadCalls: its callers are threads of their own (Python's, Rust's), each woken
 	// by the kernel when a batch it waited in ends.
 	SingleCallsInFlight int
-	HA                  ha.Options // Redis password / database / TLS files of an HA master address (MC_REDIS_PASSWORD, MC_REDIS_DB_INDEX, MC_TLS_*)
+	// PutReservations: how many puts of one size a client starts ahead, so that a single put
+	// of at most 64 KiB is the write and one master call (reserve.go); 0:
+	// DefaultPutReservations; < 0: none (MC_STORE_PUT_RESERVATIONS).
+	PutReservations int
+	HA              ha.Options // Redis password / database / TLS files of an HA master address (MC_REDIS_PASSWORD, MC_REDIS_DB_INDEX, MC_TLS_*)
 	// Security of the master connections (docs/security-store.md): the token the master
 	// requires (MC_AUTH_TOKEN / MC_AUTH_TOKEN_FILE), and TLS when MasterTLS is set
 	// (MC_STORE_TLS; TLS holds MC_TLS_CA_FILE, and MC_TLS_CERT_FILE and MC_TLS_KEY_FILE for a
@@ -104,6 +108,7 @@ type Client struct {
 	lookups     coalescer[*api.GetReplicaListResponse] // concurrent single gets' master calls (coalesce.go)
 	ends        coalescer[struct{}]                    // concurrent single puts' PutEnd calls
 	cachedReads atomic.Uint64                          // gets served from the master's value cache (smallvalue.go)
+	resv        reservations                           // puts started ahead (reserve.go)
 
 	segMu    sync.Mutex
 	segIDs   map[string]engine.SegmentID
@@ -226,6 +231,10 @@ func NewWithEngine(ctx context.Context, eng Engine, cfg Config) (*Client, error)
 	c := &Client{cfg: cfg, eng: eng, id: newID(), cc: cc, master: api.NewMasterClient(cc), tenant: tenant,
 		segIDs: map[string]engine.SegmentID{}, extra: map[string]*extraSeg{}, regions: map[uintptr]uint64{}, healthy: true, done: make(chan struct{})}
 	c.lookups.parallel, c.ends.parallel = cfg.SingleCallsInFlight, cfg.SingleCallsInFlight // coalesce.go
+	c.resv.per, c.resv.pools = cfg.PutReservations, map[reserveKey]*reservePool{}          // reserve.go
+	if c.resv.per == 0 {
+		c.resv.per = DefaultPutReservations
+	}
 	fail := func(err error) (*Client, error) {
 		c.release()
 		return nil, err

@@ -40,7 +40,8 @@
 // values of a batch moved together, one engine batch per segment), coalesce.go (concurrent single
 // calls sharing master round trips), put.go, get.go and
 // read.go (the data requests), smallvalue.go (small values sent with their PutEnd and read back
-// from the master's answer, one round trip), keys.go (exists, removal, tenant keys).
+// from the master's answer, one round trip), reserve.go (puts started ahead, so that a single
+// small put is the write and one master call), keys.go (exists, removal, tenant keys).
 //
 // The Client uses a transfer engine through the small [Engine] interface that *engine.Engine
 // satisfies; in a process with the C library that is the process-wide engine. Every error is

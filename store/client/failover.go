@@ -57,6 +57,9 @@ type masterConn struct {
 	// outageAfter: how long calls keep retrying before the outage is declared (the
 	// client's RPCTimeout, so a failover shorter than that costs no call its result).
 	outageAfter time.Duration
+	// gen counts the calls that failed to reach a master and the leaders followed: a
+	// reservation made at another gen is not written (reserve.go).
+	gen atomic.Uint64
 
 	mu     sync.Mutex
 	addr   string
@@ -249,6 +252,7 @@ func (m *masterConn) conn(ctx context.Context, wait bool) (rpcConn, error) {
 			m.cc.Close()
 		}
 		m.addr, m.cc = v.Leader, cc
+		m.gen.Add(1)
 	}
 	return m.cc, nil
 }
@@ -321,6 +325,7 @@ func (m *masterConn) isDown() bool {
 // failed records that a call or heartbeat found no serving master; once that has lasted
 // outageAfter, the outage is declared and logged, once.
 func (m *masterConn) failed(err error) {
+	m.gen.Add(1)
 	if err == nil {
 		err = api.Errorf(api.UNAVAILABLE_IN_CURRENT_STATUS, "no master is serving")
 	}

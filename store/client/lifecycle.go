@@ -49,8 +49,10 @@ func (c *Client) heartbeat(ctx context.Context) {
 		}
 		c.cc.retryFollow(ctx)
 		c.setHealth(true, nil)
+		c.resv.ttl.Store(resp.ClientTTLMs) // bounds a reservation's age (reserve.go)
 		c.remountExtra(ctx, resp.MountedSegments)
 		if c.segment != nil && !containsStr(resp.MountedSegments, c.segment.ID) {
+			c.cc.gen.Add(1) // the master lost this client's state: its reservations too
 			if err := c.mount(ctx); err != nil {
 				log.Printf("mooncake store client: re-mount of %s failed: %v", c.segment.Name, err)
 			} else {
@@ -96,6 +98,7 @@ func (c *Client) Close() error {
 			<-c.done
 			c.bg.Wait()
 		}
+		c.closeReservations() // reserve.go
 		if e := c.closeExtra(); e != nil {
 			err = e
 		}

@@ -79,6 +79,11 @@ func (c *Client) putKey(ctx context.Context, key string, parts []buf, cfg api.Re
 	for _, p := range parts {
 		size += uint64(len(p.b))
 	}
+	if k, ok := c.reserveKeyOf(size, cfg, upsert); ok {
+		if done, err := c.putReserved(ctx, key, parts, k, cfg); done {
+			return err
+		}
+	}
 	ps, err := c.putStart(ctx, key, size, cfg, upsert)
 	if err != nil {
 		return err
