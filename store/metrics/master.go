@@ -51,7 +51,7 @@ type Snapshot struct {
 // Ops are the operations with their own mooncake_master_<op>_requests_total and
 // mooncake_master_<op>_failures_total counters.
 var Ops = []string{
-	"mount_segment", "unmount_segment", "ping", "put_start", "put_end", "put_revoke",
+	"mount_segment", "unmount_segment", "ping", "put_start", "put_end", "put_end_reserved", "put_revoke",
 	"get_replica_list", "exist_key", "remove", "remove_by_regex", "remove_all",
 	"batch_put_start", "batch_put_end", "batch_put_revoke", "batch_get_replica_list",
 	"batch_exist_key", "batch_remove", "service_status",
