@@ -24,8 +24,9 @@ package client
 // Reservations held are memory the store cannot evict: at most Config.PutReservations values
 // per pool, reservePools pools (sizes) per client, values of at most reserveMaxBytes. A pool
 // refills in batches sized to its puts: a batch doubles when the pool ran dry and halves when
-// reservations aged out unused, so a client that puts rarely holds few. Unused ones are
-// revoked when they age out and at Close.
+// reservations aged out unused, and only while puts of that size follow each other within half
+// a reservation's life, so a client that puts rarely makes none. Unused ones are revoked when
+// they age out and at Close.
 
 import (
 	"context"
@@ -67,7 +68,7 @@ type reserveKey struct {
 
 type reservePool struct {
 	free      []reservation // oldest first
-	batch     int           // reservations per refill: doubled when the pool ran dry, halved when some aged out
+	batch     int           // reservations per refill: doubled when the pool ran dry, halved when some aged out or were refused
 	refilling bool
 	refills   int       // refills done
 	dry       bool      // a put found the pool empty since the last refill
@@ -131,7 +132,7 @@ func (c *Client) reserveKeyOf(size uint64, cfg api.ReplicateConfig, upsert bool)
 }
 
 // takeReservation returns a reservation of pool k that may be written now, and starts a
-// refill when the pool runs low (or has none yet).
+// refill when the pool runs low while puts of its size come in a steady stream.
 func (c *Client) takeReservation(k reserveKey, cfg api.ReplicateConfig) (reservation, bool) {
 	r := &c.resv
 	now := time.Now()
@@ -149,6 +150,9 @@ func (c *Client) takeReservation(k reserveKey, cfg api.ReplicateConfig) (reserva
 		p = &reservePool{batch: min(reserveFirstBatch, r.per)}
 		r.pools[k] = p
 	}
+	// Puts further apart than half a reservation's life would let most reservations age out
+	// unused (a refill and a revoke per put): such puts take the plain path and make none.
+	steady := !p.used.IsZero() && now.Sub(p.used) < r.maxAge()/2
 	p.used = now
 	var stale []string
 	var got reservation
@@ -170,7 +174,7 @@ func (c *Client) takeReservation(k reserveKey, cfg api.ReplicateConfig) (reserva
 		p.dry = true // puts come faster than refills: the next refill doubles the batch
 	}
 	c.revokeLater(stale)
-	if len(p.free) <= p.batch/4 && !p.refilling && now.Sub(p.failedAt) >= reserveRetryAfter {
+	if steady && len(p.free) <= p.batch/4 && !p.refilling && now.Sub(p.failedAt) >= reserveRetryAfter {
 		n := p.batch - len(p.free)
 		p.refilling = c.goReserve(func() { c.refill(k, cfg, n) })
 	}
@@ -252,7 +256,10 @@ func (c *Client) refill(k reserveKey, cfg api.ReplicateConfig, n int) {
 	}
 	p.refilling = false
 	p.refills++
-	if p.dry {
+	switch {
+	case len(got) < len(keys):
+		p.batch, p.dry = max(p.batch/2, 1), false // refused (no free room, or the share is spent)
+	case p.dry:
 		p.batch, p.dry = min(p.batch*2, r.per), false
 	}
 	if len(got) == 0 {

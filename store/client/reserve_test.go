@@ -31,7 +31,7 @@ func putsInProgress(srv *master.Server) int {
 // leaves no put open.
 func TestPutsThroughReservations(t *testing.T) {
 	srv, addr := startMaster(t)
-	newClient(t, addr, 64<<20)           // holds the replicas
+	newClient(t, addr, 256<<20)          // holds the replicas (reservations may take 1 % of it)
 	for _, small := range []int{-1, 0} { // no bytes with the puts (read from the replicas); the default
 		t.Run(fmt.Sprintf("small_value_bytes=%d", small), func(t *testing.T) {
 			c := newClientWith(t, addr, 0, Config{SmallValueBytes: small})
