@@ -171,6 +171,12 @@ func TestReservationsWithAnOlderMaster(t *testing.T) {
 	if n := c.ReservedPuts(); n != 0 {
 		t.Fatalf("%d puts went through reservations on a master without them", n)
 	}
+	c.resv.mu.Lock()
+	off := c.resv.off
+	c.resv.mu.Unlock()
+	if !off {
+		t.Fatal("the client never tried a reservation (or did not notice the master lacks them)")
+	}
 	c.Close()
 	if n := putsInProgress(srv); n != 0 {
 		t.Fatalf("%d puts still open after Close", n)
