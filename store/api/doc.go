@@ -28,9 +28,11 @@
 // several times a framed call (measured figures in docs/performance.md), and every put is two
 // calls. A client's framed sockets are kept out of Go's network poller (rawconn.go): a call
 // is one write, one poll(2) and one read on the calling thread, with no wake-up of the
-// runtime's epoll thread. A small value carried with its metadata (a PutEnd, a GetReplicaList
-// answer from the master's value cache) travels after the JSON as a binary attachment
-// (attach.go), not as base64 inside it. What the master serves, how it counts requests in /metrics, and how clients fail over
+// runtime's epoll thread. The server reads and writes its connections with raw system calls
+// (package rawsys), so that serving a request does not wake the runtime's monitor thread. A
+// small value carried with its metadata (a PutEnd, a GetReplicaList answer from the master's
+// value cache) travels after the JSON as a binary attachment (attach.go), not as base64 inside
+// it. What the master serves, how it counts requests in /metrics, and how clients fail over
 // are the same on both; the framed RPC only replaces HTTP/2 framing.
 //
 // # Security

@@ -23,6 +23,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	"github.com/mooncake-go/mooncake/internal/rawsys"
 )
 
 // The framed RPC: the master service's unary calls over plain framed TCP, on the gRPC port.
@@ -110,8 +112,9 @@ func (l *FramedServer) serveConn(c net.Conn, info ConnInfo) {
 		delete(l.conns, c)
 		l.mu.Unlock()
 	}()
-	r := bufio.NewReaderSize(c, 64<<10)
-	w := bufio.NewWriterSize(c, 64<<10)
+	rw := rawsys.Wrap(c) // requests do not wake the runtime's monitor thread (package rawsys)
+	r := bufio.NewReaderSize(rw, 64<<10)
+	w := bufio.NewWriterSize(rw, 64<<10)
 	var codec jsonCodec
 	for {
 		if l.IdleTimeout > 0 {

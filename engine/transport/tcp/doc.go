@@ -29,6 +29,9 @@
 // thread before leaving the wait to the runtime's poller (await.go): a store's 4 KiB get from a
 // Python thread then costs no hand-off between threads.
 //
+// The server reads and writes its connections with raw system calls (package rawsys): serving
+// a request does not wake the runtime's monitor thread, which slept while the process was idle.
+//
 // The server (Server) checks every range against the Handler (the engine's registered
 // buffers) and answers an error for a range outside them; a malformed frame (bad magic,
 // version, op or an oversized length) closes that connection only. After applying a WRITE of

@@ -15,6 +15,7 @@ import (
 	"github.com/mooncake-go/mooncake/auth"
 	"github.com/mooncake-go/mooncake/internal/futex"
 	"github.com/mooncake-go/mooncake/internal/memview"
+	"github.com/mooncake-go/mooncake/internal/rawsys"
 )
 
 // Pin keeps a registered buffer alive while the server reads or writes it.
@@ -142,15 +143,18 @@ func (s *Server) serveConn(c net.Conn) {
 		s.wg.Done()
 	}()
 	tuneConn(c, s.SocketBuffer)
-	br := bufio.NewReaderSize(c, serverReadBuffer)
+	// Reads and writes by raw system calls: a request does not wake the runtime's monitor
+	// thread (package rawsys). Deadlines and Close go to the same socket.
+	rc := rawsys.Wrap(c)
+	br := bufio.NewReaderSize(rc, serverReadBuffer)
 	var who []*auth.Token
 	if s.Auth != nil {
 		var ok bool
-		if who, ok = s.Auth.admit(c, br); !ok {
+		if who, ok = s.Auth.admit(rc, br); !ok {
 			return // refused: nothing was read or written past the handshake
 		}
 	}
-	bw := bufio.NewWriterSize(c, 64<<10)
+	bw := bufio.NewWriterSize(rc, 64<<10)
 	sg, _ := s.h.(Signaler)
 	ld, _ := s.h.(Lander)
 	interrupt := func() { c.SetReadDeadline(time.Now()) }
@@ -211,10 +215,10 @@ func (s *Server) serveConn(c net.Conn) {
 					}
 				}
 			} else if dst, landed := s.land(ld, &h, interrupt); dst != nil {
-				err = readInto(br, c, dst)
+				err = readInto(br, rc, dst)
 				landed(err == nil)
 			} else {
-				err = readInto(br, c, view)
+				err = readInto(br, rc, view)
 			}
 			pin.Release()
 			if err != nil {

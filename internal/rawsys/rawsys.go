@@ -1,0 +1,95 @@
+package rawsys
+
+import (
+	"io"
+	"net"
+	"os"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Conn is a net.Conn whose Read and Write are raw system calls (package doc); every other
+// method is the wrapped connection's.
+type Conn struct {
+	net.Conn
+	rc syscall.RawConn
+}
+
+// Wrap returns c with raw reads and writes when it is a TCP or Unix-domain socket of package
+// net, and c itself otherwise (a TLS connection, a wrapper of another kind).
+func Wrap(c net.Conn) net.Conn {
+	sc, ok := c.(interface {
+		SyscallConn() (syscall.RawConn, error)
+	})
+	if !ok {
+		return c
+	}
+	switch c.(type) {
+	case *net.TCPConn, *net.UnixConn:
+	default:
+		return c
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return c
+	}
+	return &Conn{Conn: c, rc: rc}
+}
+
+// Read reads into b what the socket holds, waiting on the runtime's poller while it holds
+// nothing; io.EOF once the peer closed its side.
+func (c *Conn) Read(b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	var n int
+	var errno syscall.Errno
+	err := c.rc.Read(func(fd uintptr) bool {
+		for {
+			n, errno = read(fd, b)
+			if errno != unix.EINTR {
+				return errno != unix.EAGAIN
+			}
+		}
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case errno != 0:
+		return 0, os.NewSyscallError("read", errno)
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// Write writes all of b, waiting on the runtime's poller while the socket's send buffer is
+// full; on an error it returns how many bytes were written before it.
+func (c *Conn) Write(b []byte) (int, error) {
+	done := 0
+	var errno syscall.Errno
+	err := c.rc.Write(func(fd uintptr) bool {
+		for done < len(b) {
+			n, e := write(fd, b[done:])
+			switch e {
+			case 0:
+				done += n
+			case unix.EINTR:
+			case unix.EAGAIN:
+				return false
+			default:
+				errno = e
+				return true
+			}
+		}
+		return true
+	})
+	switch {
+	case err != nil:
+		return done, err
+	case errno != 0:
+		return done, os.NewSyscallError("write", errno)
+	}
+	return done, nil
+}

@@ -1,0 +1,158 @@
+package rawsys
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"testing"
+	"time"
+)
+
+// pair returns the two ends of a loopback TCP connection, both wrapped.
+func pair(t *testing.T) (net.Conn, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	acc := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			acc <- nil
+			return
+		}
+		acc <- c
+	}()
+	a, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := <-acc
+	if b == nil {
+		t.Fatal("accept failed")
+	}
+	wa, wb := Wrap(a), Wrap(b)
+	if _, ok := wa.(*Conn); !ok {
+		t.Fatalf("Wrap(%T) did not wrap", a)
+	}
+	t.Cleanup(func() { wa.Close(); wb.Close() })
+	return wa, wb
+}
+
+// More bytes than the sockets' buffers hold in both directions at once: writes meet a full
+// send buffer and reads an empty receive buffer, so both wait on the poller many times.
+func TestBothWaysMoreThanTheBuffersHold(t *testing.T) {
+	a, b := pair(t)
+	const n = 24 << 20
+	want := make([]byte, n)
+	for i := range want {
+		want[i] = byte(rand.Uint32())
+	}
+	errc := make(chan error, 2)
+	for _, c := range []net.Conn{a, b} {
+		go func() {
+			w, err := c.Write(want)
+			if err == nil && w != n {
+				err = io.ErrShortWrite
+			}
+			errc <- err
+		}()
+	}
+	for _, c := range []net.Conn{a, b} {
+		got := make([]byte, n)
+		if _, err := io.ReadFull(c, got); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatal("bytes read differ from the bytes written")
+		}
+	}
+	for range 2 {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestReadAfterThePeerClosed(t *testing.T) {
+	a, b := pair(t)
+	if _, err := a.Write([]byte("last words")); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	got, err := io.ReadAll(b)
+	if err != nil || string(got) != "last words" {
+		t.Fatalf("ReadAll = %q, %v; want the bytes then EOF", got, err)
+	}
+	if n, err := b.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+		t.Fatalf("Read after EOF = %d, %v", n, err)
+	}
+}
+
+func TestWriteToAClosedPeerFails(t *testing.T) {
+	a, b := pair(t)
+	b.Close()
+	buf := make([]byte, 1<<20)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := a.Write(buf); err != nil {
+			return // EPIPE or ECONNRESET, once the peer's reset arrived
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("writes to a closed peer kept succeeding")
+		}
+	}
+}
+
+func TestReadDeadline(t *testing.T) {
+	_, b := pair(t)
+	b.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	start := time.Now()
+	_, err := b.Read(make([]byte, 8))
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Read = %v; want the deadline's error", err)
+	}
+	if waited := time.Since(start); waited < 40*time.Millisecond {
+		t.Fatalf("Read returned after %v, before its deadline", waited)
+	}
+	// A deadline moved into the past from another goroutine ends a Read that waits.
+	b.SetReadDeadline(time.Time{})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := b.Read(make([]byte, 8))
+		errc <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	b.SetReadDeadline(time.Now())
+	if err := <-errc; !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("interrupted Read = %v; want the deadline's error", err)
+	}
+}
+
+func TestCloseEndsAWaitingRead(t *testing.T) {
+	_, b := pair(t)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := b.Read(make([]byte, 8))
+		errc <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	b.Close()
+	if err := <-errc; !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Read on a closed connection = %v; want net.ErrClosed", err)
+	}
+}
+
+func TestOtherConnectionsAreLeftAlone(t *testing.T) {
+	p, q := net.Pipe()
+	defer p.Close()
+	defer q.Close()
+	if Wrap(p) != p {
+		t.Fatal("Wrap wrapped a net.Pipe end")
+	}
+}
