@@ -13,6 +13,10 @@ op, alternated within each round (--rounds, median reported):
     and mooncake_client, protocol tcp, P2PHANDSHAKE metadata; left out when the venv is missing;
   - redis: redis-server (persistence off) over one RESP connection: SET/GET for single ops,
     one MSET/MGET of 64 keys for a batch put/get, 64 pipelined EXISTS for batch_is_exist.
+  - baseline (with --baseline DIR): another checkout of this project (a `git worktree` of an
+    older commit, say), its master, client and library built by the bench from DIR's sources
+    into DIR/build/baseline/ and run exactly as ours: the same ops before and after a change,
+    alternated in one run. Its Python package is this tree's.
 
 Everything runs in a network namespace of its own (the bench re-executes itself under
 `unshare -n`) with loopback and a veth pair up (upstream's release needs a non-loopback
@@ -21,7 +25,7 @@ interface); every peer listens on 127.0.0.1. Each peer's ops run in a worker pro
 keys in 1 ms is 64,000 op/s. Needs root (unshare). Other work on the host shows in the figures:
 the peers alternate so that it weighs on each alike.
 
-    python bench/smallops_bench.py [--rounds 4] [--scale 1] [--json out.json] [--write-doc]
+    python bench/smallops_bench.py [--rounds 4] [--scale 1] [--baseline DIR] [--json out.json] [--write-doc]
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ BATCH = 64
 SIZES = [(4 << 10, "4 KiB", 2000, 40), (64 << 10, "64 KiB", 500, 10)]
 THREADS = 4
 OPS = ["put", "get", "put_mt", "get_mt", "batch_put_from", "batch_get_into", "put_batch", "get_batch", "batch_is_exist"]
-PEERS = ["ours", "redis", "upstream"]
+PEERS = ["ours", "baseline", "redis", "upstream"]
 SINGLE = ("put", "get", "put_mt", "get_mt")
 LABELS = {"put_mt": f"put, {THREADS} threads", "get_mt": f"get, {THREADS} threads"}
 
@@ -259,6 +263,19 @@ def start(cmd, ready: str | None, env=None, port: int = 0):
     return p
 
 
+def baseline_dir(tree: str) -> str:
+    return os.path.join(os.path.abspath(tree), "build", "baseline")
+
+
+def build_baseline(tree: str) -> None:
+    """Builds the master, the client and the library of the checkout tree into baseline_dir."""
+    out = baseline_dir(tree)
+    for name in ("mooncake_master", "mooncake_client"):
+        subprocess.run(["go", "build", "-o", os.path.join(out, name), "./cmd/" + name], cwd=tree, check=True)
+    subprocess.run(["go", "build", "-buildmode=c-shared", "-o", os.path.join(out, "libmooncake.so"), "./capi"],
+                   cwd=tree, check=True)
+
+
 def bench(args) -> dict:
     """Runs in the namespace: starts the servers and the workers, runs the rounds; returns
     {"rows": [...], "peers": [...]}."""
@@ -280,6 +297,18 @@ def bench(args) -> dict:
                            "MOONCAKE_CLIENT_READY"))
         workers["ours"] = Worker(py, {"kind": "ours", "master": ours_addr, "batch": BATCH, "threads": THREADS,
                                       "max_size": SIZES[-1][0]}, dict(clean, MC_FORCE_TCP="1"))
+        if args.baseline:  # another checkout, built by main() into DIR/build/baseline
+            bdir = baseline_dir(args.baseline)
+            brpc, bmport = free_port(), free_port()
+            procs.append(start([os.path.join(bdir, "mooncake_master"), f"--rpc_port={brpc}", f"--metrics_port={bmport}",
+                                "--rpc_address=127.0.0.1", "--enable_metric_reporting=false"], "MOONCAKE_MASTER_READY"))
+            base_addr = f"127.0.0.1:{brpc}"
+            procs.append(start([os.path.join(bdir, "mooncake_client"), f"--master_server_address={base_addr}",
+                                "--port=0", "--host=127.0.0.1", "--global_segment_size=2 GB",
+                                "--local_buffer_size=64 MB"], "MOONCAKE_CLIENT_READY"))
+            workers["baseline"] = Worker(py, {"kind": "ours", "master": base_addr, "batch": BATCH, "threads": THREADS,
+                                              "max_size": SIZES[-1][0]},
+                                         dict(clean, MC_FORCE_TCP="1", MOONCAKE_LIB=os.path.join(bdir, "libmooncake.so")))
         # redis
         rport = free_port()
         procs.append(start(["redis-server", "--port", str(rport), "--bind", "127.0.0.1", "--save", "",
@@ -339,8 +368,8 @@ def bench(args) -> dict:
                 p.kill()
 
 
-def table(res: dict) -> list[str]:
-    peers = res["peers"]
+def table(res: dict, leave_out: tuple = ()) -> list[str]:
+    peers = [p for p in res["peers"] if p not in leave_out]
     head = "| op | value | keys per call | " + " | ".join(f"{p} (op/s)" for p in peers) + \
         "".join(f" | ours / {p}" for p in peers if p != "ours") + " |"
     out = [head, "|" + "---|" * (3 + len(peers) + len(peers) - 1)]
@@ -352,6 +381,7 @@ def table(res: dict) -> list[str]:
 
 def doc_section(res: dict) -> str:
     cmd = "python bench/smallops_bench.py --write-doc" + \
+        (" --baseline DIR" if "baseline" in res["peers"] else "") + \
         (f" --rounds {res['rounds']}" if res["rounds"] != 4 else "") + \
         (f" --scale {res['scale']:g}" if res["scale"] != 1 else "")
     up = "upstream = mooncake-transfer-engine-non-cuda 0.3.13.post1 (its own master and client, tcp)" \
@@ -361,7 +391,7 @@ def doc_section(res: dict) -> str:
         f"Python {platform.python_version()}. Median of {res['rounds']} rounds, the peers alternated "
         "op by op; one master, one client process holding the memory, one doing the ops, values over tcp "
         "(ours: `MC_FORCE_TCP=1`); " + up + "; redis-server over one connection (batches: one "
-        "MSET/MGET of 64 keys, 64 pipelined EXISTS). Batches count keys.", ""] + table(res))
+        "MSET/MGET of 64 keys, 64 pipelined EXISTS). Batches count keys.", ""] + table(res, ("baseline",)))
 
 
 def in_namespace(args) -> None:
@@ -377,6 +407,8 @@ def main():
     ap.add_argument("--scale", type=float, default=1.0, help="multiply the op counts")
     ap.add_argument("--upstream-venv", default="/work/upstream-venv",
                     help="virtualenv with upstream's release wheel ('' leaves upstream out)")
+    ap.add_argument("--baseline", default="", metavar="DIR",
+                    help="also run another checkout of this project (built from DIR) as peer 'baseline'")
     ap.add_argument("--json", default="", metavar="FILE", help="write the results as JSON")
     ap.add_argument("--write-doc", action="store_true", help="replace the smallops table of docs/performance.md")
     ap.add_argument("--in-ns", action="store_true", help=argparse.SUPPRESS)
@@ -388,8 +420,10 @@ def main():
         raise SystemExit("smallops_bench needs root and unshare (it runs in a network namespace)")
     for name in ("mooncake_master", "mooncake_client"):
         binary(name)  # built once, before entering the namespace
+    if args.baseline:
+        build_baseline(args.baseline)
     cmd = ["unshare", "-n", sys.executable, os.path.abspath(__file__), "--in-ns", f"--rounds={args.rounds}",
-           f"--scale={args.scale}", f"--upstream-venv={args.upstream_venv}"]
+           f"--scale={args.scale}", f"--upstream-venv={args.upstream_venv}", f"--baseline={args.baseline}"]
     out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
     res = None
     for line in out.stdout.splitlines():
