@@ -59,7 +59,9 @@ type Server struct {
 	logf  func(string, ...any)
 
 	mu       sync.Mutex
+	conns    map[net.Conn]struct{} // every connection being served, attached or in its setup
 	attached map[net.Conn]Request
+	closed   bool // Serve returned or is returning: no connection is served any more
 	wg       sync.WaitGroup
 }
 
@@ -69,7 +71,7 @@ func NewServer(info Info, token *auth.Token, logf func(string, ...any)) *Server 
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	return &Server{info: info, token: token, logf: logf, attached: map[net.Conn]Request{}}
+	return &Server{info: info, token: token, logf: logf, conns: map[net.Conn]struct{}{}, attached: map[net.Conn]Request{}}
 }
 
 // Attached is the number of dummy clients attached now.
@@ -85,8 +87,11 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	stop := context.AfterFunc(ctx, func() { l.Close() })
 	defer stop()
 	defer func() {
+		// Every connection, also one still in its setup: closing only the attached ones
+		// missed a dummy whose setup had just ended, and Serve then waited for it forever.
 		s.mu.Lock()
-		for c := range s.attached {
+		s.closed = true
+		for c := range s.conns {
 			c.Close()
 		}
 		s.mu.Unlock()
@@ -110,6 +115,18 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 
 func (s *Server) handle(ctx context.Context, c net.Conn) {
 	defer c.Close()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.conns[c] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+	}()
 	remote := c.RemoteAddr().String()
 	req, err := s.setup(ctx, c)
 	if err != nil {
