@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync"
@@ -258,6 +259,8 @@ func mustGroup(t *testing.T, net *MemNetwork, r, n int) *Group {
 
 // TestShmDeadPeer: rank 2 stops taking part; the survivors fail within their timeout, the
 // hint names rank 2, and the group goes on (over Conn) for the survivors' later ops.
+var noAnswer = regexp.MustCompile(`peer rank 2 did not answer within [0-9]+ms`)
+
 func TestShmDeadPeer(t *testing.T) {
 	gs, _ := shmGroups(t, 3, 4096)
 	start := time.Now()
@@ -278,7 +281,9 @@ func TestShmDeadPeer(t *testing.T) {
 		if fr := pe.FailedRanks(); len(fr) != 1 || fr[0] != 2 {
 			t.Fatalf("rank %d: failed-ranks hint %v (%v)", r, fr, errs[r])
 		}
-		if !strings.Contains(errs[r].Error(), "peer rank 2 did not answer within 300ms") && !strings.Contains(errs[r].Error(), "gave up on the op") {
+		// The budget named is what was left of the 300ms when the op started: a few ms less
+		// on a loaded machine.
+		if !noAnswer.MatchString(errs[r].Error()) && !strings.Contains(errs[r].Error(), "gave up on the op") {
 			t.Fatalf("rank %d: %v", r, errs[r])
 		}
 		if gs[r].SharedMemoryEnabled() {
