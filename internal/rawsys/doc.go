@@ -14,6 +14,12 @@
 // when the socket is not ready, exactly as package net does; deadlines, Close from another
 // goroutine and the poller's wake-ups work as for the connection itself.
 //
+// [WriteBuffers] writes a list of buffers with one raw writev(2) as far as the socket takes
+// them: the engine's tcp client sends its frames that way. A long system call made through the
+// syscall path has a second cost: once it has run across two of the monitor's ticks (20 µs or
+// more) while other goroutines wait, the monitor hands its P to another thread, which it wakes,
+// and keeps ticking every 20 µs; a write of a 256 KiB chunk takes that long.
+//
 // A raw system call holds its P for as long as it runs, so only calls that cannot block are
 // made raw: reads and writes of a non-blocking socket, which copy at most what the socket's
 // buffers hold and return.

@@ -5,6 +5,8 @@ package rawsys
 import (
 	"errors"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Under the race detector, the ordinary system calls of package syscall: they tell the
@@ -27,4 +29,9 @@ func errnoOf(err error) syscall.Errno {
 		return syscall.EIO
 	}
 	return e
+}
+
+func writev(fd uintptr, bufs [][]byte) (int, syscall.Errno) {
+	n, err := unix.Writev(int(fd), bufs)
+	return max(n, 0), errnoOf(err)
 }

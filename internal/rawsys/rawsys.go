@@ -93,3 +93,60 @@ func (c *Conn) Write(b []byte) (int, error) {
 	}
 	return done, nil
 }
+
+// WriteBuffers writes all of v to c, as v.WriteTo(c) would: one writev(2) for as many of the
+// buffers as it takes (at most iovMax), raw when c is a [Conn], through c otherwise. It
+// consumes v as it goes; on an error it returns how many bytes were written before it.
+func WriteBuffers(c net.Conn, v *net.Buffers) (int64, error) {
+	rc, ok := c.(*Conn)
+	if !ok {
+		return v.WriteTo(c)
+	}
+	var total int64
+	var errno syscall.Errno
+	err := rc.rc.Write(func(fd uintptr) bool {
+		for {
+			for len(*v) > 0 && len((*v)[0]) == 0 {
+				*v = (*v)[1:]
+			}
+			if len(*v) == 0 {
+				return true
+			}
+			n, e := writev(fd, (*v)[:min(len(*v), iovMax)])
+			switch e {
+			case 0:
+				total += int64(n)
+				consume(v, n)
+			case unix.EINTR:
+			case unix.EAGAIN:
+				return false
+			default:
+				errno = e
+				return true
+			}
+		}
+	})
+	switch {
+	case err != nil:
+		return total, err
+	case errno != 0:
+		return total, os.NewSyscallError("writev", errno)
+	}
+	return total, nil
+}
+
+// iovMax is how many buffers one writev takes (Linux's IOV_MAX).
+const iovMax = 1024
+
+// consume drops the first n bytes of v.
+func consume(v *net.Buffers, n int) {
+	for n > 0 {
+		if n < len((*v)[0]) {
+			(*v)[0] = (*v)[0][n:]
+			return
+		}
+		n -= len((*v)[0])
+		(*v)[0] = nil
+		*v = (*v)[1:]
+	}
+}

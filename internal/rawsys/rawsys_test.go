@@ -156,3 +156,72 @@ func TestOtherConnectionsAreLeftAlone(t *testing.T) {
 		t.Fatal("Wrap wrapped a net.Pipe end")
 	}
 }
+
+// WriteBuffers with more buffers than one writev takes, empty ones among them, and more bytes
+// than the socket's buffers hold: the reader gets every byte in order, and the buffers are
+// consumed.
+func TestWriteBuffersInOrder(t *testing.T) {
+	a, b := pair(t)
+	var v net.Buffers
+	var want []byte
+	for i := range 3000 {
+		n := []int{0, 1, 7, 4096, 70000}[i%5]
+		p := make([]byte, n)
+		for j := range p {
+			p[j] = byte(rand.Uint32())
+		}
+		v = append(v, p)
+		want = append(want, p...)
+	}
+	type res struct {
+		n   int64
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		n, err := WriteBuffers(a, &v)
+		done <- res{n, err}
+	}()
+	got := make([]byte, len(want))
+	if _, err := io.ReadFull(b, got); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("bytes read differ from the buffers written")
+	}
+	r := <-done
+	if r.err != nil || r.n != int64(len(want)) {
+		t.Fatalf("WriteBuffers = %d, %v; want %d, nil", r.n, r.err, len(want))
+	}
+	if len(v) != 0 {
+		t.Fatalf("%d buffers left after WriteBuffers", len(v))
+	}
+}
+
+// A connection that is not wrapped gets the bytes through its own writes.
+func TestWriteBuffersToAPipe(t *testing.T) {
+	p, q := net.Pipe()
+	defer p.Close()
+	defer q.Close()
+	v := net.Buffers{[]byte("ab"), nil, []byte("cd")}
+	go WriteBuffers(p, &v)
+	got := make([]byte, 4)
+	if _, err := io.ReadFull(q, got); err != nil || string(got) != "abcd" {
+		t.Fatalf("read %q, %v", got, err)
+	}
+}
+
+// A write deadline ends WriteBuffers on a peer that stopped reading, with the bytes written
+// before it counted.
+func TestWriteBuffersDeadline(t *testing.T) {
+	a, _ := pair(t)
+	a.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	v := net.Buffers{make([]byte, 64<<20)}
+	n, err := WriteBuffers(a, &v)
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("WriteBuffers = %d, %v; want the deadline's error", n, err)
+	}
+	if n <= 0 || n >= 64<<20 {
+		t.Fatalf("WriteBuffers wrote %d bytes before its deadline; want some, not all", n)
+	}
+}

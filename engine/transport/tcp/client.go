@@ -14,6 +14,7 @@ import (
 	"github.com/mooncake-go/mooncake/auth"
 	"github.com/mooncake-go/mooncake/engine/transport"
 	"github.com/mooncake-go/mooncake/internal/memview"
+	"github.com/mooncake-go/mooncake/internal/rawsys"
 )
 
 // DefaultChunkSize is the largest frame a client sends for one piece of a request.
@@ -49,6 +50,7 @@ type Client struct {
 
 type conn struct {
 	c      net.Conn
+	rw     net.Conn // c with raw reads and writes (package rawsys): the frames go through it
 	br     *bufio.Reader
 	fw     frameWriter
 	addr   string
@@ -167,7 +169,8 @@ func (c *Client) get(ctx context.Context, addr string, fresh bool) (*conn, error
 		}
 		authed = true
 	}
-	cn := &conn{c: nc, br: bufio.NewReaderSize(nc, 64<<10), addr: addr, key: key, authed: authed}
+	rw := rawsys.Wrap(nc)
+	cn := &conn{c: nc, rw: rw, br: bufio.NewReaderSize(rw, 64<<10), addr: addr, key: key, authed: authed}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -342,14 +345,14 @@ func (c *Client) send(cn *conn, reqs []transport.Request, chunk uint64, last int
 				cn.fw.addRef(memview.Bytes(q.Local+uintptr(off), int(n)))
 			}
 			if cn.fw.full() {
-				if err := cn.fw.flush(cn.c); err != nil {
+				if err := cn.fw.flush(cn.rw); err != nil {
 					return err
 				}
 			}
 		}
 	}
 	cn.seq = seq
-	return cn.fw.flush(cn.c)
+	return cn.fw.flush(cn.rw)
 }
 
 // receive reads the answers of a run sent by send. An answer to frame s also confirms every
@@ -409,7 +412,7 @@ func (c *Client) receive(cn *conn, reqs []transport.Request, base int, chunk uin
 				if rh.Length != n {
 					return i, answered, fmt.Errorf("%w: READ answer of %d bytes, want %d", ErrMalformedFrame, rh.Length, n)
 				}
-				if err := readInto(cn.br, cn.c, memview.Bytes(q.Local+uintptr(off), int(n))); err != nil {
+				if err := readInto(cn.br, cn.rw, memview.Bytes(q.Local+uintptr(off), int(n))); err != nil {
 					return i, answered, err
 				}
 			} else if rh.Length != 0 {
@@ -461,7 +464,7 @@ func (c *Client) call(cn *conn, op Op, payload []byte) ([]byte, bool, error) {
 	EncodeHeader(cn.hb[:], &Header{Op: op, Seq: cn.seq, Length: uint64(len(payload))})
 	cn.fw.add(cn.hb[:])
 	cn.fw.add(payload)
-	if err := cn.fw.flush(cn.c); err != nil {
+	if err := cn.fw.flush(cn.rw); err != nil {
 		return nil, false, err
 	}
 	var rh respHeader

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+
+	"github.com/mooncake-go/mooncake/internal/rawsys"
 )
 
 // Op is a frame operation.
@@ -182,7 +184,7 @@ func (w *frameWriter) full() bool { return len(w.small) >= 1<<20 || len(w.bufs) 
 func (w *frameWriter) flush(c net.Conn) error {
 	w.cut()
 	v := w.bufs
-	_, err := v.WriteTo(c)
+	_, err := rawsys.WriteBuffers(c, &v)
 	clear(w.bufs)
 	w.bufs, w.small, w.mark = w.bufs[:0], w.small[:0], 0
 	return err
