@@ -34,12 +34,28 @@ func availableLevels() []level {
 	return ls
 }
 
+// cgoPiece is the most bytes one call into C works on; longer work is several calls.
+//
+// Why: a call into C is a system call to Go's scheduler. One that is still running when the
+// runtime's monitor thread (sysmon) looks twice, 20 µs or more apart, while other goroutines
+// wait, has its P taken away and handed to another thread, which is woken for it; the caller
+// then needs a P back when the call returns. A collective over the network reduces and copies
+// 256 KiB chunks (30-60 µs each on the 2-core VM) while its sender and receiver goroutines are
+// runnable, so most such calls were handed off, and each hand-off also kept the monitor polling
+// every 20 µs. Pieces of 64 KiB take a few microseconds each and cost an extra call (tens of
+// nanoseconds) per piece.
+const cgoPiece = 64 << 10
+
 func cReduce2(dst, src []byte, dt DType, op Op, l level) {
 	es, _ := ElemSize(dt)
-	rc := C.mc_red_reduce2(unsafe.Pointer(unsafe.SliceData(dst)), unsafe.Pointer(unsafe.SliceData(src)),
-		C.size_t(len(dst)/es), C.int(dt), C.int(op), C.int(l))
-	if rc != 0 {
-		panic("reduce: C kernel rejected validated arguments")
+	for len(dst) > 0 {
+		k := min(len(dst), cgoPiece)
+		rc := C.mc_red_reduce2(unsafe.Pointer(unsafe.SliceData(dst)), unsafe.Pointer(unsafe.SliceData(src)),
+			C.size_t(k/es), C.int(dt), C.int(op), C.int(l))
+		if rc != 0 {
+			panic("reduce: C kernel rejected validated arguments")
+		}
+		dst, src = dst[k:], src[k:]
 	}
 }
 
@@ -71,9 +87,13 @@ func cReduceMany(dst []byte, srcs [][]byte, dt DType, op Op, l level) {
 
 func cDivide(dst []byte, dt DType, n int, l level) {
 	es, _ := ElemSize(dt)
-	rc := C.mc_red_divide(unsafe.Pointer(unsafe.SliceData(dst)), C.size_t(len(dst)/es), C.int(dt), C.double(n), C.int(l))
-	if rc != 0 {
-		panic("reduce: C kernel rejected validated arguments")
+	for len(dst) > 0 {
+		k := min(len(dst), cgoPiece)
+		rc := C.mc_red_divide(unsafe.Pointer(unsafe.SliceData(dst)), C.size_t(k/es), C.int(dt), C.double(n), C.int(l))
+		if rc != 0 {
+			panic("reduce: C kernel rejected validated arguments")
+		}
+		dst = dst[k:]
 	}
 }
 
@@ -89,5 +109,9 @@ func cNarrow(dst []byte, src []float32, dt DType, l level) {
 }
 
 func cCopyStream(dst, src []byte) {
-	C.mc_copy_stream(unsafe.Pointer(unsafe.SliceData(dst)), unsafe.Pointer(unsafe.SliceData(src)), C.size_t(len(dst)))
+	for len(dst) > 0 {
+		k := min(len(dst), cgoPiece)
+		C.mc_copy_stream(unsafe.Pointer(unsafe.SliceData(dst)), unsafe.Pointer(unsafe.SliceData(src)), C.size_t(k))
+		dst, src = dst[k:], src[k:]
+	}
 }
