@@ -211,8 +211,44 @@ func (o *opState) ring(data, save []byte, dt reduce.DType, op reduce.Op, allGath
 	}
 	s := o.startSender(total * 2)
 	mod := func(i int) int { return ((i % n) + n) % n }
+	// saves: per chunk of data (by offset), its copy into save, made once, just before the op
+	// first overwrites the chunk: on arrival of what is reduced into it, or, for this member's
+	// own segment (overwritten in the all-gather), by the sender right after the chunk went
+	// out, while the chunk is still in cache from that send. A chunk may be overwritten twice
+	// (reduced, then received again in the all-gather when n > 2); the first time saves it.
+	// The once also makes a late caller wait for a copy under way, so a receive is posted into
+	// a chunk only once its copy is whole.
+	type chunkSave struct {
+		once sync.Once
+		n    int
+		done bool // the copy was made (set inside once)
+	}
+	var saves map[int]*chunkSave
+	if save != nil {
+		saves = make(map[int]*chunkSave, total)
+		for _, cs := range chunks {
+			for _, c := range cs {
+				saves[c.off] = &chunkSave{n: c.n}
+			}
+		}
+	}
+	keep := func(off int) {
+		if save == nil {
+			return
+		}
+		cs := saves[off]
+		cs.once.Do(func() {
+			reduce.CopyStream(save[off:off+cs.n], data[off:off+cs.n])
+			cs.done = true
+		})
+	}
 	for _, c := range chunks[idx] {
-		s.push(right, stepData, data[c.off:c.off+c.n], nil)
+		if save != nil {
+			off := c.off
+			s.pushThen(right, stepData, data[c.off:c.off+c.n], func() { keep(off) })
+		} else {
+			s.push(right, stepData, data[c.off:c.off+c.n], nil)
+		}
 	}
 	// The receives, in order: reduce-scatter chunks into rotating scratch buffers (item j uses
 	// tmps[j%depth] and is posted once item j-depth is done), all-gather chunks straight into
@@ -232,30 +268,6 @@ func (o *opState) ring(data, save []byte, dt reduce.DType, op reduce.Op, allGath
 			items = append(items, item{data[c.off : c.off+c.n], step, c.off})
 		}
 	}
-	// saved: offset -> length of the chunks copied into save. A chunk may be overwritten twice
-	// (reduced, then received again in the all-gather when n > 2); the first time saves it.
-	// With a Conn that reduces on arrival, the receive's own function saves a chunk just
-	// before its first piece lands (on the goroutine that delivers it, while the chunk is about
-	// to be read anyway), so savedMu guards saved.
-	var saved map[int]int
-	var savedMu sync.Mutex
-	if save != nil {
-		saved = make(map[int]int, len(items))
-	}
-	keep := func(it item) {
-		if save == nil {
-			return
-		}
-		savedMu.Lock()
-		_, ok := saved[it.off]
-		if !ok {
-			saved[it.off] = len(it.dst)
-		}
-		savedMu.Unlock()
-		if !ok {
-			reduce.CopyStream(save[it.off:it.off+len(it.dst)], it.dst)
-		}
-	}
 	const depth = 3
 	q := o.recvAhead(s.ctx, left, stepData, depth)
 	// A Conn that reduces on arrival (p2p: straight from the cell of its mailbox) takes
@@ -272,7 +284,8 @@ func (o *opState) ring(data, save []byte, dt reduce.DType, op reduce.Op, allGath
 		}
 	}
 	// Over a Conn that reads all-gather chunks straight into data (Lander), a chunk is saved
-	// when posted and received plainly; otherwise it is saved as it arrives (below).
+	// when posted at the latest (this member's own chunks mostly were, by the sender) and
+	// received plainly; otherwise it is saved as it arrives (below).
 	lands := q.lands()
 	post := func(j int) {
 		it := items[j]
@@ -288,7 +301,7 @@ func (o *opState) ring(data, save []byte, dt reduce.DType, op reduce.Op, allGath
 			land := func(dst, src []byte) {
 				if first {
 					first = false
-					keep(it)
+					keep(it.off)
 				}
 				if it.step >= n-1 {
 					copy(dst, src)
@@ -299,7 +312,7 @@ func (o *opState) ring(data, save []byte, dt reduce.DType, op reduce.Op, allGath
 			q.addReduce(it.dst, land)
 			return
 		}
-		keep(it) // the receive may write it any time from now on
+		keep(it.off) // the receive may write it any time from now on
 		if it.step >= n-1 {
 			q.add(it.dst)
 		} else {
@@ -316,7 +329,7 @@ func (o *opState) ring(data, save []byte, dt reduce.DType, op reduce.Op, allGath
 		}
 		if it.step < n-1 {
 			if rp == nil {
-				keep(it)
+				keep(it.off)
 				if err = reduce.Reduce(it.dst, tmps[j%depth][:len(it.dst)], dt, op); err != nil {
 					break
 				}
@@ -341,10 +354,11 @@ func (o *opState) ring(data, save []byte, dt reduce.DType, op reduce.Op, allGath
 	if err != nil && save != nil {
 		// Nothing writes into data any more (receives withdrawn, sender done): put back
 		// what the op overwrote.
-		savedMu.Lock()
-		defer savedMu.Unlock()
-		for off, n := range saved {
-			copy(data[off:off+n], save[off:off+n])
+		for off, cs := range saves {
+			cs.once.Do(func() {}) // waits for a copy under way; marks an unmade one as never made
+			if cs.done {
+				copy(data[off:off+cs.n], save[off:off+cs.n])
+			}
 		}
 	}
 	return err

@@ -581,30 +581,61 @@ func (c *flakyConn) Recv(ctx context.Context, peer int, tag uint64, buf []byte) 
 
 // TestRingAllReduceOrRestore: the ring all_reduce over Conn fails part way (rank 1's link
 // breaks at its 11th receive of a ~500-chunk op: it has reduced several chunks into its buffer
-// by then); every rank's buffer holds its input again. Without a save buffer rank 1's input is
-// overwritten, so the test can tell. It runs over plain Conns (chunks saved before they are
-// reduced) and over Conns that post receives and reduce on arrival (postConn, as p2p: chunks
-// saved as their first piece lands).
+// by then; or at its 401st, in the all-gather, when its own segment, saved by the sender after
+// each chunk went out, has been partly overwritten); every rank's buffer holds its input again.
+// Without a save buffer rank 1's input is overwritten, so the test can tell. It runs over plain
+// Conns (chunks saved before they are reduced) and over Conns that post receives and reduce on
+// arrival (postConn, as p2p: chunks saved as their first piece lands).
 func TestRingAllReduceOrRestore(t *testing.T) {
 	if shmTest != nil {
 		t.Skip("the Conn path's restore")
 	}
 	const n, count = 3, 3000
-	for _, piece := range []int{0, 8} {
-		for _, withSave := range []bool{true, false} {
-			t.Run(fmt.Sprintf("posted=%v/save=%v", piece > 0, withSave), func(t *testing.T) {
-				gs := memGroups(t, n, piece, tinyOpts, func(r int, c Conn) Conn {
-					if r == 1 {
-						return &flakyConn{Conn: c, ok: 10} // 2 op headers, then ring chunks
-					}
-					return c
+	for _, ok := range []int{10, 400} {
+		for _, piece := range []int{0, 8} {
+			for _, withSave := range []bool{true, false} {
+				t.Run(fmt.Sprintf("breakAt=%d/posted=%v/save=%v", ok+1, piece > 0, withSave), func(t *testing.T) {
+					testRingRestore(t, n, count, ok, piece, withSave)
 				})
-				ins, bufs := restoreInputs(n, count)
-				errs := runEach(gs, 10*time.Second, func(ctx context.Context, g *Group) error {
-					return allReduceMaybeSave(ctx, g, bufs[g.Rank()], withSave)
-				})
-				checkRestored(t, errs, ins, bufs, withSave, 1)
-			})
+			}
+		}
+	}
+}
+
+func testRingRestore(t *testing.T, n, count, ok, piece int, withSave bool) {
+	gs := memGroups(t, n, piece, tinyOpts, func(r int, c Conn) Conn {
+		if r == 1 {
+			return &flakyConn{Conn: c, ok: ok} // 2 op headers, then ring chunks
+		}
+		return c
+	})
+	ins, bufs := restoreInputs(n, count)
+	errs := runEach(gs, 10*time.Second, func(ctx context.Context, g *Group) error {
+		return allReduceMaybeSave(ctx, g, bufs[g.Rank()], withSave)
+	})
+	if ok < 100 {
+		checkRestored(t, errs, ins, bufs, withSave, 1)
+		return
+	}
+	// Broken in the all-gather, a rank that had all it needed may finish: it must hold the
+	// sum; the broken rank and every other one that failed hold their input again.
+	sum := append([]byte(nil), ins[0]...)
+	for _, in := range ins[1:] {
+		if err := reduce.Reduce(sum, in, reduce.Float32, reduce.Sum); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if errs[1] == nil {
+		t.Fatal("rank 1: the all_reduce succeeded over a broken link")
+	}
+	for r := range bufs {
+		switch {
+		case errs[r] == nil && !bytes.Equal(bufs[r], sum):
+			t.Fatalf("rank %d: succeeded with a wrong sum", r)
+		case errs[r] != nil && withSave && !bytes.Equal(bufs[r], ins[r]):
+			t.Fatalf("rank %d: input not restored after %v", r, errs[r])
+		case errs[r] != nil && !withSave && r == 1 && bytes.Equal(bufs[r], ins[r]):
+			t.Fatalf("rank 1: no result was written before the failure; the test does not test the restore")
 		}
 	}
 }

@@ -592,10 +592,11 @@ type sender struct {
 }
 
 type sendItem struct {
-	peer int
-	step uint16
-	data []byte
-	put  []byte // returned to the pool once sent
+	peer  int
+	step  uint16
+	data  []byte
+	put   []byte // returned to the pool once sent
+	after func() // run by the sender once data is sent (not after a failed send)
 }
 
 // startSender starts a sender for up to capacity queued items; ctx (derived from the op's)
@@ -610,6 +611,8 @@ func (o *opState) startSender(capacity int) *sender {
 				if err := o.sendCtx(ctx, it.peer, it.step, it.data); err != nil {
 					s.err = err
 					cancel()
+				} else if it.after != nil {
+					it.after()
 				}
 			}
 			if it.put != nil {
@@ -621,7 +624,12 @@ func (o *opState) startSender(capacity int) *sender {
 }
 
 func (s *sender) push(peer int, step uint16, data, put []byte) {
-	s.ch <- sendItem{peer, step, data, put}
+	s.ch <- sendItem{peer: peer, step: step, data: data, put: put}
+}
+
+// pushThen queues data like push, and after to run on the sender once data is sent.
+func (s *sender) pushThen(peer int, step uint16, data []byte, after func()) {
+	s.ch <- sendItem{peer: peer, step: step, data: data, after: after}
 }
 
 // wait finishes the sender; on a caller error it stops sending first. It returns the first
