@@ -20,6 +20,10 @@
 // more) while other goroutines wait, the monitor hands its P to another thread, which it wakes,
 // and keeps ticking every 20 µs; a write of a 256 KiB chunk takes that long.
 //
+// [Detached] goes further for a socket whose caller reads its answers itself: it takes the
+// socket out of the runtime's poller altogether, and a read or write that would block waits in
+// poll(2) on the calling thread (the store's calls to its master, the engine's tcp runs).
+//
 // A raw system call holds its P for as long as it runs, so only calls that cannot block are
 // made raw: reads and writes of a non-blocking socket, which copy at most what the socket's
 // buffers hold and return.

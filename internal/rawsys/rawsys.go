@@ -95,9 +95,13 @@ func (c *Conn) Write(b []byte) (int, error) {
 }
 
 // WriteBuffers writes all of v to c, as v.WriteTo(c) would: one writev(2) for as many of the
-// buffers as it takes (at most iovMax), raw when c is a [Conn], through c otherwise. It
+// buffers as it takes (at most iovMax), raw when c is a [Conn] or a [Detached], through c
+// otherwise. It
 // consumes v as it goes; on an error it returns how many bytes were written before it.
 func WriteBuffers(c net.Conn, v *net.Buffers) (int64, error) {
+	if d, ok := c.(*Detached); ok {
+		return d.writeBuffers(v)
+	}
 	rc, ok := c.(*Conn)
 	if !ok {
 		return v.WriteTo(c)

@@ -26,7 +26,7 @@
 // HTTP/2 by their first 8 bytes, answered by the very handlers and interceptor gRPC runs, with
 // gRPC status codes for errors. It exists for latency: a gRPC unary call between processes costs
 // several times a framed call (measured figures in docs/performance.md), and every put is two
-// calls. A client's framed sockets are kept out of Go's network poller (rawconn.go): a call
+// calls. A client's framed sockets are kept out of Go's network poller (rawsys.Detached): a call
 // is one write, one poll(2) and one read on the calling thread, with no wake-up of the
 // runtime's epoll thread. The server reads and writes its connections with raw system calls
 // (package rawsys), so that serving a request does not wake the runtime's monitor thread. A

@@ -483,7 +483,7 @@ func (s *framedSock) awaitReply(ctx context.Context) {
 	if s.r.Buffered() > 0 {
 		return
 	}
-	if _, ok := s.c.(*rawConn); ok {
+	if _, ok := s.c.(*rawsys.Detached); ok {
 		return // its Read waits in poll(2) on this thread itself
 	}
 	sc, ok := s.raw.(syscall.Conn)
@@ -537,7 +537,7 @@ func (l *FramedConn) get(ctx context.Context) (*framedSock, error) {
 		}
 		break
 	}
-	rc, err := dialRaw(ctx, l.addr) // out of the runtime's poller: see rawconn.go
+	rc, err := rawsys.DialDetached(ctx, l.addr) // out of the runtime's poller (rawsys.Detached)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, status.Errorf(codes.DeadlineExceeded, "connect to master %s: %v", l.addr, err)

@@ -50,7 +50,7 @@ type Client struct {
 
 type conn struct {
 	c      net.Conn
-	rw     net.Conn // c with raw reads and writes (package rawsys): the frames go through it
+	rw     net.Conn // c with raw reads and writes (package rawsys; c itself when detached): the frames go through it
 	br     *bufio.Reader
 	fw     frameWriter
 	addr   string
@@ -114,7 +114,10 @@ func poolKey(addr string, toks []*auth.Token) string {
 	return k
 }
 
-func (c *Client) get(ctx context.Context, addr string, fresh bool) (*conn, error) {
+// get returns a connection to addr: an idle one unless fresh, else a new one. A new one for a
+// run is detached from the runtime's poller (its caller waits in poll(2)); one for a Stream
+// (stream) stays with it.
+func (c *Client) get(ctx context.Context, addr string, fresh, stream bool) (*conn, error) {
 	var toks []*auth.Token
 	if c.Tokens != nil {
 		toks = c.Tokens(addr)
@@ -169,8 +172,17 @@ func (c *Client) get(ctx context.Context, addr string, fresh bool) (*conn, error
 		}
 		authed = true
 	}
-	rw := rawsys.Wrap(nc)
-	cn := &conn{c: nc, rw: rw, br: bufio.NewReaderSize(rw, 64<<10), addr: addr, key: key, authed: authed}
+	cn := &conn{c: nc, rw: rawsys.Wrap(nc), addr: addr, key: key, authed: authed}
+	if !stream {
+		// Out of the runtime's poller: the caller reads the answers of its runs itself
+		// (rawsys.Detached). A Stream's answers are read by a goroutine of its own.
+		d, err := rawsys.Detach(nc)
+		if err != nil {
+			return nil, fmt.Errorf("cannot use the connection to %s: %w", addr, err)
+		}
+		cn.c, cn.rw = d, d
+	}
+	cn.br = bufio.NewReaderSize(cn.rw, 64<<10)
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -211,7 +223,7 @@ func (c *Client) chunk() uint64 {
 func (c *Client) Execute(ctx context.Context, t *transport.Target, reqs []transport.Request, r transport.Reporter) {
 	next := 0 // first request not yet reported
 	for attempt := 0; ; attempt++ {
-		cn, err := c.get(ctx, t.Addr, attempt > 0)
+		cn, err := c.get(ctx, t.Addr, attempt > 0, false)
 		if err != nil {
 			err = wrapIOErr(ctx, err)
 			for i := next; i < len(reqs); i++ {
@@ -289,9 +301,6 @@ func (c *Client) run(cn *conn, reqs []transport.Request, base int, r transport.R
 		werr = c.send(cn, reqs, chunk, last)
 		if werr != nil {
 			return 0, false, werr
-		}
-		if cn.br.Buffered() == 0 {
-			awaitReadable(cn.c, awaitSlice)
 		}
 	} else {
 		wg.Add(1)
@@ -436,7 +445,7 @@ func (c *Client) Call(ctx context.Context, addr string, op Op, payload []byte) (
 		return nil, fmt.Errorf("tcp: Call is for control ops, not op %d", op)
 	}
 	for attempt := 0; ; attempt++ {
-		cn, err := c.get(ctx, addr, attempt > 0)
+		cn, err := c.get(ctx, addr, attempt > 0, false)
 		if err != nil {
 			return nil, wrapIOErr(ctx, err)
 		}

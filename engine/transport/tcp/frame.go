@@ -204,6 +204,10 @@ func readInto(br *bufio.Reader, c net.Conn, dst []byte) error {
 	if b := br.Buffered(); b > 0 {
 		n, _ = br.Read(dst[:min(b, len(dst))])
 	}
+	if d, ok := c.(*rawsys.Detached); ok {
+		_, err := d.ReadFull(dst[n:])
+		return err
+	}
 	_, err := io.ReadFull(c, dst[n:])
 	return err
 }

@@ -25,7 +25,7 @@ type Stream struct {
 
 // OpenStream dials addr for a new stream.
 func (c *Client) OpenStream(ctx context.Context, addr string) (*Stream, error) {
-	cn, err := c.get(ctx, addr, true)
+	cn, err := c.get(ctx, addr, true, true)
 	if err != nil {
 		return nil, wrapIOErr(ctx, err)
 	}

@@ -1,4 +1,4 @@
-package api
+package rawsys
 
 import (
 	"bytes"
@@ -31,7 +31,7 @@ func echoServer(t *testing.T, serve func(net.Conn)) string {
 	return lis.Addr().String()
 }
 
-func TestRawConnRoundTripAndEOF(t *testing.T) {
+func TestDetachedRoundTripAndEOF(t *testing.T) {
 	addr := echoServer(t, func(c net.Conn) {
 		defer c.Close()
 		buf := make([]byte, 1<<20)
@@ -40,7 +40,7 @@ func TestRawConnRoundTripAndEOF(t *testing.T) {
 		}
 		c.Write(buf) // then close: the client reads EOF
 	})
-	c, err := dialRaw(context.Background(), addr)
+	c, err := DialDetached(context.Background(), addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,14 +65,14 @@ func TestRawConnRoundTripAndEOF(t *testing.T) {
 	}
 }
 
-func TestRawConnDeadlineAndClose(t *testing.T) {
+func TestDetachedDeadlineAndClose(t *testing.T) {
 	hold := make(chan struct{})
 	t.Cleanup(func() { close(hold) })
 	addr := echoServer(t, func(c net.Conn) {
 		defer c.Close()
 		<-hold // never answers
 	})
-	c, err := dialRaw(context.Background(), addr)
+	c, err := DialDetached(context.Background(), addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,15 +111,79 @@ func TestRawConnDeadlineAndClose(t *testing.T) {
 	}
 }
 
-func TestRawConnRefused(t *testing.T) {
+func TestDetachedRefused(t *testing.T) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := lis.Addr().String()
 	lis.Close()
-	if c, err := dialRaw(context.Background(), addr); err == nil {
+	if c, err := DialDetached(context.Background(), addr); err == nil {
 		c.Close()
 		t.Fatal("dial to a closed port succeeded")
+	}
+}
+
+// ReadFull of a large payload sent in pieces with pauses between them gets every byte; a
+// small Read after it is answered at once (the low-water mark is back at 1 byte); a peer that
+// stops sending and closes mid-payload ends it with io.ErrUnexpectedEOF, not a hang.
+func TestDetachedReadFull(t *testing.T) {
+	want := make([]byte, 3<<20)
+	for i := range want {
+		want[i] = byte(i * 7)
+	}
+	next := make(chan struct{})
+	addr := echoServer(t, func(c net.Conn) {
+		defer c.Close()
+		for off := 0; off < len(want); off += 100 << 10 {
+			c.Write(want[off:min(off+100<<10, len(want))])
+			time.Sleep(time.Millisecond)
+		}
+		<-next
+		c.Write([]byte{42})
+		<-next
+		c.Write(want[:300<<10]) // of the 1 MiB the client waits for
+	})
+	c, err := DialDetached(context.Background(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	got := make([]byte, len(want))
+	if n, err := c.ReadFull(got); err != nil || n != len(want) || !bytes.Equal(got, want) {
+		t.Fatalf("ReadFull = %d, %v (equal: %v)", n, err, bytes.Equal(got, want))
+	}
+	next <- struct{}{}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	one := make([]byte, 64<<10)
+	if n, err := c.Read(one); err != nil || n != 1 || one[0] != 42 {
+		t.Fatalf("small Read after ReadFull = %d, %v", n, err)
+	}
+	c.SetReadDeadline(time.Time{})
+	next <- struct{}{}
+	n, err := c.ReadFull(make([]byte, 1<<20))
+	if !errors.Is(err, io.ErrUnexpectedEOF) || n != 300<<10 {
+		t.Fatalf("ReadFull cut short = %d, %v; want %d, io.ErrUnexpectedEOF", n, err, 300<<10)
+	}
+}
+
+// A deadline ends a ReadFull that waits with a low-water mark set.
+func TestDetachedReadFullDeadline(t *testing.T) {
+	hold := make(chan struct{})
+	t.Cleanup(func() { close(hold) })
+	addr := echoServer(t, func(c net.Conn) {
+		defer c.Close()
+		c.Write(make([]byte, 100<<10))
+		<-hold
+	})
+	c, err := DialDetached(context.Background(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	n, err := c.ReadFull(make([]byte, 1<<20))
+	if !errors.Is(err, os.ErrDeadlineExceeded) || n > 100<<10 {
+		t.Fatalf("ReadFull = %d, %v; want at most %d bytes and the deadline's error", n, err, 100<<10)
 	}
 }
