@@ -263,22 +263,14 @@ func (c *Detached) writeBuffers(v *net.Buffers) (int64, error) {
 	}
 	defer c.release()
 	var total int64
-	for {
-		for len(*v) > 0 && len((*v)[0]) == 0 {
-			*v = (*v)[1:]
-		}
-		if len(*v) == 0 {
-			return total, nil
-		}
+	for len(*v) > 0 {
 		if d := c.writeDL.Load(); d != 0 && time.Now().UnixNano() >= d {
 			return total, os.ErrDeadlineExceeded
 		}
-		n, err := writev(uintptr(fd), (*v)[:min(len(*v), iovMax)])
+		n, err := writevSome(uintptr(fd), v)
+		total += int64(n)
 		switch err {
-		case 0:
-			total += int64(n)
-			consume(v, n)
-		case unix.EINTR:
+		case 0, unix.EINTR:
 		case unix.EAGAIN:
 			if err := c.wait(fd, unix.POLLOUT, &c.writeDL); err != nil {
 				return total, err
@@ -287,6 +279,7 @@ func (c *Detached) writeBuffers(v *net.Buffers) (int64, error) {
 			return total, os.NewSyscallError("writev", err)
 		}
 	}
+	return total, nil
 }
 
 // Close closes the connection; an operation waiting on it returns net.ErrClosed within

@@ -96,8 +96,8 @@ func (c *Conn) Write(b []byte) (int, error) {
 
 // WriteBuffers writes all of v to c, as v.WriteTo(c) would: one writev(2) for as many of the
 // buffers as it takes (at most iovMax), raw when c is a [Conn] or a [Detached], through c
-// otherwise. It
-// consumes v as it goes; on an error it returns how many bytes were written before it.
+// otherwise. It consumes v as it goes; on an error it returns how many bytes were written
+// before it.
 func WriteBuffers(c net.Conn, v *net.Buffers) (int64, error) {
 	if d, ok := c.(*Detached); ok {
 		return d.writeBuffers(v)
@@ -109,19 +109,11 @@ func WriteBuffers(c net.Conn, v *net.Buffers) (int64, error) {
 	var total int64
 	var errno syscall.Errno
 	err := rc.rc.Write(func(fd uintptr) bool {
-		for {
-			for len(*v) > 0 && len((*v)[0]) == 0 {
-				*v = (*v)[1:]
-			}
-			if len(*v) == 0 {
-				return true
-			}
-			n, e := writev(fd, (*v)[:min(len(*v), iovMax)])
+		for len(*v) > 0 {
+			n, e := writevSome(fd, v)
+			total += int64(n)
 			switch e {
-			case 0:
-				total += int64(n)
-				consume(v, n)
-			case unix.EINTR:
+			case 0, unix.EINTR:
 			case unix.EAGAIN:
 				return false
 			default:
@@ -129,6 +121,7 @@ func WriteBuffers(c net.Conn, v *net.Buffers) (int64, error) {
 				return true
 			}
 		}
+		return true
 	})
 	switch {
 	case err != nil:
@@ -137,6 +130,23 @@ func WriteBuffers(c net.Conn, v *net.Buffers) (int64, error) {
 		return total, os.NewSyscallError("writev", errno)
 	}
 	return total, nil
+}
+
+// writevSome makes one writev of v's first buffers (at most iovMax) and consumes from v what it
+// wrote, empty buffers included; with v empty it writes nothing.
+func writevSome(fd uintptr, v *net.Buffers) (int, syscall.Errno) {
+	for len(*v) > 0 && len((*v)[0]) == 0 {
+		*v = (*v)[1:]
+	}
+	if len(*v) == 0 {
+		return 0, 0
+	}
+	n, e := writev(fd, (*v)[:min(len(*v), iovMax)])
+	if e != 0 {
+		return 0, e
+	}
+	consume(v, n)
+	return n, 0
 }
 
 // iovMax is how many buffers one writev takes (Linux's IOV_MAX).
