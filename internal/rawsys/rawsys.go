@@ -67,31 +67,9 @@ func (c *Conn) Read(b []byte) (int, error) {
 // Write writes all of b, waiting on the runtime's poller while the socket's send buffer is
 // full; on an error it returns how many bytes were written before it.
 func (c *Conn) Write(b []byte) (int, error) {
-	done := 0
-	var errno syscall.Errno
-	err := c.rc.Write(func(fd uintptr) bool {
-		for done < len(b) {
-			n, e := write(fd, b[done:])
-			switch e {
-			case 0:
-				done += n
-			case unix.EINTR:
-			case unix.EAGAIN:
-				return false
-			default:
-				errno = e
-				return true
-			}
-		}
-		return true
-	})
-	switch {
-	case err != nil:
-		return done, err
-	case errno != 0:
-		return done, os.NewSyscallError("write", errno)
-	}
-	return done, nil
+	v := net.Buffers{b}
+	n, err := WriteBuffers(c, &v)
+	return int(n), err
 }
 
 // WriteBuffers writes all of v to c, as v.WriteTo(c) would: one writev(2) for as many of the
