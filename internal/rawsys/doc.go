@@ -28,6 +28,7 @@
 // made raw: reads and writes of a non-blocking socket, which copy at most what the socket's
 // buffers hold and return.
 //
-// Built with the race detector, Read and Write make the ordinary system calls instead (race.go),
-// so that the detector keeps seeing socket I/O as ordering its two sides.
+// Built with the race detector, reads and writes (writev too) are the ordinary system calls of
+// package syscall instead (race.go), so that the detector keeps seeing socket I/O as ordering
+// its two sides.
 package rawsys
