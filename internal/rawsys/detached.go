@@ -228,30 +228,9 @@ const (
 )
 
 func (c *Detached) Write(b []byte) (int, error) {
-	fd, ok := c.acquire()
-	if !ok {
-		return 0, net.ErrClosed
-	}
-	defer c.release()
-	done := 0
-	for done < len(b) {
-		if d := c.writeDL.Load(); d != 0 && time.Now().UnixNano() >= d {
-			return done, os.ErrDeadlineExceeded
-		}
-		n, err := write(uintptr(fd), b[done:])
-		switch {
-		case err == 0:
-			done += n
-		case err == unix.EINTR:
-		case err == unix.EAGAIN:
-			if err := c.wait(fd, unix.POLLOUT, &c.writeDL); err != nil {
-				return done, err
-			}
-		default:
-			return done, os.NewSyscallError("write", err)
-		}
-	}
-	return done, nil
+	v := net.Buffers{b}
+	n, err := c.writeBuffers(&v)
+	return int(n), err
 }
 
 // writeBuffers is WriteBuffers for c: writev(2) as far as the socket takes the buffers,

@@ -16,11 +16,6 @@ func read(fd uintptr, b []byte) (int, syscall.Errno) {
 	return max(n, 0), errnoOf(err)
 }
 
-func write(fd uintptr, b []byte) (int, syscall.Errno) {
-	n, err := syscall.Write(int(fd), b)
-	return max(n, 0), errnoOf(err)
-}
-
 func errnoOf(err error) syscall.Errno {
 	var e syscall.Errno
 	if err != nil && !errors.As(err, &e) {
