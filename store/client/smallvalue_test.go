@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"strconv"
 	"testing"
 
 	"github.com/mooncake-go/mooncake/store/api"
@@ -107,5 +108,42 @@ func TestSmallValuesAnsweredByTheMaster(t *testing.T) {
 	before = off.CachedReads()
 	if got, err := off.GetValue(ctx, "plain"); err != nil || !bytes.Equal(got, small) || off.CachedReads() != before || cached() != total {
 		t.Fatalf("a client sending no bytes: %d bytes, %v, %d cached reads, cache %d -> %d", len(got), err, off.CachedReads()-before, total, cached())
+	}
+}
+
+// More small values than the master's cache holds: the most recently used ones are answered
+// with the bytes (the older ones make room and are read from their replicas), every answer
+// exact.
+func TestSmallValuesCacheKeepsTheRecentOnes(t *testing.T) {
+	const n, held = 64, 8
+	_, addr := startMaster(t, func(c *master.Config) { c.SmallValueCacheBytes = held * DefaultSmallValueBytes })
+	newClient(t, addr, 64<<20)
+	c := newClient(t, addr, 0)
+	ctx := context.Background()
+	key := func(i int) string { return "v" + strconv.Itoa(i) }
+	for i := range n {
+		if err := c.PutValue(ctx, key(i), pattern(DefaultSmallValueBytes, byte(i)), PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	get := func(i int) {
+		t.Helper()
+		if got, err := c.GetValue(ctx, key(i)); err != nil || !bytes.Equal(got, pattern(DefaultSmallValueBytes, byte(i))) {
+			t.Fatalf("get %s: %d bytes, %v", key(i), len(got), err)
+		}
+	}
+	before := c.CachedReads()
+	for i := n - held; i < n; i++ {
+		get(i)
+	}
+	if got := c.CachedReads() - before; got != held {
+		t.Fatalf("%d of the last %d values answered from the cache, want all", got, held)
+	}
+	before = c.CachedReads()
+	for i := range n - held {
+		get(i)
+	}
+	if got := c.CachedReads() - before; got != 0 {
+		t.Fatalf("%d older values answered from the cache, want 0", got)
 	}
 }

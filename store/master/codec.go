@@ -194,6 +194,7 @@ func DecodeState(cfg Config, b []byte) (*State, error) {
 		}
 		s.retired = append(s.retired, retiredRec{segID: r.Seg, addr: r.Addr, size: r.Size, until: r.Until})
 	}
+	s.linkValues() // valuecache.go
 	return s, nil
 }
 

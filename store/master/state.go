@@ -47,8 +47,9 @@ type object struct {
 	// Under the prefix policy, while in the resident index: the chain nodes of its own name
 	// and of its parent's (chains.go).
 	chainSelf, chainParent *chainNode
-	value                  []byte // a small value's bytes (valuecache.go); nil: none
-	reservedBytes          uint64 // a put reservation's bytes counted in State.reserved (reserve.go)
+	value                  []byte  // a small value's bytes (valuecache.go); nil: none
+	valuePrev, valueNext   *object // its place in State.values while value is set (valuecache.go)
+	reservedBytes          uint64  // a put reservation's bytes counted in State.reserved (reserve.go)
 }
 
 type segment struct {
@@ -112,8 +113,9 @@ type State struct {
 	retired    []retiredRec
 	capacity   uint64
 	used       uint64
-	reserved   uint64 // of used: the bytes of put reservations in progress (reserve.go; derived)
-	valueBytes uint64 // bytes in the value cache (valuecache.go)
+	reserved   uint64    // of used: the bytes of put reservations in progress (reserve.go; derived)
+	valueBytes uint64    // bytes in the value cache (valuecache.go)
+	values     valueList // the objects whose bytes it holds, least recently used first (derived)
 	applied    uint64
 	counters   Counters
 	// verifiedAt is the applied count right after the last OpVerify entry: the leader
@@ -613,7 +615,7 @@ func (s *State) putEnd(e Entry) Result {
 	for i := range o.replicas {
 		o.replicas[i].status = api.ReplicaComplete
 	}
-	o.lastAccess = e.Now
+	s.accessed(o, e.Now)
 	delete(s.pending, e.Key)
 	s.cacheValue(o, e.Value) // valuecache.go
 	s.offloadAfterPut(o, e.Now)
@@ -652,7 +654,7 @@ func (s *State) grantLease(e Entry) Result {
 	}
 	o.leaseUntil = max(o.leaseUntil, e.Now+int64(s.cfg.DefaultKVLeaseTTL))
 	s.noteTimed(o, e.Now)
-	o.lastAccess = e.Now
+	s.accessed(o, e.Now)
 	res := Result{Replicas: s.describe(o), Size: o.size, Value: s.cachedValue(o)}
 	if !s.inMemory(o) {
 		s.counters.DiskReads++

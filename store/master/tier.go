@@ -437,7 +437,7 @@ func (s *State) promoteDone(e Entry) Result {
 	}
 	o.promote = nil
 	o.diskHits = 0
-	o.lastAccess = e.Now
+	s.accessed(o, e.Now)
 	s.restat(o)
 	s.endMove(o)
 	s.counters.Promotions++

@@ -2,7 +2,9 @@ package master
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/mooncake-go/mooncake/store/api"
 )
@@ -33,21 +35,56 @@ func (h *harness) cached(key string) []byte {
 
 func val(b byte, n int) []byte { return bytes.Repeat([]byte{b}, n) }
 
-func TestValueCacheKeepsSmallValuesWithinItsBudget(t *testing.T) {
+// checkValues fails unless s's list of cached values holds exactly the objects with bytes, in
+// the cache's order, with their bytes summing to CachedValueBytes.
+func checkValues(t *testing.T, s *State) {
+	t.Helper()
+	var n, sum uint64
+	var prev *object
+	for o := s.values.head; o != nil; prev, o = o, o.valueNext {
+		if o.valuePrev != prev || o.value == nil || (prev != nil && !usedBefore(prev, o)) {
+			t.Fatalf("value list broken at %q (after %v)", o.key, prev != nil)
+		}
+		n++
+		sum += o.size
+	}
+	if s.values.tail != prev {
+		t.Fatal("value list: tail is not the last object")
+	}
+	var held uint64
+	for _, o := range s.objects {
+		if o.value != nil {
+			held++
+		}
+	}
+	if n != held || sum != s.CachedValueBytes() {
+		t.Fatalf("value list: %d objects, %d bytes; the state: %d objects with bytes, %d bytes", n, sum, held, s.CachedValueBytes())
+	}
+}
+
+func TestValueCacheKeepsTheRecentlyUsedValuesWithinItsBudget(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.SmallValueCacheBytes = 3 * 4096 })
 	h.mount("c1", "s1", "seg1", 1<<20, 64<<20)
-	h.putValue("c1", "a", val('a', 4096), false)
-	h.putValue("c1", "b", val('b', 4096), false)
-	h.putValue("c1", "c", val('c', 4096), false)
-	h.putValue("c1", "d", val('d', 4096), false) // over the budget: not kept
+	for _, k := range []string{"a", "b", "c"} {
+		h.advance(time.Millisecond)
+		h.putValue("c1", k, val(k[0], 4096), false)
+	}
+	h.advance(time.Millisecond)
+	h.cached("a") // a read: b is now the least recently used
+	h.advance(time.Millisecond)
+	h.putValue("c1", "d", val('d', 4096), false) // over the budget: b's bytes make room
 	h.putValue("c1", "big", val('x', maxCachedValue+1), false)
 	cfg := api.ReplicateConfig{}
 	h.apply(Entry{Op: OpPutStart, ClientID: "c1", Key: "wrong", Size: 100, Config: &cfg})
 	h.apply(Entry{Op: OpPutEnd, ClientID: "c1", Key: "wrong", Value: val('w', 99)}) // not its size
 	h.put("c1", "plain", 4096, cfg)                                                 // no bytes sent
-	for key, want := range map[string][]byte{"a": val('a', 4096), "b": val('b', 4096), "c": val('c', 4096),
-		"d": nil, "big": nil, "wrong": nil, "plain": nil} {
-		if got := h.cached(key); !bytes.Equal(got, want) {
+	checkValues(t, h.s)
+	if h.s.values.head.key != "c" || h.s.values.tail.key != "d" {
+		t.Fatalf("least recently used %q, most %q; want c, d", h.s.values.head.key, h.s.values.tail.key)
+	}
+	for _, key := range []string{"a", "b", "c", "d", "big", "wrong", "plain"} {
+		want := map[string][]byte{"a": val('a', 4096), "c": val('c', 4096), "d": val('d', 4096)}[key]
+		if got := h.cached(key); !bytes.Equal(got, want) { // b, its bytes gone, still has its replica
 			t.Fatalf("%s: cached %d bytes, want %d", key, len(got), len(want))
 		}
 	}
@@ -61,21 +98,66 @@ func TestValueCacheKeepsSmallValuesWithinItsBudget(t *testing.T) {
 	}
 	snap := h.snapshot()
 	for _, s := range []*State{replay, snap} {
+		checkValues(t, s)
 		if s.Digest() != h.s.Digest() || s.CachedValueBytes() != 3*4096 {
 			t.Fatalf("replica of the state: digest equal %v, %d cached bytes", s.Digest() == h.s.Digest(), s.CachedValueBytes())
 		}
 	}
-	r := snap.Apply(Entry{Op: OpGrantLease, ClientID: "r", Key: "b", Now: h.now})
-	if !bytes.Equal(r.Value, val('b', 4096)) {
-		t.Fatalf("restored snapshot answers %d bytes for b", len(r.Value))
+	r := snap.Apply(Entry{Op: OpGrantLease, ClientID: "r", Key: "c", Now: h.now})
+	if !bytes.Equal(r.Value, val('c', 4096)) {
+		t.Fatalf("restored snapshot answers %d bytes for c", len(r.Value))
 	}
-	// Removal frees room; the next small put is kept.
+	// Removal frees room; the next small put is kept and drops nothing.
 	if r := h.apply(Entry{Op: OpRemove, ClientID: "c1", Key: "a", Force: true}); r.Code != api.OK {
 		t.Fatal(r.Err())
 	}
+	h.advance(time.Millisecond)
 	h.putValue("c1", "e", val('e', 4096), false)
-	if got := h.cached("e"); !bytes.Equal(got, val('e', 4096)) || h.s.CachedValueBytes() != 3*4096 {
+	if got := h.cached("e"); !bytes.Equal(got, val('e', 4096)) || h.s.CachedValueBytes() != 3*4096 || h.cached("c") == nil {
 		t.Fatalf("after a removal: e cached %d bytes, cache %d", len(got), h.s.CachedValueBytes())
+	}
+	checkValues(t, h.s)
+}
+
+// Values used at the same time go in key order, on the leader and in a restored snapshot
+// alike, so both make room by dropping the same bytes.
+func TestValueCacheDropsTheSameValuesOnEveryReplica(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.SmallValueCacheBytes = 3 * 1000 })
+	h.mount("c1", "s1", "seg1", 1<<20, 64<<20)
+	for _, k := range []string{"x3", "x1", "x2"} { // one time for all three
+		h.putValue("c1", k, val(k[1], 1000), false)
+	}
+	snap := h.snapshot()
+	checkValues(t, snap)
+	order := func(s *State) string {
+		var keys []string
+		for o := s.values.head; o != nil; o = o.valueNext {
+			keys = append(keys, o.key)
+		}
+		return fmt.Sprint(keys)
+	}
+	for _, step := range []struct{ key, want string }{{"y", "[x2 x3 y]"}, {"z", "[x3 y z]"}} {
+		from := len(h.log)
+		h.advance(time.Millisecond)
+		h.putValue("c1", step.key, val(step.key[0], 1000), false)
+		for _, e := range h.log[from:] {
+			snap.Apply(e)
+		}
+		for _, s := range []*State{h.s, snap} {
+			checkValues(t, s)
+			if got := order(s); got != step.want || s.CachedValueBytes() != 3000 {
+				t.Fatalf("after %s: cached %v (%d bytes), want %v", step.key, got, s.CachedValueBytes(), step.want)
+			}
+		}
+		if snap.Digest() != h.s.Digest() {
+			t.Fatalf("after %s: the restored snapshot and the leader differ", step.key)
+		}
+	}
+	// A value larger than the whole budget drops nothing.
+	h.advance(time.Millisecond)
+	h.putValue("c1", "huge", val('h', 3001), false)
+	if h.s.CachedValueBytes() != 3000 || h.cached("huge") != nil {
+		t.Fatalf("a value over the budget: cache %d bytes", h.s.CachedValueBytes())
 	}
 }
 
