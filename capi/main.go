@@ -19,6 +19,7 @@ import (
 	"github.com/mooncake-go/mooncake/collective/reduce"
 	"github.com/mooncake-go/mooncake/config"
 	"github.com/mooncake-go/mooncake/engine"
+	"github.com/mooncake-go/mooncake/internal/gcfloor"
 	"github.com/mooncake-go/mooncake/internal/glog"
 	"github.com/mooncake-go/mooncake/store/api"
 	"github.com/mooncake-go/mooncake/worker"
@@ -36,6 +37,7 @@ func init() {
 		runtime.GOMAXPROCS(4)
 	}
 	reduce.UseKernel(config.ReduceKernel.String())
+	gcfloor.Start(config.GCHeapFloor())
 }
 
 // Error codes shared by the C ABI (Mooncake's numbers where one exists).

@@ -75,7 +75,7 @@ func TestAccessors(t *testing.T) {
 	}
 }
 
-var knobName = regexp.MustCompile(`^(MC_|MOONCAKE_|AWS_)[A-Z0-9_]+$|^GOMAXPROCS$`)
+var knobName = regexp.MustCompile(`^(MC_|MOONCAKE_|AWS_)[A-Z0-9_]+$|^GOMAXPROCS$|^GOGC$`)
 
 func TestRegistry(t *testing.T) {
 	stages := map[Stage]bool{LibraryLoad: true, EngineCreation: true, StoreSetup: true, ProcessGroupInit: true, MasterStart: true}
@@ -198,5 +198,27 @@ func TestNoEnvReadsOutsideConfig(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestGCHeapFloor(t *testing.T) {
+	for _, c := range []struct {
+		floor, gogc string
+		want        uint64
+	}{
+		{"", "", 64 << 20},
+		{"16M", "", 16 << 20},
+		{"1G", "", 1 << 30},
+		{"0", "", 0},
+		{"off", "", 0},
+		{"nonsense", "", 64 << 20},
+		{"16M", "200", 0}, // GOGC set: the runtime's own setting is kept
+		{"", "off", 0},
+	} {
+		t.Setenv("MOONCAKE_GC_HEAP_FLOOR", c.floor)
+		t.Setenv("GOGC", c.gogc)
+		if got := GCHeapFloor(); got != c.want {
+			t.Errorf("MOONCAKE_GC_HEAP_FLOOR=%q GOGC=%q: %d, want %d", c.floor, c.gogc, got, c.want)
+		}
 	}
 }

@@ -5,10 +5,12 @@ package config
 
 // Library load: read once, when libmooncake.so is loaded (a Go binary: when it starts).
 var (
-	GoMaxProcs   = knob("MOONCAKE_GOMAXPROCS", Int, "min(NumCPU, 4) when GOMAXPROCS is unset", LibraryLoad, "Go scheduler threads of the library (GOMAXPROCS of its Go runtime)")
-	GOMAXPROCS   = knob("GOMAXPROCS", Int, "unset", LibraryLoad, "when set (and MOONCAKE_GOMAXPROCS is not), the Go runtime's own setting is kept")
-	ReduceKernel = knob("MOONCAKE_REDUCE_KERNEL", String, "the best the CPU has", LibraryLoad, "forces the reduction kernels for large inputs: go, portable, avx2 or avx512 (one the CPU has)")
-	LogLevel     = knob("MC_LOG_LEVEL", String, "INFO", LibraryLoad, "least severity of the library's glog-style stderr lines (errors its C functions return): TRACE (adds expected outcomes such as OBJECT_NOT_FOUND), INFO, WARNING or ERROR")
+	GoMaxProcs       = knob("MOONCAKE_GOMAXPROCS", Int, "min(NumCPU, 4) when GOMAXPROCS is unset", LibraryLoad, "Go scheduler threads of the library (GOMAXPROCS of its Go runtime)")
+	GOMAXPROCS       = knob("GOMAXPROCS", Int, "unset", LibraryLoad, "when set (and MOONCAKE_GOMAXPROCS is not), the Go runtime's own setting is kept")
+	ReduceKernel     = knob("MOONCAKE_REDUCE_KERNEL", String, "the best the CPU has", LibraryLoad, "forces the reduction kernels for large inputs: go, portable, avx2 or avx512 (one the CPU has)")
+	LogLevel         = knob("MC_LOG_LEVEL", String, "INFO", LibraryLoad, "least severity of the library's glog-style stderr lines (errors its C functions return): TRACE (adds expected outcomes such as OBJECT_NOT_FOUND), INFO, WARNING or ERROR")
+	GCHeapFloorBytes = knob("MOONCAKE_GC_HEAP_FLOOR", Bytes, "64M", LibraryLoad, "the Go runtime of the library (or binary) collects garbage at most once per this many bytes allocated while its live heap is smaller: the next collection at max(2 x live, live + this); 0: Go's own pacing")
+	GOGC             = knob("GOGC", String, "unset", LibraryLoad, "when set (a percent or off), the Go runtime's own setting is kept (no MOONCAKE_GC_HEAP_FLOOR)")
 )
 
 // Engine creation: read when a transfer engine is created (TransferEngine.initialize, or the

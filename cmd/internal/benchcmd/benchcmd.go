@@ -18,6 +18,7 @@ import (
 	"github.com/mooncake-go/mooncake/config"
 	"github.com/mooncake-go/mooncake/engine"
 	"github.com/mooncake-go/mooncake/internal/cli"
+	"github.com/mooncake-go/mooncake/internal/gcfloor"
 	"github.com/mooncake-go/mooncake/internal/memview"
 )
 
@@ -90,6 +91,7 @@ func anon(n uint64) []byte {
 // Main runs transfer_engine_bench with args (the command line after the program name) and
 // returns the exit status: 0, 1 when it failed, 2 for a bad command line.
 func Main(args []string) int {
+	gcfloor.Start(config.GCHeapFloor()) // internal/gcfloor
 	o, err := parseFlags(args)
 	if err != nil {
 		return cli.Code(Name, err)

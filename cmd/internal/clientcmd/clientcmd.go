@@ -13,6 +13,7 @@ import (
 	"github.com/mooncake-go/mooncake/config"
 	"github.com/mooncake-go/mooncake/engine"
 	"github.com/mooncake-go/mooncake/internal/cli"
+	"github.com/mooncake-go/mooncake/internal/gcfloor"
 	"github.com/mooncake-go/mooncake/store/api"
 	"github.com/mooncake-go/mooncake/store/client"
 	"github.com/mooncake-go/mooncake/store/realclient"
@@ -24,6 +25,7 @@ const Name = "mooncake_client"
 // Main runs mooncake_client with args (the command line after the program name) until SIGINT
 // or SIGTERM, and returns the exit status: 0, 1 when it failed, 2 for a bad command line.
 func Main(args []string) int {
+	gcfloor.Start(config.GCHeapFloor()) // internal/gcfloor
 	return cli.Code(Name, run(args))
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/mooncake-go/mooncake/config"
 	"github.com/mooncake-go/mooncake/engine/metadata"
 	"github.com/mooncake-go/mooncake/internal/cli"
+	"github.com/mooncake-go/mooncake/internal/gcfloor"
 	"github.com/mooncake-go/mooncake/store/api"
 	"github.com/mooncake-go/mooncake/store/dfs"
 	"github.com/mooncake-go/mooncake/store/ha"
@@ -30,6 +31,7 @@ const Name = "mooncake_master"
 // Main runs mooncake_master with args (the command line after the program name) until SIGINT
 // or SIGTERM, and returns the exit status: 0, 1 when it failed, 2 for a bad command line.
 func Main(args []string) int {
+	gcfloor.Start(config.GCHeapFloor()) // internal/gcfloor
 	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
 	cfg, err := master.ParseFlags(Name, args)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/mooncake-go/mooncake/config"
 	"github.com/mooncake-go/mooncake/engine/metadata"
 	"github.com/mooncake-go/mooncake/internal/cli"
+	"github.com/mooncake-go/mooncake/internal/gcfloor"
 )
 
 // Name is the command's name, the one the multi-call binary answers to.
@@ -22,6 +23,7 @@ const Name = "mooncake_http_metadata_server"
 // Main runs the server with args (the command line after the program name) until SIGINT or
 // SIGTERM, and returns the exit status: 0, 1 when it failed, 2 for a bad command line.
 func Main(args []string) int {
+	gcfloor.Start(config.GCHeapFloor()) // internal/gcfloor
 	log.SetFlags(log.LstdFlags)
 	log.SetPrefix(Name + ": ")
 	return cli.Code(Name, run(args))
