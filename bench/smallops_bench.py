@@ -18,6 +18,14 @@ op, alternated within each round (--rounds, median reported):
     into DIR/build/baseline/ and run exactly as ours: the same ops before and after a change,
     alternated in one run. Its Python package is this tree's.
 
+With --clients K, each peer's ops run in K worker processes at once (one master, one holder;
+redis: K connections; each worker its own keys): an op's rate is the keys of all K over the span
+from the first start to the last end, and the server's CPU per op is reported beside it (our
+master, redis-server, upstream's master). --ops runs some of the ops (and the puts whose keys
+they read); --peer-env NAME:VAR=VALUE,... adds a peer NAME: ours again, its master, holder and
+workers with those environment variables (MOONCAKE_GC_HEAP_FLOOR=0, say, for the Go runtime's
+own pacing of garbage collection). With K > 1, --write-doc writes the smallops_clients table.
+
 Everything runs in a network namespace of its own (the bench re-executes itself under
 `unshare -n`) with loopback and a veth pair up (upstream's release needs a non-loopback
 interface); every peer listens on 127.0.0.1. Each peer's ops run in a worker process of its own
@@ -26,6 +34,8 @@ keys in 1 ms is 64,000 op/s. Needs root (unshare). Other work on the host shows 
 the peers alternate so that it weighs on each alike.
 
     python bench/smallops_bench.py [--rounds 4] [--scale 1] [--baseline DIR] [--json out.json] [--write-doc]
+    python bench/smallops_bench.py --clients 4 --scale 4 --ops get,get_batch,batch_is_exist \
+        --peer-env gcpacing:MOONCAKE_GC_HEAP_FLOOR=0 --write-doc
 """
 
 from __future__ import annotations
@@ -52,6 +62,9 @@ THREADS = 4
 OPS = ["put", "get", "put_mt", "get_mt", "batch_put_from", "batch_get_into", "put_batch", "get_batch", "batch_is_exist"]
 PEERS = ["ours", "baseline", "redis", "upstream"]
 SINGLE = ("put", "get", "put_mt", "get_mt")
+# the op whose keys each read op reads
+SOURCE = {"get": "put", "get_mt": "put_mt", "batch_get_into": "batch_put_from", "get_batch": "put_batch",
+          "batch_is_exist": "put_batch"}
 LABELS = {"put_mt": f"put, {THREADS} threads", "get_mt": f"get, {THREADS} threads"}
 
 # The worker: reads one JSON command a line, answers one JSON line. argv[1]: the peer's spec.
@@ -205,13 +218,20 @@ def run(op, size, n, tag):
 for line in sys.stdin:
     c = json.loads(line)
     try:
-        if c["op"] == "clear":
+        if c["op"] == "clear":  # between rounds: every peer starts the next one empty
             if kind == "redis":
                 r.cmd(b"FLUSHALL")
+            else:
+                s.remove_all()
             print(json.dumps({"ok": True}), flush=True)
             continue
-        secs, ops = run(c["op"], c["size"], c["n"], c["tag"])
-        print(json.dumps({"secs": secs, "ops": ops}), flush=True)
+        time.sleep(max(0.0, c.get("start_at", 0) - time.time()))  # --clients: the workers start together
+        t0 = time.time()
+        secs = ops = 0
+        for _ in range(c.get("reps", 1) if c["op"] in ("get", "get_mt", "batch_get_into", "get_batch", "batch_is_exist") else 1):
+            s_, o_ = run(c["op"], c["size"], c["n"], c["tag"])  # --read-reps: a read op goes over its keys again
+            secs, ops = secs + s_, ops + o_
+        print(json.dumps({"secs": secs, "ops": ops, "t0": t0, "t1": time.time()}), flush=True)
     except Exception as e:
         print(json.dumps({"error": "%s: %s" % (type(e).__name__, e)}), flush=True)
 '''
@@ -246,6 +266,32 @@ class Worker:
             self.p.kill()
 
 
+class Group:
+    """--clients K: K workers of one peer (K processes), asked together. An op's count is the
+    sum of theirs and its time the span from the first start to the last end; each worker puts
+    and gets keys of its own (the tag with /wI)."""
+
+    def __init__(self, make, k: int):
+        self.ws = [make() for _ in range(k)]
+
+    def ask(self, **cmd) -> dict:
+        if cmd["op"] != "clear":
+            cmd["start_at"] = time.time() + 0.05 * len(self.ws)
+        for i, w in enumerate(self.ws):
+            c = dict(cmd, tag=f"{cmd['tag']}/w{i}") if "tag" in cmd else cmd
+            w.p.stdin.write(json.dumps(c) + "\n")
+            w.p.stdin.flush()
+        got = [w.read() for w in self.ws]
+        err = next((g for g in got if "error" in g), None)
+        if err or cmd["op"] == "clear":
+            return err or got[0]
+        return {"ops": sum(g["ops"] for g in got), "secs": max(g["t1"] for g in got) - min(g["t0"] for g in got)}
+
+    def close(self):
+        for w in self.ws:
+            w.close()
+
+
 def start(cmd, ready: str | None, env=None, port: int = 0):
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
     if ready:
@@ -276,87 +322,105 @@ def build_baseline(tree: str) -> None:
                    cwd=tree, check=True)
 
 
+def server_cpu(pid: int) -> float:
+    """Seconds of CPU the process has used (user and system)."""
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def bench(args) -> dict:
     """Runs in the namespace: starts the servers and the workers, runs the rounds; returns
     {"rows": [...], "peers": [...]}."""
-    procs, workers = [], {}
+    procs, workers, servers = [], {}, {}  # servers: peer -> the pid whose CPU each op is charged
     py = os.path.join(ROOT, ".venv", "bin", "python")
     if not os.path.exists(py):
         py = sys.executable
     up = args.upstream_venv
     have_up = bool(up) and os.path.exists(os.path.join(up, "bin", "mooncake_master"))
     clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",) and not k.startswith("MC_")}
-    try:
-        # ours
+    group = lambda make: Group(make, args.clients) if args.clients > 1 else make()  # noqa: E731
+
+    def ours(name: str, bdir: str = "", env: dict | None = None):
+        """A master, a client holding the memory and the op workers of this tree (or of the
+        checkout built into bdir), with env added to all three."""
+        env = dict(clean, **(env or {}))
+        exe = (lambda n: os.path.join(bdir, n)) if bdir else binary
         rpc, mport = free_port(), free_port()
-        procs.append(start([binary("mooncake_master"), f"--rpc_port={rpc}", f"--metrics_port={mport}",
-                            "--rpc_address=127.0.0.1", "--enable_metric_reporting=false"], "MOONCAKE_MASTER_READY"))
-        ours_addr = f"127.0.0.1:{rpc}"
-        procs.append(start([binary("mooncake_client"), f"--master_server_address={ours_addr}", "--port=0",
+        master = start([exe("mooncake_master"), f"--rpc_port={rpc}", f"--metrics_port={mport}",
+                        "--rpc_address=127.0.0.1", "--enable_metric_reporting=false"], "MOONCAKE_MASTER_READY", env=env)
+        procs.append(master)
+        addr = f"127.0.0.1:{rpc}"
+        procs.append(start([exe("mooncake_client"), f"--master_server_address={addr}", "--port=0",
                             "--host=127.0.0.1", "--global_segment_size=2 GB", "--local_buffer_size=64 MB"],
-                           "MOONCAKE_CLIENT_READY"))
-        workers["ours"] = Worker(py, {"kind": "ours", "master": ours_addr, "batch": BATCH, "threads": THREADS,
-                                      "max_size": SIZES[-1][0]}, dict(clean, MC_FORCE_TCP="1"))
+                           "MOONCAKE_CLIENT_READY", env=env))
+        wenv = dict(env, MC_FORCE_TCP="1", **({"MOONCAKE_LIB": os.path.join(bdir, "libmooncake.so")} if bdir else {}))
+        workers[name] = group(lambda: Worker(py, {"kind": "ours", "master": addr, "batch": BATCH, "threads": THREADS,
+                                                  "max_size": SIZES[-1][0]}, wenv))
+        servers[name] = master.pid
+
+    try:
+        ours("ours")
         if args.baseline:  # another checkout, built by main() into DIR/build/baseline
-            bdir = baseline_dir(args.baseline)
-            brpc, bmport = free_port(), free_port()
-            procs.append(start([os.path.join(bdir, "mooncake_master"), f"--rpc_port={brpc}", f"--metrics_port={bmport}",
-                                "--rpc_address=127.0.0.1", "--enable_metric_reporting=false"], "MOONCAKE_MASTER_READY"))
-            base_addr = f"127.0.0.1:{brpc}"
-            procs.append(start([os.path.join(bdir, "mooncake_client"), f"--master_server_address={base_addr}",
-                                "--port=0", "--host=127.0.0.1", "--global_segment_size=2 GB",
-                                "--local_buffer_size=64 MB"], "MOONCAKE_CLIENT_READY"))
-            workers["baseline"] = Worker(py, {"kind": "ours", "master": base_addr, "batch": BATCH, "threads": THREADS,
-                                              "max_size": SIZES[-1][0]},
-                                         dict(clean, MC_FORCE_TCP="1", MOONCAKE_LIB=os.path.join(bdir, "libmooncake.so")))
+            ours("baseline", bdir=baseline_dir(args.baseline))
+        for name, env in peer_envs(args.peer_env).items():  # ours again, with other settings
+            ours(name, env=env)
         # redis
         rport = free_port()
-        procs.append(start(["redis-server", "--port", str(rport), "--bind", "127.0.0.1", "--save", "",
-                            "--appendonly", "no"], None, port=rport))
-        workers["redis"] = Worker(py, {"kind": "redis", "port": rport, "batch": BATCH, "threads": THREADS}, clean)
+        rs = start(["redis-server", "--port", str(rport), "--bind", "127.0.0.1", "--save", "",
+                    "--appendonly", "no"], None, port=rport)
+        procs.append(rs)
+        servers["redis"] = rs.pid
+        workers["redis"] = group(lambda: Worker(py, {"kind": "redis", "port": rport, "batch": BATCH, "threads": THREADS}, clean))
         # upstream's release
         if have_up:
             urpc, uhttp, umetrics, ucport = free_port(), free_port(), free_port(), free_port()
             upath = os.path.join(up, "bin")
             uenv = dict(clean, PATH=upath + os.pathsep + clean.get("PATH", ""))
-            procs.append(start([os.path.join(upath, "mooncake_master"), f"--rpc_port={urpc}",
-                                f"--http_metadata_server_port={uhttp}", f"--metrics_port={umetrics}"],
-                               None, env=uenv, port=urpc))
+            um = start([os.path.join(upath, "mooncake_master"), f"--rpc_port={urpc}",
+                        f"--http_metadata_server_port={uhttp}", f"--metrics_port={umetrics}"], None, env=uenv, port=urpc)
+            procs.append(um)
+            servers["upstream"] = um.pid
             up_addr = f"127.0.0.1:{urpc}"
             procs.append(start([os.path.join(upath, "mooncake_client"), f"--master_server_address={up_addr}",
                                 "--metadata_server=P2PHANDSHAKE", "--host=127.0.0.1", f"--port={ucport}",
                                 "--global_segment_size=2 GB", "--protocol=tcp"], None, env=uenv, port=ucport))
             time.sleep(1)  # its segment mounted
-            workers["upstream"] = Worker(os.path.join(upath, "python"), {"kind": "upstream", "master": up_addr,
-                                         "batch": BATCH, "threads": THREADS, "max_size": SIZES[-1][0]}, uenv, quiet=True)
-        peers = [p for p in PEERS if p in workers]
-        got = {}  # (op, label, peer) -> [ops/s per round]
+            workers["upstream"] = group(lambda: Worker(os.path.join(upath, "python"), {
+                "kind": "upstream", "master": up_addr, "batch": BATCH, "threads": THREADS,
+                "max_size": SIZES[-1][0]}, uenv, quiet=True))
+        peers = [p for p in PEERS if p in workers] + [p for p in workers if p not in PEERS]
+        asked = set(args.ops.split(",")) if args.ops else set(OPS)
+        ops = [o for o in OPS if o in asked or any(SOURCE.get(a) == o for a in asked)]  # a get needs its put
+        got, cpu = {}, {}  # (op, label, peer) -> [ops/s per round], [server CPU µs per op per round]
         t_start = time.perf_counter()
         for rnd in range(args.rounds):
             order = peers[rnd % len(peers):] + peers[:rnd % len(peers)]
             for size, label, n_single, n_batch in SIZES:
-                for op in OPS:
+                for op in ops:
                     n = max(THREADS, int((n_single if op in SINGLE else n_batch) * args.scale))
-                    src = {"get": "put", "get_mt": "put_mt", "batch_get_into": "batch_put_from", "get_batch": "put_batch",
-                           "batch_is_exist": "put_batch"}.get(op, op)
+                    src = SOURCE.get(op, op)
                     for peer in order:
-                        r = workers[peer].ask(op=op, size=size, n=n, tag=f"r{rnd}/{label}/{src}")
+                        c0 = server_cpu(servers[peer])
+                        r = workers[peer].ask(op=op, size=size, n=n, tag=f"r{rnd}/{label}/{src}", reps=args.read_reps)
                         if "error" in r:
                             raise RuntimeError(f"{peer} {op} {label}: {r['error']}")
                         got.setdefault((op, label, peer), []).append(r["ops"] / r["secs"])
+                        cpu.setdefault((op, label, peer), []).append((server_cpu(servers[peer]) - c0) / r["ops"] * 1e6)
                 for w in workers.values():
                     w.ask(op="clear")
             print(f"smallops_bench: round {rnd + 1}/{args.rounds} done; elapsed "
                   f"{time.perf_counter() - t_start:.1f} s", file=sys.stderr, flush=True)
         rows = []
         for _, label, _, _ in SIZES:
-            for op in OPS:
+            for op in ops:
                 row = {"op": op, "size": label, "batch": 1 if op in SINGLE else BATCH}
                 for peer in peers:
                     row[peer] = statistics.median(got[(op, label, peer)])
                     row[peer + "_rounds"] = got[(op, label, peer)]
+                    row[peer + "_server_cpu_us"] = statistics.median(cpu[(op, label, peer)])
                 rows.append(row)
-        return {"rows": rows, "peers": peers, "rounds": args.rounds, "scale": args.scale}
+        return {"rows": rows, "peers": peers, "rounds": args.rounds, "scale": args.scale, "clients": args.clients,
+                "peer_env": args.peer_env, "read_reps": args.read_reps, "ops": args.ops}
     finally:
         for w in workers.values():
             w.close()
@@ -366,6 +430,18 @@ def bench(args) -> dict:
                 p.wait(10)
             except subprocess.TimeoutExpired:
                 p.kill()
+
+
+def peer_envs(specs: list) -> dict:
+    """--peer-env NAME:VAR=VALUE[,VAR=VALUE...] -> {NAME: {VAR: VALUE}}."""
+    out = {}
+    for spec in specs or []:
+        name, _, assigns = spec.partition(":")
+        env = dict(a.split("=", 1) for a in assigns.split(",") if "=" in a)
+        if not name or name in PEERS or not env:
+            raise SystemExit(f"--peer-env {spec!r}: want NAME:VAR=VALUE[,VAR=VALUE], NAME not one of {PEERS}")
+        out[name] = env
+    return out
 
 
 def table(res: dict, leave_out: tuple = ()) -> list[str]:
@@ -379,19 +455,44 @@ def table(res: dict, leave_out: tuple = ()) -> list[str]:
     return out
 
 
+def cpu_table(res: dict, leave_out: tuple = ()) -> list[str]:
+    """The server's CPU per op (per key for batches): our master, redis-server, upstream's master."""
+    peers = [p for p in res["peers"] if p not in leave_out]
+    out = ["| op | value | keys per call | " + " | ".join(f"{p} (µs)" for p in peers) + " |",
+           "|" + "---|" * (3 + len(peers))]
+    for r in res["rows"]:
+        out.append(f"| {LABELS.get(r['op'], r['op'])} | {r['size']} | {r['batch']} | " +
+                   " | ".join(f"{r[p + '_server_cpu_us']:.1f}" for p in peers) + " |")
+    return out
+
+
 def doc_section(res: dict) -> str:
+    k = res.get("clients", 1)
     cmd = "python bench/smallops_bench.py --write-doc" + \
         (" --baseline DIR" if "baseline" in res["peers"] else "") + \
         (f" --rounds {res['rounds']}" if res["rounds"] != 4 else "") + \
-        (f" --scale {res['scale']:g}" if res["scale"] != 1 else "")
+        (f" --scale {res['scale']:g}" if res["scale"] != 1 else "") + \
+        (f" --clients {k}" if k != 1 else "") + \
+        (f" --read-reps {res['read_reps']}" if res.get("read_reps", 1) != 1 else "") + \
+        (f" --ops {res['ops']}" if res.get("ops") else "") + \
+        "".join(f" --peer-env {p}" for p in res.get("peer_env", []))
     up = "upstream = mooncake-transfer-engine-non-cuda 0.3.13.post1 (its own master and client, tcp)" \
         if "upstream" in res["peers"] else "upstream's release was not installed: left out"
-    return "\n".join([
+    who = "one client process doing the ops" if k == 1 else \
+        f"{k} client processes doing each op at once (keys of their own; their ops summed over the span from the first start to the last end)"
+    conns = "one connection" if k == 1 else f"{k} connections, one per process"
+    extra = "".join(f"; `{p.split(':', 1)[0]}`: ours with `{p.split(':', 1)[1]}` on master, holder and clients"
+                    for p in res.get("peer_env", []))
+    lines = [
         f"`{cmd}`, {time.strftime('%Y-%m-%d')}; {os.cpu_count()} cores, {platform.machine()}, "
         f"Python {platform.python_version()}. Median of {res['rounds']} rounds, the peers alternated "
-        "op by op; one master, one client process holding the memory, one doing the ops, values over tcp "
-        "(ours: `MC_FORCE_TCP=1`); " + up + "; redis-server over one connection (batches: one "
-        "MSET/MGET of 64 keys, 64 pipelined EXISTS). Batches count keys.", ""] + table(res, ("baseline",)))
+        f"op by op; one master, one client process holding the memory, {who}, values over tcp "
+        "(ours: `MC_FORCE_TCP=1`); " + up + f"; redis-server over {conns} (batches: one "
+        "MSET/MGET of 64 keys, 64 pipelined EXISTS)" + extra + ". Batches count keys.", ""] + table(res, ("baseline",))
+    if k != 1:
+        lines += ["", "The server's CPU per op (per key for batches), median of the rounds: our master, "
+                  "redis-server, upstream's master.", ""] + cpu_table(res, ("baseline",))
+    return "\n".join(lines)
 
 
 def in_namespace(args) -> None:
@@ -409,6 +510,13 @@ def main():
                     help="virtualenv with upstream's release wheel ('' leaves upstream out)")
     ap.add_argument("--baseline", default="", metavar="DIR",
                     help="also run another checkout of this project (built from DIR) as peer 'baseline'")
+    ap.add_argument("--clients", type=int, default=1, metavar="K",
+                    help="K client processes per peer doing each op at once (one master; their keys/s summed)")
+    ap.add_argument("--read-reps", type=int, default=1, metavar="R",
+                    help="each read op goes over its keys R times (longer windows for fast reads)")
+    ap.add_argument("--ops", default="", help="comma-separated ops to run (default: all)")
+    ap.add_argument("--peer-env", action="append", default=[], metavar="NAME:VAR=VALUE[,VAR=VALUE]",
+                    help="also run ours with these environment variables (master, holder and workers) as peer NAME")
     ap.add_argument("--json", default="", metavar="FILE", help="write the results as JSON")
     ap.add_argument("--write-doc", action="store_true", help="replace the smallops table of docs/performance.md")
     ap.add_argument("--in-ns", action="store_true", help=argparse.SUPPRESS)
@@ -422,8 +530,10 @@ def main():
         binary(name)  # built once, before entering the namespace
     if args.baseline:
         build_baseline(args.baseline)
+    peer_envs(args.peer_env)  # checked before the run
     cmd = ["unshare", "-n", sys.executable, os.path.abspath(__file__), "--in-ns", f"--rounds={args.rounds}",
-           f"--scale={args.scale}", f"--upstream-venv={args.upstream_venv}", f"--baseline={args.baseline}"]
+           f"--scale={args.scale}", f"--upstream-venv={args.upstream_venv}", f"--baseline={args.baseline}",
+           f"--clients={args.clients}", f"--ops={args.ops}", f"--read-reps={args.read_reps}"] + [f"--peer-env={p}" for p in args.peer_env]
     out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
     res = None
     for line in out.stdout.splitlines():
@@ -438,7 +548,11 @@ def main():
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)
     if args.write_doc:
-        print(f"wrote the small-op figures into {write_section('smallops_bench', doc_section(res))}")
+        if args.clients == 1:
+            path = write_section('smallops_bench', doc_section(res))
+        else:
+            path = write_section('smallops_clients', doc_section(res))
+        print(f"wrote the small-op figures into {path}")
 
 
 if __name__ == "__main__":
