@@ -116,7 +116,7 @@ func TestSmallValuesAnsweredByTheMaster(t *testing.T) {
 // exact.
 func TestSmallValuesCacheKeepsTheRecentOnes(t *testing.T) {
 	const n, held = 64, 8
-	_, addr := startMaster(t, func(c *master.Config) { c.SmallValueCacheBytes = held * DefaultSmallValueBytes })
+	srv, addr := startMaster(t, func(c *master.Config) { c.SmallValueCacheBytes = held * DefaultSmallValueBytes })
 	newClient(t, addr, 64<<20)
 	c := newClient(t, addr, 0)
 	ctx := context.Background()
@@ -145,5 +145,10 @@ func TestSmallValuesCacheKeepsTheRecentOnes(t *testing.T) {
 	}
 	if got := c.CachedReads() - before; got != 0 {
 		t.Fatalf("%d older values answered from the cache, want 0", got)
+	}
+	// The master's metrics say the same.
+	if m := srv.Snapshot(); m.ValueCacheBytes != held*DefaultSmallValueBytes || m.ValueCacheHits != held || m.ValueCacheDrops != n-held {
+		t.Fatalf("metrics: value cache %d bytes, %d hits, %d drops; want %d, %d, %d", m.ValueCacheBytes, m.ValueCacheHits,
+			m.ValueCacheDrops, held*DefaultSmallValueBytes, held, n-held)
 	}
 }

@@ -322,6 +322,7 @@ func (s *Server) Snapshot() metrics.Snapshot {
 		EvictionPasses: st.Counters.EvictionPasses, ReclaimedPuts: st.Counters.ReclaimedPuts,
 		ExpiredClients: st.Counters.ExpiredClients, AppliedEntries: s.state.Applied(), Role: s.role,
 		DFSUsed: st.DFSUsed, DFSCapacity: s.dfsCapacity(),
+		ValueCacheBytes: s.state.CachedValueBytes(), ValueCacheHits: st.Counters.ValueCacheHits, ValueCacheDrops: st.Counters.ValueCacheDrops,
 		Tier: metrics.TierStats{DiskOnly: st.DiskOnly, Moving: st.Moving, Offloaded: st.Counters.OffloadedObjects,
 			OffloadFailures: st.Counters.OffloadFailures, DFSRefused: st.Counters.DFSRefused,
 			DFSEvictedObjects: st.Counters.DFSEvictedObjects, DiskReads: st.Counters.DiskReads, Promotions: st.Counters.Promotions,

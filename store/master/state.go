@@ -80,6 +80,9 @@ type Counters struct {
 	LocalDiskLost         uint64 `json:"local_disk_lost,omitempty"`         // local-disk replicas dropped with their client
 	LocalDiskEvicted      uint64 `json:"local_disk_evicted,omitempty"`      // local-disk copies dropped to stay within a client's quota
 	LocalDiskRefused      uint64 `json:"local_disk_refused,omitempty"`      // moves to a local disk refused: quota reached, no disk eviction
+	// The value cache (valuecache.go).
+	ValueCacheHits  uint64 `json:"value_cache_hits,omitempty"`  // gets answered with a small value's bytes
+	ValueCacheDrops uint64 `json:"value_cache_drops,omitempty"` // cached values dropped to make room for newer ones
 }
 
 // State is the master's metadata: segments, objects and clients. It changes only through Apply;

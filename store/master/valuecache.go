@@ -86,6 +86,7 @@ func (s *State) cacheValue(o *object, v []byte) {
 	}
 	for s.valueBytes+o.size > budget && s.values.head != nil && usedBefore(s.values.head, o) {
 		s.dropValue(s.values.head)
+		s.counters.ValueCacheDrops++
 	}
 	if s.valueBytes+o.size > budget {
 		return
@@ -138,6 +139,7 @@ func (s *State) cachedValue(o *object) []byte {
 	if o.value == nil || !s.inMemory(o) {
 		return nil
 	}
+	s.counters.ValueCacheHits++
 	return o.value
 }
 

@@ -91,6 +91,10 @@ func TestValueCacheKeepsTheRecentlyUsedValuesWithinItsBudget(t *testing.T) {
 	if got := h.s.CachedValueBytes(); got != 3*4096 {
 		t.Fatalf("cache holds %d bytes, want %d", got, 3*4096)
 	}
+	// Gets answered with bytes: a (twice), c, d; dropped to make room: b.
+	if c := h.s.counters; c.ValueCacheHits != 4 || c.ValueCacheDrops != 1 {
+		t.Fatalf("value cache hits %d, drops %d; want 4, 1", c.ValueCacheHits, c.ValueCacheDrops)
+	}
 	// A standby replaying the log and a restored snapshot hold the same bytes.
 	replay := NewState(h.s.cfg)
 	for _, e := range h.log {

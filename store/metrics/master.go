@@ -46,6 +46,9 @@ type Snapshot struct {
 	DFSCapacity uint64 // bytes the tier may hold
 	DFSUsed     uint64 // bytes of objects stored in the tier
 	Tier        TierStats
+
+	// The value cache: small values' bytes the master answers gets with.
+	ValueCacheBytes, ValueCacheHits, ValueCacheDrops uint64
 }
 
 // Ops are the operations with their own mooncake_master_<op>_requests_total and
@@ -162,6 +165,8 @@ func (m *Master) Summary() string {
 		s.Objects, s.PendingPuts, s.SoftPinned, s.HardPinned, s.Leased)
 	fmt.Fprintf(&b, "evicted_objects=%d evicted_bytes=%s eviction_passes=%d reclaimed_puts=%d expired_clients=%d\n",
 		s.EvictedObjects, HumanBytes(s.EvictedBytes), s.EvictionPasses, s.ReclaimedPuts, s.ExpiredClients)
+	fmt.Fprintf(&b, "value_cache=%s value_cache_hits=%d value_cache_drops=%d\n",
+		HumanBytes(s.ValueCacheBytes), s.ValueCacheHits, s.ValueCacheDrops)
 	mf, err := m.reg.Gather()
 	if err == nil {
 		var parts []string
@@ -228,6 +233,9 @@ var (
 	descReclaimed  = prometheus.NewDesc("mooncake_master_reclaimed_puts_total", "Unfinished puts reclaimed or pre-empted.", nil, nil)
 	descExpired    = prometheus.NewDesc("mooncake_master_expired_clients_total", "Clients unmounted after missing client_ttl.", nil, nil)
 	descApplied    = prometheus.NewDesc("mooncake_master_applied_entries_total", "State-machine entries applied.", nil, nil)
+	descVCBytes    = prometheus.NewDesc("mooncake_master_value_cache_bytes", "Bytes of small values the master keeps to answer gets with (--small_value_cache_bytes).", nil, nil)
+	descVCHits     = prometheus.NewDesc("mooncake_master_value_cache_hits_total", "Gets answered with a small value's bytes from the master's cache (no transfer).", nil, nil)
+	descVCDrops    = prometheus.NewDesc("mooncake_master_value_cache_drops_total", "Small values dropped from the master's cache to make room for newer ones.", nil, nil)
 
 	descRole        = prometheus.NewDesc("mooncake_master_ha_role", "1 for this master's current HA role (leader, standby, ...).", []string{"role"}, nil)
 	descServing     = prometheus.NewDesc("mooncake_master_ha_serving", "1 while this master is the serving leader.", nil, nil)
@@ -244,7 +252,7 @@ type stateCollector struct{ m *Master }
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descObjects, descPending, descSoft, descHard, descLeased, descCapacity,
 		descAllocated, descUsage, descSegments, descClients, descMounting, descSegFree, descSegCap, descSegUsed,
-		descEvicted, descEvictBytes, descPasses, descReclaimed, descExpired, descApplied,
+		descEvicted, descEvictBytes, descPasses, descReclaimed, descExpired, descApplied, descVCBytes, descVCHits, descVCDrops,
 		descRole, descServing, descOplogSeq, descDurableSeq, descLag, descLagAlert, descTransitions, descVerify,
 		descDFSCapacity, descDFSUsed, descTierObjects, descTierMoves, descTierReads} {
 		ch <- d
@@ -285,6 +293,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ct(descReclaimed, s.ReclaimedPuts)
 	ct(descExpired, s.ExpiredClients)
 	ct(descApplied, s.AppliedEntries)
+	g(descVCBytes, float64(s.ValueCacheBytes))
+	ct(descVCHits, s.ValueCacheHits)
+	ct(descVCDrops, s.ValueCacheDrops)
 	g(descDFSCapacity, float64(s.DFSCapacity))
 	g(descDFSUsed, float64(s.DFSUsed))
 	collectTier(ch, s.Tier)

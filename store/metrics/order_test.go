@@ -55,3 +55,22 @@ func TestExpositionOrder(t *testing.T) {
 		t.Fatalf("no go_/process_ metrics: %v", names)
 	}
 }
+
+// TestValueCacheMetrics: the value cache's bytes, hits and drops are exported as a gauge and
+// two counters, and the summary shows them.
+func TestValueCacheMetrics(t *testing.T) {
+	m := NewMaster(func() Snapshot { return Snapshot{ValueCacheBytes: 8192, ValueCacheHits: 3, ValueCacheDrops: 2} })
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Result().Body)
+	for _, want := range []string{"# TYPE mooncake_master_value_cache_bytes gauge\nmooncake_master_value_cache_bytes 8192\n",
+		"# TYPE mooncake_master_value_cache_hits_total counter\nmooncake_master_value_cache_hits_total 3\n",
+		"# TYPE mooncake_master_value_cache_drops_total counter\nmooncake_master_value_cache_drops_total 2\n"} {
+		if !strings.Contains(string(body), want) {
+			t.Fatalf("no %q in\n%s", want, body)
+		}
+	}
+	if s := m.Summary(); !strings.Contains(s, "value_cache=8.0 KiB value_cache_hits=3 value_cache_drops=2\n") {
+		t.Fatalf("summary: %s", s)
+	}
+}
