@@ -228,7 +228,7 @@ for line in sys.stdin:
         time.sleep(max(0.0, c.get("start_at", 0) - time.time()))  # --clients: the workers start together
         t0 = time.time()
         secs = ops = 0
-        for _ in range(c.get("reps", 1) if c["op"] in ("get", "get_mt", "batch_get_into", "get_batch", "batch_is_exist") else 1):
+        for _ in range(c.get("reps", 1)):
             s_, o_ = run(c["op"], c["size"], c["n"], c["tag"])  # --read-reps: a read op goes over its keys again
             secs, ops = secs + s_, ops + o_
         print(json.dumps({"secs": secs, "ops": ops, "t0": t0, "t1": time.time()}), flush=True)
@@ -401,7 +401,8 @@ def bench(args) -> dict:
                     src = SOURCE.get(op, op)
                     for peer in order:
                         c0 = server_cpu(servers[peer])
-                        r = workers[peer].ask(op=op, size=size, n=n, tag=f"r{rnd}/{label}/{src}", reps=args.read_reps)
+                        r = workers[peer].ask(op=op, size=size, n=n, tag=f"r{rnd}/{label}/{src}",
+                                              reps=args.read_reps if op in SOURCE else 1)  # --read-reps: reads only
                         if "error" in r:
                             raise RuntimeError(f"{peer} {op} {label}: {r['error']}")
                         got.setdefault((op, label, peer), []).append(r["ops"] / r["secs"])

@@ -246,18 +246,12 @@ func setInt(dst *int, k *Knob) {
 // GCHeapFloor is the floor internal/gcfloor keeps (MOONCAKE_GC_HEAP_FLOOR; 64 MiB unless it
 // is 0): 0 when GOGC is set, so that the runtime's own setting is kept.
 func GCHeapFloor() uint64 {
-	if GOGC.String() != "" {
+	v := GCHeapFloorBytes.Trimmed()
+	if GOGC.String() != "" || v == "0" || v == "off" {
 		return 0
 	}
-	switch v := GCHeapFloorBytes.Trimmed(); v {
-	case "0", "off":
-		return 0
-	case "":
-		return 64 << 20
-	default:
-		if n := ParseSize(v); n > 0 {
-			return uint64(n)
-		}
-		return 64 << 20
+	if n := ParseSize(v); n > 0 {
+		return uint64(n)
 	}
+	return 64 << 20
 }

@@ -25,27 +25,20 @@ const maxCachedValue = 64 << 10
 
 // When a new value does not fit, the values of the objects least recently used (lastAccess:
 // their last put, get or promotion) make room, as long as they are older than the new one; the
-// objects stay, and their gets read a replica again. The order is lastAccess, then key: every
-// replica of the state has the same one, since lastAccess moves only in Apply (gets included:
-// a lease grant is an entry), and a decoded snapshot sorts by it (linkValues).
+// objects stay, and their gets read a replica again. The order is eviction's (lruOrder:
+// lastAccess, then key): every replica of the state has the same one, since lastAccess moves
+// only in Apply (gets included: a lease grant is an entry), and a decoded snapshot sorts by it
+// (linkValues).
 
 // valueList is the objects holding cached bytes, least recently used first, linked through
 // object.valuePrev and valueNext.
 type valueList struct{ head, tail *object }
 
-// usedBefore reports whether a comes before b in the cache's order.
-func usedBefore(a, b *object) bool {
-	if a.lastAccess != b.lastAccess {
-		return a.lastAccess < b.lastAccess
-	}
-	return a.key < b.key
-}
-
 // insert links o at its place, searching from the most recently used end (where a new or
 // just-read value goes, so the search is one step but for ties of lastAccess).
 func (l *valueList) insert(o *object) {
 	p := l.tail
-	for p != nil && usedBefore(o, p) {
+	for p != nil && lruOrder(o, p) < 0 {
 		p = p.valuePrev
 	}
 	o.valuePrev = p
@@ -84,7 +77,7 @@ func (s *State) cacheValue(o *object, v []byte) {
 		len(o.replicas) == 0 || o.size > budget {
 		return
 	}
-	for s.valueBytes+o.size > budget && s.values.head != nil && usedBefore(s.values.head, o) {
+	for s.valueBytes+o.size > budget && s.values.head != nil && lruOrder(s.values.head, o) < 0 {
 		s.dropValue(s.values.head)
 		s.counters.ValueCacheDrops++
 	}
@@ -115,7 +108,8 @@ func (s *State) dropValue(o *object) {
 	}
 }
 
-// linkValues orders the objects of a decoded state that hold cached bytes.
+// linkValues orders the objects of a decoded state that hold cached bytes (sorted first, so
+// that each insert is one step).
 func (s *State) linkValues() {
 	var held []*object
 	for _, o := range s.objects {
@@ -123,18 +117,14 @@ func (s *State) linkValues() {
 			held = append(held, o)
 		}
 	}
-	slices.SortFunc(held, func(a, b *object) int {
-		if usedBefore(a, b) {
-			return -1
-		}
-		return 1
-	})
+	slices.SortFunc(held, lruOrder)
 	for _, o := range held {
 		s.values.insert(o)
 	}
 }
 
-// cachedValue is what grantLease answers with: o's bytes while it has a memory copy.
+// cachedValue is what grantLease answers with: o's bytes while it has a memory copy (a hit,
+// counted).
 func (s *State) cachedValue(o *object) []byte {
 	if o.value == nil || !s.inMemory(o) {
 		return nil

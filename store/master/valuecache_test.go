@@ -42,7 +42,7 @@ func checkValues(t *testing.T, s *State) {
 	var n, sum uint64
 	var prev *object
 	for o := s.values.head; o != nil; prev, o = o, o.valueNext {
-		if o.valuePrev != prev || o.value == nil || (prev != nil && !usedBefore(prev, o)) {
+		if o.valuePrev != prev || o.value == nil || (prev != nil && lruOrder(prev, o) >= 0) {
 			t.Fatalf("value list broken at %q (after %v)", o.key, prev != nil)
 		}
 		n++
