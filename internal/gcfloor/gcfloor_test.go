@@ -3,7 +3,9 @@ package gcfloor
 import (
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"testing"
+	"time"
 )
 
 func TestPercent(t *testing.T) {
@@ -26,25 +28,36 @@ func TestPercent(t *testing.T) {
 // sink keeps the allocations below from being optimised away.
 var sink []byte
 
-// With a 64 MiB floor, allocating 512 MiB of short-lived garbage takes a handful of
-// collections, where Go's default pacing (a 4 MiB minimum heap) takes more than a hundred;
-// the percent stays set by the floor after every collection.
+// gogc is the GC percent in effect, read without changing it.
+func gogc() uint64 {
+	m := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(m)
+	return m[0].Value.Uint64()
+}
+
+// After a collection the tuner sets the percent (never below 100, so a 99 set before the
+// collection must go); then 512 MiB of short-lived garbage takes a handful of collections under
+// a 64 MiB floor, where Go's default pacing (a 4 MiB minimum heap) takes more than a hundred.
+// (How few depends on how much the collector finds live, which slow marking raises: only the
+// upper bound is the floor's.)
 func TestFloorSpacesCollections(t *testing.T) {
-	defer debug.SetGCPercent(debug.SetGCPercent(100))
 	Start(64 << 20)
-	runtime.GC() // a collection with the floor's percent in place
+	debug.SetGCPercent(99)
+	runtime.GC()
+	for deadline := time.Now().Add(30 * time.Second); gogc() == 99; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the GC percent was not set after a collection")
+		}
+	}
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	for range 512 * 16 {
 		sink = make([]byte, 64<<10)
 	}
 	runtime.ReadMemStats(&after)
-	n := after.NumGC - before.NumGC
-	if n < 4 || n > 16 {
-		t.Fatalf("%d collections for 512 MiB allocated under a 64 MiB floor, want 4 to 16", n)
+	if n := after.NumGC - before.NumGC; n > 32 {
+		t.Fatalf("%d collections for 512 MiB allocated under a 64 MiB floor, want at most 32", n)
+	} else {
+		t.Logf("%d collections", n)
 	}
-	if p := debug.SetGCPercent(100); p <= 100 {
-		t.Fatalf("GC percent %d after the collections, want the floor's (above 100 for this test's heap, under 64 MiB)", p)
-	}
-	t.Logf("%d collections", n)
 }
