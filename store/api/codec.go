@@ -23,6 +23,15 @@ func (jsonCodec) Marshal(v any) ([]byte, error) {
 	return b, nil
 }
 
+// marshalAppend is Marshal appending to dst when v is one of the hot messages (the framed
+// server reuses one buffer per connection for its answers).
+func (c jsonCodec) marshalAppend(dst []byte, v any) ([]byte, error) {
+	if b, ok := fastAppend(dst, v); ok {
+		return b, nil
+	}
+	return c.Marshal(v)
+}
+
 func (jsonCodec) Unmarshal(data []byte, v any) error {
 	if fastUnmarshal(data, v) { // the hot messages, when within the subset (fastjson.go)
 		return nil

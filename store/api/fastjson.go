@@ -26,8 +26,10 @@ import (
 
 // fastMarshal writes v's JSON when v is one of the hot messages; false: use encoding/json.
 // It switches on the exact type: a type that embeds Status does not inherit its writer.
-func fastMarshal(v any) ([]byte, bool) {
-	b := make([]byte, 0, 256)
+func fastMarshal(v any) ([]byte, bool) { return fastAppend(make([]byte, 0, 256), v) }
+
+// fastAppend is fastMarshal appending to b.
+func fastAppend(b []byte, v any) ([]byte, bool) {
 	switch m := v.(type) {
 	case *KeyRequest:
 		return m.appendJSON(b)

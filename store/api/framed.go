@@ -116,16 +116,23 @@ func (l *FramedServer) serveConn(c net.Conn, info ConnInfo) {
 	r := bufio.NewReaderSize(rw, 64<<10)
 	w := bufio.NewWriterSize(rw, 64<<10)
 	var codec jsonCodec
+	// The request frame and the answer's JSON are read and written in buffers of this
+	// connection, used again by its next call: requests decode into copies (strings, values),
+	// and an answer is in the socket's buffer before the next request is read.
+	var in, outBuf []byte
 	for {
 		if l.IdleTimeout > 0 {
 			c.SetReadDeadline(time.Now().Add(l.IdleTimeout))
 		}
-		frame, err := readFrame(r)
+		frame, err := readFrameInto(r, in)
 		if err != nil {
 			return // EOF, idle too long, or a malformed frame: drop the connection
 		}
 		if l.IdleTimeout > 0 {
 			c.SetReadDeadline(time.Time{})
+		}
+		if cap(frame) <= keptFrameBuffer {
+			in = frame
 		}
 		if len(frame) < 1 || len(frame) < 1+int(frame[0]) {
 			return
@@ -165,7 +172,7 @@ func (l *FramedServer) serveConn(c net.Conn, info ConnInfo) {
 			if attached {
 				resp, outVals = detachValues(resp)
 			}
-			out, err = codec.Marshal(resp)
+			out, err = codec.marshalAppend(outBuf[:0], resp)
 		}
 		if err == nil && outVals != nil {
 			err = writeFrame(w, append([][]byte{{replyAttached}}, attachedParts(out, outVals)...)...)
@@ -178,10 +185,19 @@ func (l *FramedServer) serveConn(c net.Conn, info ConnInfo) {
 		if err != nil {
 			return
 		}
+		if cap(out) <= keptFrameBuffer {
+			outBuf = out
+		}
 	}
 }
 
-func readFrame(r *bufio.Reader) ([]byte, error) {
+// keptFrameBuffer: a connection keeps buffers up to this size for its next call.
+const keptFrameBuffer = 1 << 20
+
+func readFrame(r *bufio.Reader) ([]byte, error) { return readFrameInto(r, nil) }
+
+// readFrameInto reads a frame into buf when it is large enough (else into a new slice).
+func readFrameInto(r *bufio.Reader, buf []byte) ([]byte, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return nil, err
@@ -190,7 +206,11 @@ func readFrame(r *bufio.Reader) ([]byte, error) {
 	if n > framedMaxFrame {
 		return nil, fmt.Errorf("frame of %d bytes exceeds the %d-byte limit", n, framedMaxFrame)
 	}
-	buf := make([]byte, n)
+	if uint32(cap(buf)) >= n {
+		buf = buf[:n]
+	} else {
+		buf = make([]byte, n)
+	}
 	if _, err := io.ReadFull(r, buf); err != nil {
 		return nil, err
 	}

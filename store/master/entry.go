@@ -64,6 +64,10 @@ type Entry struct {
 	Error     string               `json:"error,omitempty"`    // OpOffloadDone/OpPromoteDone: why the move failed
 	Value     []byte               `json:"value,omitempty"`    // OpPutEnd: the value written, for the value cache (valuecache.go)
 	Reserved  string               `json:"reserved,omitempty"` // OpPutEndReserved: the reservation that holds Key's value
+
+	// results, on an OpBatch only: room for its results (Result.Batch), when the proposer
+	// reuses it (Server.batch); nil: applying allocates it. Not part of the entry's meaning.
+	results []Result
 }
 
 // Result is what applying an entry produced; the RPC layer turns it into a response.

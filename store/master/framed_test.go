@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -313,4 +315,67 @@ func rawFramedCall(t *testing.T, conn net.Conn, method string, body []byte) []by
 		t.Fatal(err)
 	}
 	return reply
+}
+
+// A connection reads each request into the frame buffer of its last one and writes each
+// answer from the buffer of its last answer: what a request left in the state (keys, client
+// ids, a small value's bytes) must not change when the next request of the same size is read
+// over it, nor an answer when the next is written.
+func TestFramedRequestsOutliveTheirFrame(t *testing.T) {
+	srv, _, addr := startServer(t)
+	framedMounted(t, addr) // mounts c1's segment
+	conn := rawFramedConn(t, addr)
+	method := func(name string) string { return "/" + api.ServiceName + "/" + name }
+	value := func(c byte) []byte { return bytes.Repeat([]byte{c}, 64) }
+	// A first request larger than all the others: each later one is read into its buffer.
+	var many []string
+	for i := range 200 {
+		many = append(many, fmt.Sprintf("absent-%d", i))
+	}
+	big, _ := json.Marshal(api.BatchKeysRequest{ClientID: "c1", Keys: many})
+	if r := rawFramedCall(t, conn, method("BatchExistKey"), big); r[0] != 0 {
+		t.Fatalf("batch exist: %q", r)
+	}
+	var answers [][]byte
+	for _, c := range []byte{'A', 'B', 'C'} {
+		key := "key-" + strings.Repeat(string(c), 8)
+		start, _ := json.Marshal(api.PutStartRequest{ClientID: "c1", Key: key, Size: 64, Config: api.ReplicateConfig{ReplicaNum: 1}})
+		if r := rawFramedCall(t, conn, method("PutStart"), start); r[0] != 0 || !strings.Contains(string(r), `"replicas"`) {
+			t.Fatalf("put start %s: %q", key, r)
+		}
+		end, _ := json.Marshal(api.KeyRequest{ClientID: "c1", Key: key, Value: value(c)})
+		if r := rawFramedCall(t, conn, method("PutEnd"), end); r[0] != 0 || string(r[1:]) != `{"code":0}` {
+			t.Fatalf("put end %s: %q", key, r)
+		}
+		// A reader of its own: the master keeps its id (liveness), decoded by the fast reader.
+		get := fmt.Sprintf(`{"client_id":"reader-%s","key":%q}`, strings.Repeat(string(c), 8), key)
+		answers = append(answers, rawFramedCall(t, conn, method("GetReplicaList"), []byte(get)))
+	}
+	for i, c := range []byte{'A', 'B', 'C'} {
+		var got api.GetReplicaListResponse
+		if err := json.Unmarshal(answers[i][1:], &got); err != nil || got.Code != api.OK || !bytes.Equal(got.Value, value(c)) {
+			t.Fatalf("answer %d: %v %+v", i, err, got)
+		}
+		key := "key-" + strings.Repeat(string(c), 8)
+		var r api.GetReplicaListResponse
+		if err := json.Unmarshal(rawFramedCall(t, conn, method("GetReplicaList"), []byte(fmt.Sprintf(`{"client_id":"c2","key":%q}`, key)))[1:], &r); err != nil ||
+			r.Code != api.OK || !bytes.Equal(r.Value, value(c)) {
+			t.Fatalf("get %s after the later requests: %v %+v", key, err, r)
+		}
+	}
+	srv.View(func(st *State) {
+		if keys := st.Keys(); !slices.Equal(keys, []string{"key-AAAAAAAA", "key-BBBBBBBB", "key-CCCCCCCC"}) {
+			t.Errorf("the master's keys: %q", keys)
+		}
+	})
+	srv.mu.Lock()
+	var seen []string
+	for id := range srv.lastSeen {
+		seen = append(seen, id)
+	}
+	srv.mu.Unlock()
+	slices.Sort(seen)
+	if want := []string{"c1", "c2", "reader-AAAAAAAA", "reader-BBBBBBBB", "reader-CCCCCCCC"}; !slices.Equal(seen, want) {
+		t.Errorf("clients the master heard from: %q, want %q", seen, want)
+	}
 }

@@ -71,6 +71,7 @@ type Server struct {
 	clientExpired func(clientID string, engines []string)
 	// HA discovery handed to clients (ServiceStatus), "" without --enable_ha.
 	haBackend, haEndpoints string
+	batchBufs              batchBufs // slices of batch calls, reused (batchbufs.go)
 	// graceFrom: clients this leader has not heard from yet count as seen at this moment, set
 	// one discovery allowance after the takeover (becomeLeader); zero: now.
 	graceFrom time.Time
@@ -610,18 +611,34 @@ func (s *Server) RemoveAll(ctx context.Context, r *api.RemoveAllRequest) (*api.C
 	return &api.CountResponse{Status: res.Status(), Count: res.Count}, nil
 }
 
-// batch applies one Batch entry built from per-key entries.
-func (s *Server) batch(ctx context.Context, clientID string, n int, mk func(i int) Entry) ([]Result, api.Status) {
-	e := Entry{Op: OpBatch, ClientID: clientID, Batch: make([]Entry, n)}
+// batch applies one Batch entry built from per-key entries and hands use its results: only
+// during the call, as their slice is used again by later batches (so is the entries'), which
+// spares the collector two slices of every batch call. Without a result (the entry was not
+// applied: not serving, the log failed) use is not called and the status says why.
+func (s *Server) batch(ctx context.Context, clientID string, n int, mk func(i int) Entry, use func([]Result)) api.Status {
+	e := Entry{Op: OpBatch, ClientID: clientID}
+	// An operation log (tests') may keep the entry: it gets slices of its own.
+	reuse := s.log == nil
+	if reuse {
+		e.Batch, e.results = s.batchBufs.get(n)
+	} else {
+		e.Batch = make([]Entry, n)
+	}
 	for i := range n {
 		e.Batch[i] = mk(i)
 		e.Batch[i].ClientID = clientID
 	}
 	res := s.do(ctx, e)
-	if res.Code != api.OK {
-		return nil, res.Status()
+	if res.Code == api.OK {
+		use(res.Batch)
 	}
-	return res.Batch, api.Status{}
+	if reuse {
+		s.batchBufs.put(e.Batch, res.Batch)
+	}
+	if res.Code != api.OK {
+		return res.Status()
+	}
+	return api.Status{}
 }
 
 func (s *Server) BatchPutStart(ctx context.Context, r *api.BatchPutStartRequest) (*api.BatchPutStartResponse, error) {
@@ -637,9 +654,18 @@ func (s *Server) BatchPutStart(ctx context.Context, r *api.BatchPutStartRequest)
 	}
 	first := true
 	s.waitRoom(ctx, r.WaitMs, func() bool {
-		results, st := s.batch(ctx, r.ClientID, len(pending), func(j int) Entry {
+		var retry []int
+		st := s.batch(ctx, r.ClientID, len(pending), func(j int) Entry {
 			i := pending[j]
 			return Entry{Op: OpPutStart, Key: r.Keys[i], Size: r.Sizes[i], Config: &cfg, Upsert: r.Upsert}
+		}, func(results []Result) {
+			for j, res := range results {
+				i := pending[j]
+				out.Results[i] = api.PutStartResponse{Status: res.Status(), Replicas: res.Replicas, Retry: res.Retry}
+				if res.Retry {
+					retry = append(retry, i)
+				}
+			}
 		})
 		if st.Code != api.OK {
 			if first {
@@ -652,14 +678,6 @@ func (s *Server) BatchPutStart(ctx context.Context, r *api.BatchPutStartRequest)
 			return false
 		}
 		first = false
-		var retry []int
-		for j, res := range results {
-			i := pending[j]
-			out.Results[i] = api.PutStartResponse{Status: res.Status(), Replicas: res.Replicas, Retry: res.Retry}
-			if res.Retry {
-				retry = append(retry, i)
-			}
-		}
 		// Wait only while no key found room: keys that did are answered now, so that the
 		// client writes them while moves free room for the others.
 		progress := len(retry) < len(pending)
@@ -675,29 +693,39 @@ func (s *Server) BatchPutStart(ctx context.Context, r *api.BatchPutStartRequest)
 // BatchReplicaClear drops the copies of the keys that may go (see State.replicaClear) and
 // lists them; keys that may not are skipped, as upstream's.
 func (s *Server) BatchReplicaClear(ctx context.Context, r *api.BatchReplicaClearRequest) (*api.BatchReplicaClearResponse, error) {
-	results, st := s.batch(ctx, r.ClientID, len(r.Keys), func(i int) Entry {
+	out := &api.BatchReplicaClearResponse{ClearedKeys: []string{}}
+	out.Status = s.batch(ctx, r.ClientID, len(r.Keys), func(i int) Entry {
 		return Entry{Op: OpReplicaClear, Key: r.Keys[i], SegName: r.SegmentName}
-	})
-	out := &api.BatchReplicaClearResponse{Status: st, ClearedKeys: []string{}}
-	for i, res := range results {
-		if res.Code == api.OK && res.Count > 0 {
-			out.ClearedKeys = append(out.ClearedKeys, r.Keys[i])
+	}, func(results []Result) {
+		for i, res := range results {
+			if res.Code == api.OK && res.Count > 0 {
+				out.ClearedKeys = append(out.ClearedKeys, r.Keys[i])
+			}
 		}
-	}
+	})
 	return out, nil
 }
 
 func (s *Server) batchStatus(ctx context.Context, r *api.BatchKeysRequest, op Op) *api.BatchStatusResponse {
-	results, st := s.batch(ctx, r.ClientID, len(r.Keys), func(i int) Entry {
+	out := &api.BatchStatusResponse{}
+	out.Status = s.batch(ctx, r.ClientID, len(r.Keys), func(i int) Entry {
 		e := Entry{Op: op, Key: r.Keys[i], Force: r.Force}
 		if op == OpPutEnd && i < len(r.Values) {
 			e.Value = r.Values[i] // the value cache (valuecache.go)
 		}
 		return e
-	})
-	out := &api.BatchStatusResponse{Status: st}
-	for _, res := range results {
-		out.Results = append(out.Results, res.Status())
+	}, func(results []Result) { out.Results = statuses(results) })
+	return out
+}
+
+// statuses are the results' statuses (nil for none, as an empty batch's answer has always been).
+func statuses(results []Result) []api.Status {
+	if len(results) == 0 {
+		return nil
+	}
+	out := make([]api.Status, len(results))
+	for i, res := range results {
+		out[i] = res.Status()
 	}
 	return out
 }
@@ -715,11 +743,16 @@ func (s *Server) BatchRemove(ctx context.Context, r *api.BatchKeysRequest) (*api
 }
 
 func (s *Server) BatchGetReplicaList(ctx context.Context, r *api.BatchKeysRequest) (*api.BatchGetReplicaListResponse, error) {
-	results, st := s.batch(ctx, r.ClientID, len(r.Keys), func(i int) Entry { return Entry{Op: OpGrantLease, Key: r.Keys[i]} })
-	out := &api.BatchGetReplicaListResponse{Status: st}
-	for _, res := range results {
-		out.Results = append(out.Results, s.leaseResp(res))
-	}
+	out := &api.BatchGetReplicaListResponse{}
+	out.Status = s.batch(ctx, r.ClientID, len(r.Keys), func(i int) Entry { return Entry{Op: OpGrantLease, Key: r.Keys[i]} },
+		func(results []Result) {
+			if len(results) > 0 {
+				out.Results = make([]api.GetReplicaListResponse, len(results))
+			}
+			for i, res := range results {
+				out.Results[i] = s.leaseResp(res)
+			}
+		})
 	return out, nil
 }
 

@@ -224,7 +224,11 @@ func (s *State) apply(e Entry) Result {
 		s.verifiedAt = s.applied
 		return Result{}
 	case OpBatch:
-		out := Result{Batch: make([]Result, len(e.Batch))}
+		out := Result{Batch: e.results[:0]}
+		if cap(out.Batch) < len(e.Batch) {
+			out.Batch = make([]Result, len(e.Batch))
+		}
+		out.Batch = out.Batch[:len(e.Batch)]
 		for i, sub := range e.Batch {
 			sub.Now = e.Now
 			sub.Seed = e.Seed + uint64(i)

@@ -59,14 +59,11 @@ func (s *Server) OffloadDone(ctx context.Context, r *api.OffloadDoneRequest) (*a
 
 // BatchOffloadDone records the ends of several moves in one batch entry.
 func (s *Server) BatchOffloadDone(ctx context.Context, r *api.BatchOffloadDoneRequest) (*api.BatchStatusResponse, error) {
-	results, st := s.batch(ctx, r.ClientID, len(r.Items), func(i int) Entry {
+	out := &api.BatchStatusResponse{}
+	out.Status = s.batch(ctx, r.ClientID, len(r.Items), func(i int) Entry {
 		it := r.Items[i]
 		return Entry{Op: OpOffloadDone, Key: it.Key, Path: it.Path, File: it.File, Offset: it.Offset, Checksum: it.Checksum, Error: it.Error}
-	})
-	out := &api.BatchStatusResponse{Status: st}
-	for _, res := range results {
-		out.Results = append(out.Results, res.Status())
-	}
+	}, func(results []Result) { out.Results = statuses(results) })
 	return out, nil
 }
 
