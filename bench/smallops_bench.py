@@ -36,6 +36,12 @@ the peers alternate so that it weighs on each alike.
     python bench/smallops_bench.py [--rounds 4] [--scale 1] [--baseline DIR] [--json out.json] [--write-doc]
     python bench/smallops_bench.py --clients 4 --scale 4 --ops get,get_batch,batch_is_exist \
         --peer-env gcpacing:MOONCAKE_GC_HEAP_FLOOR=0 --write-doc
+    python bench/smallops_bench.py --preload 262144 --baseline DIR --ops batch_put_from,batch_get_into --write-doc
+
+--preload N has every peer hold N more keys of 4 KiB (put before the first round, kept through
+the rounds: between rounds only the rounds' keys are removed), so that the ops run against a
+store in use; with --write-doc it writes the smallops_preload table, the baseline and the
+servers' CPU per op included.
 """
 
 from __future__ import annotations
@@ -215,15 +221,49 @@ def run(op, size, n, tag):
                 check(list(s.batch_is_exist(keys[b])) == [1] * BATCH, "batch_is_exist")
     return time.perf_counter() - t0, len(keys)
 
+def preload(n, tag):
+    """n keys tag/i of 4 KiB, in batches, that the rounds keep (--preload)."""
+    val = bytes([i % 251 for i in range(4096)])
+    t0 = time.perf_counter()
+    for j in range(0, n, BATCH):
+        keys = ["%s/%d" % (tag, i) for i in range(j, min(n, j + BATCH))]
+        if kind == "redis":
+            args = [b"MSET"]
+            for k in keys:
+                args += [k.encode(), val]
+            r.cmd(*args)
+        else:
+            for i in range(len(keys)):
+                ctypes.memmove(base + i * 4096, val, 4096)
+            ptrs = [base + i * 4096 for i in range(len(keys))]
+            check(s.batch_put_from(keys, ptrs, [4096] * len(keys)) == [0] * len(keys), "preload")
+    return time.perf_counter() - t0, n
+
+def clear(keep):
+    """Between rounds: every peer starts the next one empty, but for the preloaded keys."""
+    if not keep:
+        r.cmd(b"FLUSHALL") if kind == "redis" else s.remove_all()
+    elif kind == "redis":  # the rounds' keys: r<N>/...
+        cur = b"0"
+        while True:
+            cur, found = r.cmd(b"SCAN", cur, b"MATCH", b"r[0-9]*/*", b"COUNT", b"10000")
+            if found:
+                r.cmd(b"DEL", *found)
+            if cur == b"0":
+                break
+    else:
+        check(s.remove_by_regex("^r[0-9]+/") >= 0, "remove_by_regex")
+
 for line in sys.stdin:
     c = json.loads(line)
     try:
-        if c["op"] == "clear":  # between rounds: every peer starts the next one empty
-            if kind == "redis":
-                r.cmd(b"FLUSHALL")
-            else:
-                s.remove_all()
+        if c["op"] == "clear":
+            clear(c.get("keep", False))
             print(json.dumps({"ok": True}), flush=True)
+            continue
+        if c["op"] == "preload":
+            secs, ops = preload(c["n"], c["tag"])
+            print(json.dumps({"secs": secs, "ops": ops, "t0": 0, "t1": secs}), flush=True)
             continue
         time.sleep(max(0.0, c.get("start_at", 0) - time.time()))  # --clients: the workers start together
         t0 = time.time()
@@ -389,6 +429,13 @@ def bench(args) -> dict:
                 "kind": "upstream", "master": up_addr, "batch": BATCH, "threads": THREADS,
                 "max_size": SIZES[-1][0]}, uenv, quiet=True))
         peers = [p for p in PEERS if p in workers] + [p for p in workers if p not in PEERS]
+        if args.preload:  # every peer holds these keys through the rounds
+            for peer in peers:
+                r = workers[peer].ask(op="preload", n=args.preload // args.clients, tag="preload")
+                if "error" in r:
+                    raise RuntimeError(f"{peer} preload: {r['error']}")
+                print(f"smallops_bench: {peer} preloaded {args.preload} keys in {r['secs']:.1f} s",
+                      file=sys.stderr, flush=True)
         asked = set(args.ops.split(",")) if args.ops else set(OPS)
         ops = [o for o in OPS if o in asked or any(SOURCE.get(a) == o for a in asked)]  # a get needs its put
         got, cpu = {}, {}  # (op, label, peer) -> [ops/s per round], [server CPU µs per op per round]
@@ -408,7 +455,7 @@ def bench(args) -> dict:
                         got.setdefault((op, label, peer), []).append(r["ops"] / r["secs"])
                         cpu.setdefault((op, label, peer), []).append((server_cpu(servers[peer]) - c0) / r["ops"] * 1e6)
                 for w in workers.values():
-                    w.ask(op="clear")
+                    w.ask(op="clear", keep=args.preload > 0)
             print(f"smallops_bench: round {rnd + 1}/{args.rounds} done; elapsed "
                   f"{time.perf_counter() - t_start:.1f} s", file=sys.stderr, flush=True)
         rows = []
@@ -421,7 +468,7 @@ def bench(args) -> dict:
                     row[peer + "_server_cpu_us"] = statistics.median(cpu[(op, label, peer)])
                 rows.append(row)
         return {"rows": rows, "peers": peers, "rounds": args.rounds, "scale": args.scale, "clients": args.clients,
-                "peer_env": args.peer_env, "read_reps": args.read_reps, "ops": args.ops}
+                "peer_env": args.peer_env, "read_reps": args.read_reps, "ops": args.ops, "preload": args.preload}
     finally:
         for w in workers.values():
             w.close()
@@ -476,6 +523,7 @@ def doc_section(res: dict) -> str:
         (f" --clients {k}" if k != 1 else "") + \
         (f" --read-reps {res['read_reps']}" if res.get("read_reps", 1) != 1 else "") + \
         (f" --ops {res['ops']}" if res.get("ops") else "") + \
+        (f" --preload {res['preload']}" if res.get("preload") else "") + \
         "".join(f" --peer-env {p}" for p in res.get("peer_env", []))
     up = "upstream = mooncake-transfer-engine-non-cuda 0.3.13.post1 (its own master and client, tcp)" \
         if "upstream" in res["peers"] else "upstream's release was not installed: left out"
@@ -484,15 +532,21 @@ def doc_section(res: dict) -> str:
     conns = "one connection" if k == 1 else f"{k} connections, one per process"
     extra = "".join(f"; `{p.split(':', 1)[0]}`: ours with `{p.split(':', 1)[1]}` on master, holder and clients"
                     for p in res.get("peer_env", []))
+    if res.get("preload"):
+        extra += (f"; every peer holds {res['preload']:,} more keys of 4 KiB through the rounds (put before "
+                  "the first; between rounds only the rounds' keys are removed)")
+    # A preloaded run is about the server under a full store: the baseline and the servers' CPU
+    # stay in its tables.
+    leave_out = () if res.get("preload") else ("baseline",)
     lines = [
         f"`{cmd}`, {time.strftime('%Y-%m-%d')}; {os.cpu_count()} cores, {platform.machine()}, "
         f"Python {platform.python_version()}. Median of {res['rounds']} rounds, the peers alternated "
         f"op by op; one master, one client process holding the memory, {who}, values over tcp "
         "(ours: `MC_FORCE_TCP=1`); " + up + f"; redis-server over {conns} (batches: one "
-        "MSET/MGET of 64 keys, 64 pipelined EXISTS)" + extra + ". Batches count keys.", ""] + table(res, ("baseline",))
-    if k != 1:
+        "MSET/MGET of 64 keys, 64 pipelined EXISTS)" + extra + ". Batches count keys.", ""] + table(res, leave_out)
+    if k != 1 or res.get("preload"):
         lines += ["", "The server's CPU per op (per key for batches), median of the rounds: our master, "
-                  "redis-server, upstream's master.", ""] + cpu_table(res, ("baseline",))
+                  "redis-server, upstream's master.", ""] + cpu_table(res, leave_out)
     return "\n".join(lines)
 
 
@@ -515,6 +569,8 @@ def main():
                     help="K client processes per peer doing each op at once (one master; their keys/s summed)")
     ap.add_argument("--read-reps", type=int, default=1, metavar="R",
                     help="each read op goes over its keys R times (longer windows for fast reads)")
+    ap.add_argument("--preload", type=int, default=0, metavar="N",
+                    help="each peer holds N more keys of 4 KiB through the rounds (a store in use)")
     ap.add_argument("--ops", default="", help="comma-separated ops to run (default: all)")
     ap.add_argument("--peer-env", action="append", default=[], metavar="NAME:VAR=VALUE[,VAR=VALUE]",
                     help="also run ours with these environment variables (master, holder and workers) as peer NAME")
@@ -534,7 +590,7 @@ def main():
     peer_envs(args.peer_env)  # checked before the run
     cmd = ["unshare", "-n", sys.executable, os.path.abspath(__file__), "--in-ns", f"--rounds={args.rounds}",
            f"--scale={args.scale}", f"--upstream-venv={args.upstream_venv}", f"--baseline={args.baseline}",
-           f"--clients={args.clients}", f"--ops={args.ops}", f"--read-reps={args.read_reps}"] + [f"--peer-env={p}" for p in args.peer_env]
+           f"--clients={args.clients}", f"--ops={args.ops}", f"--read-reps={args.read_reps}", f"--preload={args.preload}"] + [f"--peer-env={p}" for p in args.peer_env]
     out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
     res = None
     for line in out.stdout.splitlines():
@@ -549,7 +605,9 @@ def main():
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)
     if args.write_doc:
-        if args.clients == 1:
+        if args.preload:
+            path = write_section('smallops_preload', doc_section(res))
+        elif args.clients == 1:
             path = write_section('smallops_bench', doc_section(res))
         else:
             path = write_section('smallops_clients', doc_section(res))

@@ -34,7 +34,7 @@ def test_every_bench_section_is_marked_once():
     text = open(DOC).read()
     sections = bench_sections()
     assert set(sections) == {"store_bench", "tier_bench", "trace_bench", "failover_bench", "smallops_bench",
-                             "smallops_clients"}
+                             "smallops_clients", "smallops_preload"}
     for name in sections:
         assert text.count(f"<!-- BEGIN {name} -->\n") == 1, name
         assert text.count(f"<!-- END {name} -->") == 1, name

@@ -29,7 +29,11 @@
 // calls. A client's framed sockets are kept out of Go's network poller (rawsys.Detached): a call
 // is one write, one poll(2) and one read on the calling thread, with no wake-up of the
 // runtime's epoll thread. The server reads and writes its connections with raw system calls
-// (package rawsys), so that serving a request does not wake the runtime's monitor thread. A
+// (package rawsys), so that serving a request does not wake the runtime's monitor thread, and
+// reads each request into the frame buffer of the connection's last one and writes each answer
+// from the buffer of its last answer (what a request decodes into is copied out of its frame:
+// strings, and attached values), which spares the master's collector a request's and an
+// answer's bytes per call. A
 // small value carried with its metadata (a PutEnd, a GetReplicaList answer from the master's
 // value cache) travels after the JSON as a binary attachment (attach.go), not as base64 inside
 // it. What the master serves, how it counts requests in /metrics, and how clients fail over

@@ -52,3 +52,28 @@ func BenchmarkBatchPutRPC(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkGetReplicaListRPC: a get's master call (a lease grant) of a 4 KiB value the master
+// holds the bytes of, over the framed RPC.
+func BenchmarkGetReplicaListRPC(b *testing.B) {
+	_, addr := startSecure(b, api.ServerSecurity{})
+	f, _ := api.DialFramedSecure(addr, api.ClientSecurity{})
+	defer f.Close()
+	c := api.NewMasterClient(f)
+	ctx := context.Background()
+	if st, err := c.MountSegment(ctx, &api.MountSegmentRequest{ClientID: "c1", Segment: api.Segment{ID: "c1/0", Name: "c1:1", Base: 4096, Size: 1 << 30}}); err != nil || st.Code != api.OK {
+		b.Fatal(err, st)
+	}
+	if r, err := c.PutStart(ctx, &api.PutStartRequest{ClientID: "c1", Key: "k", Size: 4096, Config: api.ReplicateConfig{ReplicaNum: 1}}); err != nil || r.Code != api.OK {
+		b.Fatal(err, r)
+	}
+	if r, err := c.PutEnd(ctx, &api.KeyRequest{ClientID: "c1", Key: "k", Value: make([]byte, 4096)}); err != nil || r.Code != api.OK {
+		b.Fatal(err, r)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if r, err := c.GetReplicaList(ctx, &api.KeyRequest{ClientID: "c1", Key: "k"}); err != nil || len(r.Value) != 4096 {
+			b.Fatal(err, r)
+		}
+	}
+}
