@@ -8,6 +8,23 @@ import (
 	"github.com/mooncake-go/mooncake/store/api"
 )
 
+// benchMounted serves a master, dials it over the framed RPC and mounts client c1's segment of
+// size bytes there (the master never touches the memory).
+func benchMounted(b *testing.B, size uint64) (*api.MasterClient, context.Context) {
+	_, addr := startSecure(b, api.ServerSecurity{})
+	f, err := api.DialFramedSecure(addr, api.ClientSecurity{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { f.Close() })
+	c := api.NewMasterClient(f)
+	ctx := context.Background()
+	if st, err := c.MountSegment(ctx, &api.MountSegmentRequest{ClientID: "c1", Segment: api.Segment{ID: "c1/0", Name: "c1:1", Base: 4096, Size: size}}); err != nil || st.Code != api.OK {
+		b.Fatal(err, st)
+	}
+	return c, ctx
+}
+
 // BenchmarkBatchPutRPC: a batch put of 64 keys of 4 KiB (BatchPutStart, BatchPutEnd) over the
 // framed RPC, client and master in this process, with a master holding no objects and one
 // holding 200,000: the time and the allocations of a call (their collection grows with the
@@ -15,14 +32,7 @@ import (
 func BenchmarkBatchPutRPC(b *testing.B) {
 	for _, held := range []int{0, 200000} {
 		b.Run(fmt.Sprintf("held=%d", held), func(b *testing.B) {
-			_, addr := startSecure(b, api.ServerSecurity{})
-			f, _ := api.DialFramedSecure(addr, api.ClientSecurity{})
-			defer f.Close()
-			c := api.NewMasterClient(f)
-			ctx := context.Background()
-			if st, err := c.MountSegment(ctx, &api.MountSegmentRequest{ClientID: "c1", Segment: api.Segment{ID: "c1/0", Name: "c1:1", Base: 4096, Size: 1 << 40}}); err != nil || st.Code != api.OK {
-				b.Fatal(err, st)
-			}
+			c, ctx := benchMounted(b, 1<<40)
 			next := 0
 			batch := func() {
 				keys := make([]string, 64)
@@ -56,14 +66,7 @@ func BenchmarkBatchPutRPC(b *testing.B) {
 // BenchmarkGetReplicaListRPC: a get's master call (a lease grant) of a 4 KiB value the master
 // holds the bytes of, over the framed RPC.
 func BenchmarkGetReplicaListRPC(b *testing.B) {
-	_, addr := startSecure(b, api.ServerSecurity{})
-	f, _ := api.DialFramedSecure(addr, api.ClientSecurity{})
-	defer f.Close()
-	c := api.NewMasterClient(f)
-	ctx := context.Background()
-	if st, err := c.MountSegment(ctx, &api.MountSegmentRequest{ClientID: "c1", Segment: api.Segment{ID: "c1/0", Name: "c1:1", Base: 4096, Size: 1 << 30}}); err != nil || st.Code != api.OK {
-		b.Fatal(err, st)
-	}
+	c, ctx := benchMounted(b, 1<<30)
 	if r, err := c.PutStart(ctx, &api.PutStartRequest{ClientID: "c1", Key: "k", Size: 4096, Config: api.ReplicateConfig{ReplicaNum: 1}}); err != nil || r.Code != api.OK {
 		b.Fatal(err, r)
 	}
