@@ -39,14 +39,16 @@ func (b *batchBufs) get(n int) ([]Entry, []Result) {
 	return make([]Entry, n, max(n, 64)), make([]Result, 0, max(n, 64))
 }
 
-// put takes back the slices of a batch call that is over, cleared, so that what they pointed
-// to can be collected.
+// put takes back the slices of a batch call that is over (entries and results as long as the
+// batch), cleared, so that what they pointed to can be collected. Only their length is
+// cleared: past it a kept slice is still zero from its last put (a batch writes only its own
+// n entries and results), so a small batch costs a small clear.
 func (b *batchBufs) put(entries []Entry, results []Result) {
 	if cap(entries) > maxBatchBuf || cap(results) > maxBatchBuf || cap(entries) == 0 || cap(results) == 0 {
 		return
 	}
-	clear(entries[:cap(entries)])
-	clear(results[:cap(results)])
+	clear(entries)
+	clear(results)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.free) < keptBatchBufs {

@@ -82,6 +82,21 @@ func TestBatchCallsReuseTheirSlices(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// What is kept holds nothing (it would keep keys and replicas from being collected).
+	srv.batchBufs.mu.Lock()
+	for _, p := range srv.batchBufs.free {
+		for _, e := range p.entries[:cap(p.entries)] {
+			if e.Op != "" || e.Key != "" || e.ClientID != "" || e.Config != nil {
+				t.Errorf("a kept entry is not cleared: %+v", e)
+			}
+		}
+		for _, r := range p.results[:cap(p.results)] {
+			if r.Code != api.OK || r.Replicas != nil || r.Size != 0 || r.Message != "" {
+				t.Errorf("a kept result is not cleared: %+v", r)
+			}
+		}
+	}
+	srv.batchBufs.mu.Unlock()
 	// One call at a time now: each takes the slices the last one gave back.
 	c := api.NewMasterClient(mustFramed(t, addr))
 	first := func() *Entry {
