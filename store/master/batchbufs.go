@@ -5,7 +5,7 @@ import "sync"
 // batchBufs keeps the slices of batch entries and of their results for reuse (Server.batch):
 // a batch call of n keys would otherwise leave n Entry and n Result structs (about 500 bytes a
 // key) to the garbage collector, whose marking of a large state is most of a busy master's
-// CPU (docs/performance.md, "Master metadata operations").
+// CPU under load (docs/performance.md, "Small operations on a store in use").
 type batchBufs struct {
 	mu   sync.Mutex
 	free []batchBuf // at most keptBatchBufs
