@@ -1,6 +1,7 @@
 package config
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -101,6 +102,11 @@ func TestProcessGroupSettings(t *testing.T) {
 	}
 	if got := P2P(); got != (p2p.Options{}) {
 		t.Fatalf("no knobs: P2P() = %+v", got)
+	}
+	// Unset, p2p applies its own defaults: the knobs must document those.
+	if PGCredits.Default() != strconv.Itoa(p2p.DefaultCredits) || PGCellBytes.Default() != strconv.Itoa(p2p.DefaultCellBytes) {
+		t.Fatalf("MC_PG_CREDITS, MC_PG_CELL_BYTES document %s, %s; p2p's defaults are %d, %d",
+			PGCredits.Default(), PGCellBytes.Default(), p2p.DefaultCredits, p2p.DefaultCellBytes)
 	}
 	// MC_PG_SHM_CHUNK alone does not shrink the copy rounds (2 MiB stays the default).
 	t.Setenv("MC_PG_SHM_CHUNK", "64K")

@@ -56,8 +56,8 @@ var (
 
 // init_process_group: read when a process group is created.
 var (
-	PGCredits             = knob("MC_PG_CREDITS", Int, "4", ProcessGroupInit, "p2p credits per peer: cells of the peer's mailbox a sender may fill ahead (earlier name MC_PG_SLOTS, still read)").formerly("MC_PG_SLOTS")
-	PGCellBytes           = knob("MC_PG_CELL_BYTES", Int, "524288", ProcessGroupInit, "payload bytes per cell of a p2p mailbox (earlier name MC_PG_SLOT_BYTES, still read)").formerly("MC_PG_SLOT_BYTES")
+	PGCredits             = knob("MC_PG_CREDITS", Int, "8", ProcessGroupInit, "p2p credits per peer: cells of the peer's mailbox a sender may fill ahead (earlier name MC_PG_SLOTS, still read)").formerly("MC_PG_SLOTS")
+	PGCellBytes           = knob("MC_PG_CELL_BYTES", Int, "1048576", ProcessGroupInit, "payload bytes per cell of a p2p mailbox (earlier name MC_PG_SLOT_BYTES, still read)").formerly("MC_PG_SLOT_BYTES")
 	PGSmallBytes          = knob("MC_PG_SMALL_BYTES", Int, "65536", ProcessGroupInit, "collectives up to this size use the latency-optimal algorithms")
 	PGChunkBytes          = knob("MC_PG_CHUNK_BYTES", Int, "1048576", ProcessGroupInit, "pipelining unit of the ring and chain algorithms")
 	PGFusedBytes          = knob("MC_PG_FUSED_BYTES", Int, "16384", ProcessGroupInit, "all_reduce up to this size, and each pair of all_to_all up to this size, travels in its header message (-1: never)")

@@ -17,9 +17,9 @@ func TestOptions(t *testing.T) {
 		cellBytes  int
 		probeEvery time.Duration
 	}{
-		{Options{}, 4, 512 << 10, 200 * time.Millisecond},
+		{Options{}, DefaultCredits, DefaultCellBytes, 200 * time.Millisecond},
 		{Options{Credits: 2, CellBytes: 100, ProbeInterval: 30 * time.Millisecond}, 2, 128, 30 * time.Millisecond},
-		{Options{Credits: -1, CellBytes: -1, ProbeInterval: -time.Second}, 4, 512 << 10, 200 * time.Millisecond},
+		{Options{Credits: -1, CellBytes: -1, ProbeInterval: -time.Second}, DefaultCredits, DefaultCellBytes, 200 * time.Millisecond},
 	} {
 		ep, err := New(newHub().fabric("rank0"), 0, 1, c.opts)
 		if err != nil {
