@@ -43,42 +43,67 @@ func checkOuts(name string, members []int, outs [][]byte, n int) error {
 }
 
 func (o *opState) allGatherDirect(in []byte, outs [][]byte) error {
-	for k := 1; k < o.n; k++ {
-		if err := o.send(o.rankAt(o.idx+k), stepData, in); err != nil {
-			return err
+	// Every receive is posted before the first send, so a peer's message lands in its output
+	// instead of being set aside (a copy) until its receive is made.
+	qs := make([]*recvAhead, 0, o.n-1)
+	stop := func(err error) error {
+		for _, q := range qs {
+			q.stop(err)
 		}
+		return err
 	}
 	for k := 1; k < o.n; k++ {
 		r := o.rankAt(o.idx - k)
-		if err := o.recvFull(r, stepData, outs[r]); err != nil {
-			return err
+		q := o.recvAhead(o.ctx, r, stepData, 1)
+		q.add(outs[r])
+		qs = append(qs, q)
+	}
+	for k := 1; k < o.n; k++ {
+		if err := o.send(o.rankAt(o.idx+k), stepData, in); err != nil {
+			return stop(err)
 		}
+	}
+	for i, q := range qs {
+		if err := q.next(); err != nil {
+			return stop(err)
+		}
+		qs[i] = nil
 	}
 	return nil
 }
 
 // allGatherRing forwards blocks around the ring in chunks; a chunk is forwarded as soon as it
-// arrived.
+// arrived. The receives are known from the start and each has a place of its own in outs, so
+// all of them are posted before the first send: every chunk lands in its output (over tcp,
+// read from the network straight into it) however far the loop lags behind the deliveries,
+// rather than being set aside (a second copy) until the loop gets to it.
 func (o *opState) allGatherRing(in []byte, outs [][]byte) error {
 	n, idx := o.n, o.idx
 	cs := chunkSpans(0, len(in), o.chunkBytes(1))
 	right, left := o.rankAt(idx+1), o.rankAt(idx-1)
 	s := o.startSender(len(cs) * n)
-	for _, c := range cs {
-		s.push(right, stepData, in[c.off:c.off+c.n], nil)
-	}
-	var err error
-loop:
+	q := o.recvAhead(s.ctx, left, stepData, (n-1)*len(cs))
+	dsts := make([][]byte, 0, (n-1)*len(cs))
 	for step := 0; step < n-1; step++ {
 		blk := outs[o.rankAt(idx-step-1)]
 		for _, c := range cs {
 			dst := blk[c.off : c.off+c.n]
-			if err = o.recvFullCtx(s.ctx, left, stepData, dst); err != nil {
-				break loop
-			}
-			if step < n-2 {
-				s.push(right, stepData, dst, nil)
-			}
+			dsts = append(dsts, dst)
+			q.add(dst)
+		}
+	}
+	for _, c := range cs {
+		s.push(right, stepData, in[c.off:c.off+c.n], nil)
+	}
+	forward := (n - 2) * len(cs) // the chunks of every step but the last go on to the right
+	var err error
+	for j, dst := range dsts {
+		if err = q.next(); err != nil {
+			q.stop(err)
+			break
+		}
+		if j < forward {
+			s.push(right, stepData, dst, nil)
 		}
 	}
 	return s.wait(err)
