@@ -45,31 +45,20 @@ func checkOuts(name string, members []int, outs [][]byte, n int) error {
 func (o *opState) allGatherDirect(in []byte, outs [][]byte) error {
 	// Every receive is posted before the first send, so a peer's message lands in its output
 	// instead of being set aside (a copy) until its receive is made.
-	qs := make([]*recvAhead, 0, o.n-1)
-	stop := func(err error) error {
-		for _, q := range qs {
-			q.stop(err)
-		}
-		return err
-	}
+	peers := make([]int, 0, o.n-1)
+	bufs := make([][]byte, 0, o.n-1)
 	for k := 1; k < o.n; k++ {
 		r := o.rankAt(o.idx - k)
-		q := o.recvAhead(o.ctx, r, stepData, 1)
-		q.add(outs[r])
-		qs = append(qs, q)
+		peers, bufs = append(peers, r), append(bufs, outs[r])
 	}
+	qs := o.recvEach(peers, stepData, bufs)
 	for k := 1; k < o.n; k++ {
 		if err := o.send(o.rankAt(o.idx+k), stepData, in); err != nil {
-			return stop(err)
+			qs.stop(err)
+			return err
 		}
 	}
-	for i, q := range qs {
-		if err := q.next(); err != nil {
-			return stop(err)
-		}
-		qs[i] = nil
-	}
-	return nil
+	return qs.wait()
 }
 
 // allGatherRing forwards blocks around the ring in chunks; a chunk is forwarded as soon as it

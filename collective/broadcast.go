@@ -72,9 +72,16 @@ func (o *opState) broadcastChain(buf []byte, ri int) error {
 		s = o.startSender(len(cs))
 		ctx = s.ctx
 	}
+	// Every chunk's receive is posted up front (each has its place in buf), so chunks land
+	// there however far the loop lags behind the deliveries.
+	q := o.recvAhead(ctx, prev, stepData, len(cs))
+	for _, c := range cs {
+		q.add(buf[c.off : c.off+c.n])
+	}
 	var err error
 	for _, c := range cs {
-		if err = o.recvFullCtx(ctx, prev, stepData, buf[c.off:c.off+c.n]); err != nil {
+		if err = q.next(); err != nil {
+			q.stop(err)
 			break
 		}
 		if s != nil {

@@ -30,11 +30,13 @@ func (g *Group) Gather(ctx context.Context, in []byte, outs [][]byte, root int) 
 	if len(in) == 0 {
 		return nil
 	}
+	// The members' messages arrive in any order: every receive is posted first, so each lands
+	// in its output instead of waiting aside (a copy) for the receive before it.
+	peers := make([]int, 0, o.n-1)
+	bufs := make([][]byte, 0, o.n-1)
 	for k := 1; k < o.n; k++ {
 		r := o.rankAt(o.idx + k)
-		if err := o.recvFull(r, stepData, outs[r]); err != nil {
-			return o.finish(err)
-		}
+		peers, bufs = append(peers, r), append(bufs, outs[r])
 	}
-	return nil
+	return o.finish(o.recvEach(peers, stepData, bufs).wait())
 }

@@ -131,3 +131,35 @@ func (q *recvAhead) stop(err error) {
 	}
 	q.reqs, q.queue = nil, nil
 }
+
+// recvEach is one receive per peer (peers[i] into bufs[i]), all posted before any is waited
+// for: messages from several peers that arrive in any order land in their buffers.
+type recvEach []*recvAhead
+
+func (o *opState) recvEach(peers []int, step uint16, bufs [][]byte) recvEach {
+	qs := make(recvEach, len(peers))
+	for i, p := range peers {
+		qs[i] = o.recvAhead(o.ctx, p, step, 1)
+		qs[i].add(bufs[i])
+	}
+	return qs
+}
+
+// wait waits for every message in turn; after an error it withdraws the receives not yet
+// complete.
+func (qs recvEach) wait() error {
+	for i, q := range qs {
+		if err := q.next(); err != nil {
+			qs[i:].stop(err)
+			return err
+		}
+	}
+	return nil
+}
+
+// stop withdraws the receives not yet complete (after an error elsewhere in the op).
+func (qs recvEach) stop(err error) {
+	for _, q := range qs {
+		q.stop(err)
+	}
+}
