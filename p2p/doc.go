@@ -57,7 +57,8 @@
 // never depends on a matching receive, and collectives can send before they receive.
 //
 // Endpoint has Post (the collective algorithms' Poster): collectives post the receives they
-// know are coming (the ring all_reduce keeps three ahead), so early chunks land in their
+// know are coming (the ring all_reduce keeps three ahead; all_gather, broadcast and gather post
+// all of theirs up front), so early chunks land in their
 // buffers directly; PostReduce combines a chunk into its buffer straight from the mailbox.
 //
 // Collective aborts (wire.AbortTag) are handled here: the op's pending and later receives
