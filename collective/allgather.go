@@ -2,6 +2,7 @@ package collective
 
 import (
 	"context"
+	"errors"
 	"fmt"
 )
 
@@ -14,18 +15,33 @@ func (g *Group) AllGather(ctx context.Context, in []byte, outs [][]byte) error {
 	if p := g.path(); p != nil {
 		return p.allGather(ctx, in, outs, -1)
 	}
-	o, err := g.begin(ctx, header{kind: kindAllGather, count: int64(len(in))})
+	// The outputs are not the input: the data goes out right after the header, and the
+	// members' headers are checked while it moves (announce, collect), a round trip less.
+	o, err := g.announce(ctx, header{kind: kindAllGather, count: int64(len(in))}, nil)
 	if err != nil {
 		return err
 	}
-	copy(outs[g.rank], in)
-	if o.n == 1 || len(in) == 0 {
+	if o.n == 1 {
+		copy(outs[g.rank], in)
 		return nil
 	}
+	if len(in) == 0 {
+		if err := o.collect(nil); err != nil {
+			return o.finish(err)
+		}
+		return nil
+	}
+	checked := func() error { return o.collect(nil) }
 	if len(in) <= g.opts.SmallBytes {
-		err = o.allGatherDirect(in, outs)
+		err = o.allGatherDirect(in, outs, checked)
 	} else {
-		err = o.allGatherRing(in, outs)
+		err = o.allGatherRing(in, outs, checked)
+	}
+	if errors.As(err, new(collectError)) {
+		return o.failCollect(err)
+	}
+	if err == nil {
+		copy(outs[g.rank], in)
 	}
 	return o.finish(err)
 }
@@ -42,9 +58,10 @@ func checkOuts(name string, members []int, outs [][]byte, n int) error {
 	return nil
 }
 
-func (o *opState) allGatherDirect(in []byte, outs [][]byte) error {
+func (o *opState) allGatherDirect(in []byte, outs [][]byte, checked func() error) error {
 	// Every receive is posted before the first send, so a peer's message lands in its output
-	// instead of being set aside (a copy) until its receive is made.
+	// instead of being set aside (a copy) until its receive is made. The headers are checked
+	// (checked) once this rank's data is out.
 	peers := make([]int, 0, o.n-1)
 	bufs := make([][]byte, 0, o.n-1)
 	for k := 1; k < o.n; k++ {
@@ -58,6 +75,10 @@ func (o *opState) allGatherDirect(in []byte, outs [][]byte) error {
 			return err
 		}
 	}
+	if err := checked(); err != nil {
+		qs.stop(err)
+		return collectError{err}
+	}
 	return qs.wait()
 }
 
@@ -66,7 +87,7 @@ func (o *opState) allGatherDirect(in []byte, outs [][]byte) error {
 // all of them are posted before the first send: every chunk lands in its output (over tcp,
 // read from the network straight into it) however far the loop lags behind the deliveries,
 // rather than being set aside (a second copy) until the loop gets to it.
-func (o *opState) allGatherRing(in []byte, outs [][]byte) error {
+func (o *opState) allGatherRing(in []byte, outs [][]byte, checked func() error) error {
 	n, idx := o.n, o.idx
 	cs := chunkSpans(0, len(in), o.chunkBytes(1))
 	right, left := o.rankAt(idx+1), o.rankAt(idx-1)
@@ -83,6 +104,11 @@ func (o *opState) allGatherRing(in []byte, outs [][]byte) error {
 	}
 	for _, c := range cs {
 		s.push(right, stepData, in[c.off:c.off+c.n], nil)
+	}
+	if err := checked(); err != nil { // the headers, while this rank's chunks go out
+		q.stop(err)
+		s.wait(err)
+		return collectError{err}
 	}
 	forward := (n - 2) * len(cs) // the chunks of every step but the last go on to the right
 	var err error

@@ -48,11 +48,12 @@ func (g *Group) AllToAll(ctx context.Context, ins, outs [][]byte) error {
 			return nil
 		}
 	}
-	o, err := g.beginCarry(ctx, header{kind: kindAllToAll, extra: extra}, out, in)
+	// The outputs are not the inputs: the pieces go out right after the header, and the
+	// members' headers are checked while they move (announce, collect), a round trip less.
+	o, err := g.announce(ctx, header{kind: kindAllToAll, extra: extra}, out)
 	if err != nil {
 		return err
 	}
-	copy(outs[g.rank], ins[g.rank])
 	// The receives are posted before the sends (with a Conn that posts, p2p): a peer's piece
 	// that arrives while this rank is still sending lands in its output buffer instead of
 	// being set aside and copied a second time.
@@ -65,25 +66,33 @@ func (g *Group) AllToAll(ctx context.Context, ins, outs [][]byte) error {
 			qs = append(qs, q)
 		}
 	}
-	fail := func(err error) error {
+	stop := func(err error) {
 		for _, q := range qs {
 			if q != nil {
 				q.stop(err)
 			}
 		}
-		return o.finish(err)
 	}
 	for k := 1; k < o.n; k++ {
 		r := o.rankAt(o.idx + k)
 		if len(ins[r]) > 0 && !carried(len(ins[r])) {
 			if err := o.send(r, stepData, ins[r]); err != nil {
-				return fail(err)
+				stop(err)
+				return o.finish(err)
 			}
 		}
 	}
+	if o.n > 1 {
+		if err := o.collect(in); err != nil {
+			stop(err)
+			return o.failCollect(err)
+		}
+	}
+	copy(outs[g.rank], ins[g.rank])
 	for i, q := range qs {
 		if err := q.next(); err != nil {
-			return fail(err)
+			stop(err)
+			return o.finish(err)
 		}
 		qs[i] = nil
 	}

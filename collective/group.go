@@ -304,6 +304,7 @@ type opState struct {
 	n       int
 	timeout string
 	view    uint32 // membership decisions applied (fencing, fence.go)
+	hdr     header // this rank's header of the op (announce)
 }
 
 // begin starts an op: takes the next sequence number and checks h against every member's.
@@ -330,6 +331,22 @@ func (g *Group) beginFused(ctx context.Context, h header, payload []byte, ins []
 // m's payload lands in (nil: its header carries none; non-nil: it must carry exactly
 // len(in(i, m)) bytes). Each payload is at most Options.FusedBytes. out and in nil: plain begin.
 func (g *Group) beginCarry(ctx context.Context, h header, out, in func(i, m int) []byte) (*opState, error) {
+	o, err := g.announce(ctx, h, out)
+	if err != nil || o.n == 1 {
+		return o, err
+	}
+	if err := o.collect(in); err != nil {
+		return nil, o.finish(err)
+	}
+	return o, nil
+}
+
+// announce is the first half of beginCarry: it takes the op's sequence number and sends this
+// rank's header message to every member. The op must not return success before collect
+// checked the members' headers; between the two an op may post receives and send data into
+// buffers of its own (ops with separate outputs: a round trip less), and on a failed check it
+// must withdraw them, stop its sends and end the op with failCollect.
+func (g *Group) announce(ctx context.Context, h header, out func(i, m int) []byte) (*opState, error) {
 	g.mu.Lock()
 	members := g.membersLocked(nil)
 	seq := g.seq
@@ -360,6 +377,7 @@ func (g *Group) beginCarry(ctx context.Context, h header, out, in func(i, m int)
 		return o, nil
 	}
 	h.seq = seq
+	o.hdr = h
 	hdr := h.encode(nil)
 	var mine []byte
 	for i, m := range members {
@@ -377,9 +395,17 @@ func (g *Group) beginCarry(ctx context.Context, h header, out, in func(i, m int)
 			return nil, o.finish(err)
 		}
 	}
+	return o, nil
+}
+
+// collect is the second half of beginCarry: it receives every member's header message, checks
+// them all (validate) and copies carried payloads into in's buffers. Its error is not yet the
+// op's end (the caller passes it to finish, or failCollect).
+func (o *opState) collect(in func(i, m int) []byte) error {
+	g, members := o.g, o.members
 	hs := make([]header, o.n)
-	hs[o.idx] = h
-	buf := g.pool.get(headerBase + 8*(2*g.maxSize+len(h.extra)) + 64 + g.opts.FusedBytes)
+	hs[o.idx] = o.hdr
+	buf := g.pool.get(headerBase + 8*(2*g.maxSize+len(o.hdr.extra)) + 64 + g.opts.FusedBytes)
 	defer g.pool.put(buf)
 	var got []bool // members whose header message carried the payload
 	if in != nil {
@@ -391,11 +417,11 @@ func (g *Group) beginCarry(ctx context.Context, h header, out, in func(i, m int)
 		}
 		k, err := o.recv(m, stepHeader, buf)
 		if err != nil {
-			return nil, o.finish(err)
+			return err
 		}
 		hl := headerLen(buf[:k])
 		if hs[i], err = decodeHeader(buf[:hl]); err != nil {
-			return nil, o.finish(&PeerError{Op: o.name, Rank: g.rank, Peer: m, Err: err})
+			return &PeerError{Op: o.name, Rank: g.rank, Peer: m, Err: err}
 		}
 		if in != nil {
 			if b := in(i, m); b != nil && k-hl == len(b) {
@@ -405,18 +431,41 @@ func (g *Group) beginCarry(ctx context.Context, h header, out, in func(i, m int)
 		}
 	}
 	if err := o.validate(hs); err != nil {
-		return nil, o.finish(err)
+		return err
 	}
 	for i, m := range members {
 		if in == nil || m == g.rank || got[i] {
 			continue
 		}
 		if b := in(i, m); b != nil {
-			return nil, o.finish(&PeerError{Op: o.name, Rank: g.rank, Peer: m,
-				Err: fmt.Errorf("its op header came without the %d data bytes it should carry", len(b))})
+			return &PeerError{Op: o.name, Rank: g.rank, Peer: m,
+				Err: fmt.Errorf("its op header came without the %d data bytes it should carry", len(b))}
 		}
 	}
-	return o, nil
+	return nil
+}
+
+// collectError marks an error of collect that an op met while its data was moving, so that the
+// op ends it with failCollect.
+type collectError struct{ err error }
+
+func (e collectError) Error() string { return e.err.Error() }
+func (e collectError) Unwrap() error { return e.err }
+
+// failCollect ends an op whose collect failed after the op sent data (announce's comment):
+// besides what finish does, an argument mismatch (which sends no abort: every member sees it on
+// its own) drops this op's messages here, those already arrived and those still coming, so that
+// peers' data sent ahead of the check is not left queued.
+func (o *opState) failCollect(err error) error {
+	var ce collectError
+	if errors.As(err, &ce) {
+		err = ce.err
+	}
+	var me *MismatchError
+	if o.n > 1 && errors.As(err, &me) && !me.Membership {
+		o.g.conn.Abort(wire.SpaceOf(o.tag(0)), nil, &wire.AbortError{Peer: o.g.rank, Reason: err.Error()})
+	}
+	return o.finish(err)
 }
 
 // headerLen is the length of the encoded header at the start of b (what follows is payload);

@@ -164,3 +164,99 @@ func TestCollectiveMismatchAndAbortOverP2P(t *testing.T) {
 		t.Fatalf("rank 0: %v", errs[0])
 	}
 }
+
+// TestMismatchWithDataAhead: all_gather and all_to_all send their data before the members'
+// headers are checked. When the members disagree on the sizes (all_gather's ring and direct
+// paths, all_to_all), every rank still fails with the same MismatchError, the next op is
+// exact, and nothing is left of the failed op's data: a receive of it afterwards fails (its tag
+// space was dropped) instead of finding it queued.
+func TestMismatchWithDataAhead(t *testing.T) {
+	const n = 3
+	allGather := func(ctx context.Context, g *collective.Group, r, size int) (bool, error) {
+		outs := make([][]byte, n)
+		for q := range outs {
+			outs[q] = make([]byte, size)
+		}
+		if err := g.AllGather(ctx, pat(size, r), outs); err != nil {
+			return false, err
+		}
+		for q := range outs {
+			if !bytes.Equal(outs[q], pat(size, q)) {
+				return false, nil
+			}
+		}
+		return true, nil
+	}
+	allToAll := func(ctx context.Context, g *collective.Group, r, size int) (bool, error) {
+		ins, outs := make([][]byte, n), make([][]byte, n)
+		for q := range ins {
+			ins[q] = pat(size, 10*r+q)
+			outs[q] = make([]byte, size)
+		}
+		if r == 1 && size != 3000 { // rank 1 sends larger pieces to the others in the failing op
+			ins[0], ins[2] = pat(size+2000, 10), pat(size+2000, 12)
+		}
+		if err := g.AllToAll(ctx, ins, outs); err != nil {
+			return false, err
+		}
+		for q := range outs {
+			if !bytes.Equal(outs[q], pat(size, 10*q+r)) {
+				return false, nil
+			}
+		}
+		return true, nil
+	}
+	for _, c := range []struct {
+		name string
+		opts collective.Options
+		op   func(ctx context.Context, g *collective.Group, r, size int) (bool, error)
+	}{
+		{"all_gather ring", collective.Options{SmallBytes: 64, ChunkBytes: 512}, allGather},
+		{"all_gather direct", collective.Options{}, allGather},
+		{"all_to_all", collective.Options{FusedBytes: -1}, allToAll},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			eps := mkEndpoints(t, n, p2p.Options{Credits: 2, CellBytes: 256})
+			var wg sync.WaitGroup
+			errs, again := make([]error, n), make([]error, n)
+			for r := 0; r < n; r++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					g, err := collective.NewGroup(eps[r], r, n, 0, c.opts)
+					if err != nil {
+						errs[r] = err
+						return
+					}
+					ctx := ctxT(t, 20*time.Second)
+					size := 4000
+					if r == 1 && c.name != "all_to_all" {
+						size = 6000
+					}
+					seq := g.Seq()
+					_, errs[r] = c.op(ctx, g, r, size)
+					if ok, err := c.op(ctx, g, r, 3000); err != nil || !ok {
+						again[r] = fmt.Errorf("the next op: %v, exact: %v", err, ok)
+						return
+					}
+					// Every peer's data of the failed op arrived before its next op's.
+					cx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+					defer cancel()
+					if got, err := eps[r].Recv(cx, wire.AnySource, wire.Tag(seq, 1), make([]byte, 8192)); err == nil {
+						again[r] = fmt.Errorf("%d bytes of the failed op's data were still queued", got)
+					}
+				}()
+			}
+			wg.Wait()
+			for r := 0; r < n; r++ {
+				var me *collective.MismatchError
+				if !errors.As(errs[r], &me) || errs[r].Error() != errs[0].Error() {
+					t.Errorf("rank %d: %v (rank 0: %v)", r, errs[r], errs[0])
+				}
+				if again[r] != nil {
+					t.Errorf("rank %d: %v", r, again[r])
+				}
+			}
+		})
+	}
+}
