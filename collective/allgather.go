@@ -2,7 +2,6 @@ package collective
 
 import (
 	"context"
-	"errors"
 	"fmt"
 )
 
@@ -36,9 +35,6 @@ func (g *Group) AllGather(ctx context.Context, in []byte, outs [][]byte) error {
 		err = o.allGatherDirect(in, outs, checked)
 	} else {
 		err = o.allGatherRing(in, outs, checked)
-	}
-	if errors.As(err, new(collectError)) {
-		return o.failCollect(err)
 	}
 	if err == nil {
 		copy(outs[g.rank], in)
@@ -77,7 +73,7 @@ func (o *opState) allGatherDirect(in []byte, outs [][]byte, checked func() error
 	}
 	if err := checked(); err != nil {
 		qs.stop(err)
-		return collectError{err}
+		return err
 	}
 	return qs.wait()
 }
@@ -108,7 +104,7 @@ func (o *opState) allGatherRing(in []byte, outs [][]byte, checked func() error) 
 	if err := checked(); err != nil { // the headers, while this rank's chunks go out
 		q.stop(err)
 		s.wait(err)
-		return collectError{err}
+		return err
 	}
 	forward := (n - 2) * len(cs) // the chunks of every step but the last go on to the right
 	var err error

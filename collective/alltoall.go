@@ -85,7 +85,7 @@ func (g *Group) AllToAll(ctx context.Context, ins, outs [][]byte) error {
 	if o.n > 1 {
 		if err := o.collect(in); err != nil {
 			stop(err)
-			return o.failCollect(err)
+			return o.finish(err)
 		}
 	}
 	copy(outs[g.rank], ins[g.rank])
@@ -96,5 +96,5 @@ func (g *Group) AllToAll(ctx context.Context, ins, outs [][]byte) error {
 		}
 		qs[i] = nil
 	}
-	return nil
+	return o.finish(nil)
 }

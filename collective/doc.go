@@ -22,7 +22,7 @@
 // (all_gather, all_to_all) do not wait for it: they post their receives and send their data
 // right after their header (Group.announce) and check the members' headers while the data
 // moves (opState.collect), a round trip less; none returns success before the check, and a
-// failed check drops the op's messages on every rank (opState.failCollect: an argument
+// failed check drops the op's messages on every rank (opState.finish: an argument
 // mismatch sends no abort, so each rank drops them itself). Their outputs then hold whatever
 // arrived, as after any failed op. In-place ops wait for the check, so that a mismatch never
 // touches the caller's buffer.

@@ -345,7 +345,8 @@ func (g *Group) beginCarry(ctx context.Context, h header, out, in func(i, m int)
 // rank's header message to every member. The op must not return success before collect
 // checked the members' headers; between the two an op may post receives and send data into
 // buffers of its own (ops with separate outputs: a round trip less), and on a failed check it
-// must withdraw them, stop its sends and end the op with failCollect.
+// must withdraw them and stop its sends before it ends the op with finish (which drops the
+// op's messages still coming).
 func (g *Group) announce(ctx context.Context, h header, out func(i, m int) []byte) (*opState, error) {
 	g.mu.Lock()
 	members := g.membersLocked(nil)
@@ -400,7 +401,7 @@ func (g *Group) announce(ctx context.Context, h header, out func(i, m int) []byt
 
 // collect is the second half of beginCarry: it receives every member's header message, checks
 // them all (validate) and copies carried payloads into in's buffers. Its error is not yet the
-// op's end (the caller passes it to finish, or failCollect).
+// op's end (the caller passes it to finish).
 func (o *opState) collect(in func(i, m int) []byte) error {
 	g, members := o.g, o.members
 	hs := make([]header, o.n)
@@ -443,29 +444,6 @@ func (o *opState) collect(in func(i, m int) []byte) error {
 		}
 	}
 	return nil
-}
-
-// collectError marks an error of collect that an op met while its data was moving, so that the
-// op ends it with failCollect.
-type collectError struct{ err error }
-
-func (e collectError) Error() string { return e.err.Error() }
-func (e collectError) Unwrap() error { return e.err }
-
-// failCollect ends an op whose collect failed after the op sent data (announce's comment):
-// besides what finish does, an argument mismatch (which sends no abort: every member sees it on
-// its own) drops this op's messages here, those already arrived and those still coming, so that
-// peers' data sent ahead of the check is not left queued.
-func (o *opState) failCollect(err error) error {
-	var ce collectError
-	if errors.As(err, &ce) {
-		err = ce.err
-	}
-	var me *MismatchError
-	if o.n > 1 && errors.As(err, &me) && !me.Membership {
-		o.g.conn.Abort(wire.SpaceOf(o.tag(0)), nil, &wire.AbortError{Peer: o.g.rank, Reason: err.Error()})
-	}
-	return o.finish(err)
 }
 
 // headerLen is the length of the encoded header at the start of b (what follows is payload);
@@ -553,17 +531,25 @@ func (o *opState) finish(err error) error {
 			f.fenceAll(ranks, o.seq, o.view)
 		}
 	}
-	var me *MismatchError
-	// An argument mismatch is seen by every rank on its own; a membership mismatch is not (the
-	// ranks disagree on who the members are), so it aborts like a failure.
-	if o.n > 1 && (!errors.As(err, &me) || me.Membership) {
-		ab := &wire.AbortError{Peer: o.g.rank, Reason: err.Error()}
-		var fr interface{ FailedRanks() []int }
-		if errors.As(err, &fr) {
-			ab.Failed = fr.FailedRanks()
-		}
-		o.g.conn.Abort(wire.SpaceOf(o.tag(0)), o.members, ab)
+	if o.n <= 1 {
+		return err
 	}
+	ab := &wire.AbortError{Peer: o.g.rank, Reason: err.Error()}
+	var me *MismatchError
+	if errors.As(err, &me) && !me.Membership {
+		// An argument mismatch is seen by every rank on its own: no peer is told, but the op's
+		// messages are dropped here, those arrived and those still coming (all_gather and
+		// all_to_all send data before the headers are checked, announce).
+		o.g.conn.Abort(wire.SpaceOf(o.tag(0)), nil, ab)
+		return err
+	}
+	// A membership mismatch is not seen by every rank (the ranks disagree on who the members
+	// are), so it aborts like a failure.
+	var fr interface{ FailedRanks() []int }
+	if errors.As(err, &fr) {
+		ab.Failed = fr.FailedRanks()
+	}
+	o.g.conn.Abort(wire.SpaceOf(o.tag(0)), o.members, ab)
 	return err
 }
 
