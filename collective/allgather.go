@@ -25,10 +25,7 @@ func (g *Group) AllGather(ctx context.Context, in []byte, outs [][]byte) error {
 		return nil
 	}
 	if len(in) == 0 {
-		if err := o.collect(nil); err != nil {
-			return o.finish(err)
-		}
-		return nil
+		return o.finish(o.collect(nil))
 	}
 	checked := func() error { return o.collect(nil) }
 	if len(in) <= g.opts.SmallBytes {

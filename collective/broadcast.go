@@ -16,7 +16,7 @@ func (g *Group) Broadcast(ctx context.Context, buf []byte, root int) error {
 		return o.finish(&MismatchError{Msg: "broadcast: root rank is not an active member of the group"})
 	}
 	if o.n == 1 || len(buf) == 0 {
-		return nil
+		return o.finish(nil)
 	}
 	if len(buf) <= g.opts.SmallBytes {
 		err = o.broadcastTree(buf, ri)

@@ -19,13 +19,15 @@
 // a mismatch (different op, dtype, size, root, all_to_all split sizes) fails the op on all
 // ranks with the same error, e.g. "all_reduce: rank 1 has 20 float32 elements, rank 0 has 10".
 // The header exchange doubles as the barrier. Ops whose outputs are not their inputs
-// (all_gather, all_to_all) do not wait for it: they post their receives and send their data
+// (all_gather, all_to_all, reduce_scatter, gather, scatter) do not wait for it: they post their receives and send their data
 // right after their header (Group.announce) and check the members' headers while the data
 // moves (opState.collect), a round trip less; none returns success before the check, and a
 // failed check drops the op's messages on every rank (opState.finish: an argument
 // mismatch sends no abort, so each rank drops them itself). Their outputs then hold whatever
-// arrived, as after any failed op. In-place ops wait for the check, so that a mismatch never
-// touches the caller's buffer.
+// arrived, as after any failed op. In-place ops (all_reduce above Options.FusedBytes,
+// broadcast, reduce) wait for the check, so that a mismatch never touches the caller's buffer.
+// Every op that took a sequence number ends through opState.finish, its empty cases too, so
+// that each success makes the fencing commit (fence.go).
 //
 // An op that fails on one rank (timeout, transfer failure) calls Conn.Abort for its tag space:
 // every member's pending and later receives in that space fail at once with a

@@ -40,9 +40,9 @@ func (g *Group) reduceTo(ctx context.Context, buf, save []byte, dt reduce.DType,
 	}
 	if o.n == 1 || len(buf) == 0 {
 		if op == reduce.Avg {
-			return reduce.Divide(buf, dt, o.n)
+			return o.finish(reduce.Divide(buf, dt, o.n))
 		}
-		return nil
+		return o.finish(nil)
 	}
 	acc := buf
 	if o.idx == ri {

@@ -19,18 +19,24 @@ func (g *Group) ReduceScatter(ctx context.Context, ins [][]byte, out []byte, dt 
 	if p := g.path(); p != nil {
 		return p.reduceScatter(ctx, ins, out, dt, op, es)
 	}
-	o, err := g.begin(ctx, header{kind: kindReduceScatter, dtype: dt, op: op, count: int64(len(out) / es)})
+	// The output is not an input: this rank's first data goes out right after its header, and
+	// the headers are checked while it moves (announce, collect), a round trip less.
+	o, err := g.announce(ctx, header{kind: kindReduceScatter, dtype: dt, op: op, count: int64(len(out) / es)}, nil)
 	if err != nil {
 		return err
 	}
-	if o.n == 1 || len(out) == 0 {
+	if o.n == 1 {
 		copy(out, ins[g.rank])
 		return nil
 	}
-	if len(out) <= g.opts.SmallBytes {
-		err = o.reduceScatterDirect(ins, out, dt, op)
-	} else {
-		err = o.reduceScatterRing(ins, out, dt, op)
+	checked := func() error { return o.collect(nil) }
+	switch {
+	case len(out) == 0:
+		err = checked()
+	case len(out) <= g.opts.SmallBytes:
+		err = o.reduceScatterDirect(ins, out, dt, op, checked)
+	default:
+		err = o.reduceScatterRing(ins, out, dt, op, checked)
 	}
 	if err == nil && op == reduce.Avg {
 		err = reduce.Divide(out, dt, o.n)
@@ -38,13 +44,17 @@ func (g *Group) ReduceScatter(ctx context.Context, ins [][]byte, out []byte, dt 
 	return o.finish(err)
 }
 
-// reduceScatterDirect: every member sends ins[r] to r; r reduces them in member order.
-func (o *opState) reduceScatterDirect(ins [][]byte, out []byte, dt reduce.DType, op reduce.Op) error {
+// reduceScatterDirect: every member sends ins[r] to r; r reduces them in member order. The
+// headers are checked (checked) once this rank's data is out.
+func (o *opState) reduceScatterDirect(ins [][]byte, out []byte, dt reduce.DType, op reduce.Op, checked func() error) error {
 	for k := 1; k < o.n; k++ {
 		r := o.rankAt(o.idx + k)
 		if err := o.send(r, stepData, ins[r]); err != nil {
 			return err
 		}
+	}
+	if err := checked(); err != nil {
+		return err
 	}
 	tmp := o.g.pool.get(len(out))
 	defer o.g.pool.put(tmp)
@@ -69,8 +79,9 @@ func (o *opState) reduceScatterDirect(ins [][]byte, out []byte, dt reduce.DType,
 
 // reduceScatterRing: at step s member i sends its partial of block (i-s-1) to the right and
 // adds its own contribution to the partial of block (i-s-2) arriving from the left; after n-1
-// steps block i is complete at member i. Chunks are forwarded as soon as they are reduced.
-func (o *opState) reduceScatterRing(ins [][]byte, out []byte, dt reduce.DType, op reduce.Op) error {
+// steps block i is complete at member i. Chunks are forwarded as soon as they are reduced. The
+// headers are checked (checked) while this rank's first chunks go out.
+func (o *opState) reduceScatterRing(ins [][]byte, out []byte, dt reduce.DType, op reduce.Op, checked func() error) error {
 	n, idx := o.n, o.idx
 	es := elemSize(dt)
 	cs := chunkSpans(0, len(out), o.chunkBytes(es))
@@ -79,6 +90,9 @@ func (o *opState) reduceScatterRing(ins [][]byte, out []byte, dt reduce.DType, o
 	first := ins[o.rankAt(idx-1)]
 	for _, c := range cs {
 		s.push(right, stepData, first[c.off:c.off+c.n], nil)
+	}
+	if err := checked(); err != nil {
+		return s.wait(err)
 	}
 	var err error
 loop:

@@ -16,28 +16,44 @@ func (g *Group) Scatter(ctx context.Context, ins [][]byte, out []byte, root int)
 	if p := g.path(); p != nil && root >= 0 && root < g.maxSize {
 		return p.scatter(ctx, ins, out, root)
 	}
-	o, err := g.begin(ctx, header{kind: kindScatter, root: int32(root), count: int64(len(out))})
+	// The outputs are not the inputs: the root's pieces go out right after its header, and
+	// the headers are checked while they move (announce, collect), a round trip less.
+	o, err := g.announce(ctx, header{kind: kindScatter, root: int32(root), count: int64(len(out))}, nil)
 	if err != nil {
 		return err
 	}
+	if o.n == 1 {
+		copy(out, ins[root])
+		return nil
+	}
 	if o.indexOf(root) < 0 {
+		if err := o.collect(nil); err != nil {
+			return o.finish(err)
+		}
 		return o.finish(&MismatchError{Msg: "scatter: root rank is not an active member of the group"})
 	}
 	if g.rank != root {
-		if len(out) == 0 {
-			return nil
+		var qs recvEach
+		if len(out) > 0 {
+			qs = o.recvEach([]int{root}, stepData, [][]byte{out})
 		}
-		return o.finish(o.recvFull(root, stepData, out))
-	}
-	copy(out, ins[root])
-	if len(out) == 0 {
-		return nil
-	}
-	for k := 1; k < o.n; k++ {
-		r := o.rankAt(o.idx + k)
-		if err := o.send(r, stepData, ins[r]); err != nil {
+		if err := o.collect(nil); err != nil {
+			qs.stop(err)
 			return o.finish(err)
 		}
+		return o.finish(qs.wait())
 	}
-	return nil
+	if len(out) > 0 {
+		for k := 1; k < o.n; k++ {
+			r := o.rankAt(o.idx + k)
+			if err := o.send(r, stepData, ins[r]); err != nil {
+				return o.finish(err)
+			}
+		}
+	}
+	if err := o.collect(nil); err != nil {
+		return o.finish(err)
+	}
+	copy(out, ins[root])
+	return o.finish(nil)
 }

@@ -165,11 +165,12 @@ func TestCollectiveMismatchAndAbortOverP2P(t *testing.T) {
 	}
 }
 
-// TestMismatchWithDataAhead: all_gather and all_to_all send their data before the members'
-// headers are checked. When the members disagree on the sizes (all_gather's ring and direct
-// paths, all_to_all), every rank still fails with the same MismatchError, the next op is
-// exact, and nothing is left of the failed op's data: a receive of it afterwards fails (its tag
-// space was dropped) instead of finding it queued.
+// TestMismatchWithDataAhead: the ops whose outputs are not their inputs (all_gather,
+// all_to_all, reduce_scatter, gather, scatter) send their data before the members' headers are
+// checked. When the members disagree on the sizes (each path of each, roots 0 and 1, rank 1 the
+// odd one), every rank still fails with the same MismatchError, the next op is exact, and
+// nothing is left of the failed op's data: a receive of it afterwards fails (its tag space was
+// dropped) instead of finding it queued.
 func TestMismatchWithDataAhead(t *testing.T) {
 	const n = 3
 	allGather := func(ctx context.Context, g *collective.Group, r, size int) (bool, error) {
@@ -206,6 +207,59 @@ func TestMismatchWithDataAhead(t *testing.T) {
 		}
 		return true, nil
 	}
+	reduceScatter := func(ctx context.Context, g *collective.Group, r, size int) (bool, error) {
+		ins := make([][]byte, n)
+		for q := range ins {
+			ins[q] = pat(size, 10*r+q)
+		}
+		out := make([]byte, size)
+		if err := g.ReduceScatter(ctx, ins, out, reduce.Uint8, reduce.Max); err != nil {
+			return false, err
+		}
+		want := make([]byte, size)
+		for q := 0; q < n; q++ {
+			for i, b := range pat(size, 10*q+r) {
+				want[i] = max(want[i], b)
+			}
+		}
+		return bytes.Equal(out, want), nil
+	}
+	gather := func(root int) func(ctx context.Context, g *collective.Group, r, size int) (bool, error) {
+		return func(ctx context.Context, g *collective.Group, r, size int) (bool, error) {
+			var outs [][]byte
+			if r == root {
+				outs = make([][]byte, n)
+				for q := range outs {
+					outs[q] = make([]byte, size)
+				}
+			}
+			if err := g.Gather(ctx, pat(size, r), outs, root); err != nil {
+				return false, err
+			}
+			for q := range outs {
+				if !bytes.Equal(outs[q], pat(size, q)) {
+					return false, nil
+				}
+			}
+			return true, nil
+		}
+	}
+	scatter := func(root int) func(ctx context.Context, g *collective.Group, r, size int) (bool, error) {
+		return func(ctx context.Context, g *collective.Group, r, size int) (bool, error) {
+			var ins [][]byte
+			if r == root {
+				ins = make([][]byte, n)
+				for q := range ins {
+					ins[q] = pat(size, q)
+				}
+			}
+			out := make([]byte, size)
+			if err := g.Scatter(ctx, ins, out, root); err != nil {
+				return false, err
+			}
+			return bytes.Equal(out, pat(size, r)), nil
+		}
+	}
 	for _, c := range []struct {
 		name string
 		opts collective.Options
@@ -214,6 +268,12 @@ func TestMismatchWithDataAhead(t *testing.T) {
 		{"all_gather ring", collective.Options{SmallBytes: 64, ChunkBytes: 512}, allGather},
 		{"all_gather direct", collective.Options{}, allGather},
 		{"all_to_all", collective.Options{FusedBytes: -1}, allToAll},
+		{"reduce_scatter ring", collective.Options{SmallBytes: 64, ChunkBytes: 512}, reduceScatter},
+		{"reduce_scatter direct", collective.Options{}, reduceScatter},
+		{"gather to 0", collective.Options{}, gather(0)},
+		{"gather to 1", collective.Options{}, gather(1)},
+		{"scatter from 0", collective.Options{}, scatter(0)},
+		{"scatter from 1", collective.Options{}, scatter(1)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			eps := mkEndpoints(t, n, p2p.Options{Credits: 2, CellBytes: 256})
