@@ -43,7 +43,7 @@ vet:
 
 test-go:
 	go test -race -timeout 20m ./...
-	go test -count=1 -run 'TestE2E' ./pg  # multi-process ring paths (collectives over p2p): cross-process ordering is invisible to -race
+	go test -count=1 -run 'TestE2E|TestMismatchWithDataAhead' ./pg  # ring paths over p2p (other processes, other engines): that ordering is invisible to -race
 	go test -count=1 ./internal/rawsys ./engine/transport/tcp ./store/api  # raw socket system calls (package rawsys): a -race build makes the ordinary ones
 
 test-py:

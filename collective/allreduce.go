@@ -55,20 +55,24 @@ func (g *Group) allReduce(ctx context.Context, buf, save []byte, dt reduce.DType
 	if n := len(g.Members()); n > 1 && n <= fusedRanks && len(buf) <= g.opts.FusedBytes && len(buf) > 0 {
 		return g.allReduceFused(ctx, h, buf, dt, op, n)
 	}
-	o, err := g.begin(ctx, h)
+	// The op is in place: its first data goes out right after its header (it only reads buf),
+	// and the members' headers are checked before anything writes into buf (announce,
+	// collect), so a mismatch leaves buf as it was.
+	o, err := g.announce(ctx, h, nil)
 	if err != nil {
 		return err
 	}
 	if o.n == 1 {
 		return nil
 	}
+	checked := func() error { return o.collect(nil) }
 	small := g.opts.SmallBytes
 	if o.n == 2 {
 		small = max(small, g.opts.PairBytes)
 	}
 	if len(buf) <= small || len(buf)/es < o.n {
 		copy(save, buf)
-		err = o.allReduceRecursive(buf, dt, op)
+		err = o.allReduceRecursive(buf, dt, op, checked)
 		if err == nil && op == reduce.Avg {
 			err = reduce.Divide(buf, dt, o.n)
 		}
@@ -76,7 +80,7 @@ func (g *Group) allReduce(ctx context.Context, buf, save []byte, dt reduce.DType
 			copy(buf, save)
 		}
 	} else {
-		err = o.ring(buf, save, dt, op, true) // divides AVG segments itself; restores from save
+		err = o.ring(buf, save, dt, op, true, checked) // divides AVG segments itself; restores from save
 	}
 	return o.finish(err)
 }
@@ -114,8 +118,16 @@ func (g *Group) allReduceFused(ctx context.Context, h header, buf []byte, dt red
 
 // allReduceRecursive is recursive doubling; with a member count that is not a power of two
 // the first 2*rem members pair up first (the even one hands its data to the odd one and gets
-// the result back at the end).
-func (o *opState) allReduceRecursive(buf []byte, dt reduce.DType, op reduce.Op) error {
+// the result back at the end). checked (the op's header check) runs once, after this rank's
+// first send and before anything writes into buf.
+func (o *opState) allReduceRecursive(buf []byte, dt reduce.DType, op reduce.Op, checked func() error) error {
+	check := func() error {
+		if c := checked; c != nil {
+			checked = nil
+			return c()
+		}
+		return nil
+	}
 	p := 1
 	for p*2 <= o.n {
 		p *= 2
@@ -131,6 +143,9 @@ func (o *opState) allReduceRecursive(buf []byte, dt reduce.DType, op reduce.Op) 
 				return err
 			}
 		} else {
+			if err := check(); err != nil { // before a receive that a mismatch could fail otherwise
+				return err
+			}
 			if err := o.recvFull(o.members[idx-1], stepData, tmp); err != nil {
 				return err
 			}
@@ -151,7 +166,7 @@ func (o *opState) allReduceRecursive(buf []byte, dt reduce.DType, op reduce.Op) 
 			} else {
 				pi = pn + rem
 			}
-			if err := o.exchange(o.members[pi], stepData, buf, tmp); err != nil {
+			if err := o.exchange(o.members[pi], stepData, buf, tmp, check); err != nil {
 				return err
 			}
 			if err := reduce.Reduce(buf, tmp, dt, op); err != nil {
@@ -163,20 +178,30 @@ func (o *opState) allReduceRecursive(buf []byte, dt reduce.DType, op reduce.Op) 
 		if idx%2 == 1 {
 			return o.send(o.members[idx-1], stepResult, buf)
 		}
+		if err := check(); err != nil {
+			return err
+		}
 		return o.recvFull(o.members[idx+1], stepResult, buf)
 	}
-	return nil
+	return check()
 }
 
 // exchange sends out to peer and receives its message of the same step into in (all of it).
 // With a Conn that posts receives, in is posted before the send, so the peer's message lands
 // there directly even when it arrives while the send is under way (both sides send at once).
-func (o *opState) exchange(peer int, step uint16, out, in []byte) error {
+// between (nil: none) runs after the send, before the wait; its error ends the exchange.
+func (o *opState) exchange(peer int, step uint16, out, in []byte, between func() error) error {
 	q := o.recvAhead(o.ctx, peer, step, 1)
 	q.add(in)
 	if err := o.send(peer, step, out); err != nil {
 		q.stop(err)
 		return err
+	}
+	if between != nil {
+		if err := between(); err != nil {
+			q.stop(err)
+			return err
+		}
 	}
 	if err := q.next(); err != nil {
 		q.stop(err)
@@ -192,8 +217,9 @@ func (o *opState) exchange(peer int, step uint16, out, in []byte) error {
 // nil: none) each chunk of data is copied there just before the op first overwrites it, while
 // it is in cache anyway, and on failure the overwritten chunks are put back: data then holds
 // its input again (what an elastic rerun needs), for far less memory traffic than a copy of
-// the whole input up front.
-func (o *opState) ring(data, save []byte, dt reduce.DType, op reduce.Op, allGather bool) error {
+// the whole input up front. checked (nil: the op's headers were checked already) runs once this
+// member's first chunks are queued to go out, before anything writes into data.
+func (o *opState) ring(data, save []byte, dt reduce.DType, op reduce.Op, allGather bool, checked func() error) error {
 	n, idx := o.n, o.idx
 	es := elemSize(dt)
 	segs := segments(len(data)/es, n, es)
@@ -248,6 +274,11 @@ func (o *opState) ring(data, save []byte, dt reduce.DType, op reduce.Op, allGath
 			s.pushThen(right, stepData, data[c.off:c.off+c.n], func() { keep(off) })
 		} else {
 			s.push(right, stepData, data[c.off:c.off+c.n], nil)
+		}
+	}
+	if checked != nil {
+		if err := checked(); err != nil {
+			return s.wait(err) // nothing was written into data yet
 		}
 	}
 	// The receives, in order: reduce-scatter chunks into rotating scratch buffers (item j uses

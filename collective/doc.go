@@ -24,8 +24,10 @@
 // moves (opState.collect), a round trip less; none returns success before the check, and a
 // failed check drops the op's messages on every rank (opState.finish: an argument
 // mismatch sends no abort, so each rank drops them itself). Their outputs then hold whatever
-// arrived, as after any failed op. In-place ops (all_reduce above Options.FusedBytes,
-// broadcast, reduce) wait for the check, so that a mismatch never touches the caller's buffer.
+// arrived, as after any failed op. all_reduce above Options.FusedBytes, in place, sends its first
+// data (which only reads its buffer) before the check too and writes into the buffer only after
+// it; broadcast and reduce wait for the check. So a mismatch never touches an in-place op's
+// buffer.
 // Every op that took a sequence number ends through opState.finish, its empty cases too, so
 // that each success makes the fencing commit (fence.go).
 //

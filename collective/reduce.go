@@ -63,7 +63,7 @@ func (g *Group) reduceTo(ctx context.Context, buf, save []byte, dt reduce.DType,
 			err = reduce.Divide(buf, dt, o.n)
 		}
 	} else {
-		err = o.ring(acc, nil, dt, op, false)
+		err = o.ring(acc, nil, dt, op, false, nil)
 		if err == nil {
 			err = o.gatherSegments(acc, es, ri)
 		}

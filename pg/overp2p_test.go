@@ -165,12 +165,12 @@ func TestCollectiveMismatchAndAbortOverP2P(t *testing.T) {
 	}
 }
 
-// TestMismatchWithDataAhead: the ops whose outputs are not their inputs (all_gather,
-// all_to_all, reduce_scatter, gather, scatter) send their data before the members' headers are
-// checked. When the members disagree on the sizes (each path of each, roots 0 and 1, rank 1 the
-// odd one), every rank still fails with the same MismatchError, the next op is exact, and
-// nothing is left of the failed op's data: a receive of it afterwards fails (its tag space was
-// dropped) instead of finding it queued.
+// TestMismatchWithDataAhead: every op but broadcast and reduce sends its first data before the
+// members' headers are checked (all_reduce, in place, writes into its buffer only after the
+// check). When the members disagree on the sizes (each path of each, roots 0 and 1, rank 1 the
+// odd one), every rank still fails with the same MismatchError, a failed all_reduce leaves its
+// input as it was, the next op is exact, and nothing is left of the failed op's data: a receive
+// of it afterwards fails (its tag space was dropped) instead of finding it queued.
 func TestMismatchWithDataAhead(t *testing.T) {
 	const n = 3
 	allGather := func(ctx context.Context, g *collective.Group, r, size int) (bool, error) {
@@ -206,6 +206,22 @@ func TestMismatchWithDataAhead(t *testing.T) {
 			}
 		}
 		return true, nil
+	}
+	allReduce := func(ctx context.Context, g *collective.Group, r, size int) (bool, error) {
+		buf := pat(size, r)
+		if err := g.AllReduce(ctx, buf, reduce.Uint8, reduce.Max); err != nil {
+			if !bytes.Equal(buf, pat(size, r)) { // in place: a failed check leaves the input
+				return false, fmt.Errorf("the failed all_reduce changed its input (%v)", err)
+			}
+			return false, err
+		}
+		want := make([]byte, size)
+		for q := 0; q < n; q++ {
+			for i, b := range pat(size, q) {
+				want[i] = max(want[i], b)
+			}
+		}
+		return bytes.Equal(buf, want), nil
 	}
 	reduceScatter := func(ctx context.Context, g *collective.Group, r, size int) (bool, error) {
 		ins := make([][]byte, n)
@@ -268,6 +284,8 @@ func TestMismatchWithDataAhead(t *testing.T) {
 		{"all_gather ring", collective.Options{SmallBytes: 64, ChunkBytes: 512}, allGather},
 		{"all_gather direct", collective.Options{}, allGather},
 		{"all_to_all", collective.Options{FusedBytes: -1}, allToAll},
+		{"all_reduce ring", collective.Options{SmallBytes: 64, ChunkBytes: 512, FusedBytes: -1}, allReduce},
+		{"all_reduce recursive", collective.Options{FusedBytes: -1}, allReduce},
 		{"reduce_scatter ring", collective.Options{SmallBytes: 64, ChunkBytes: 512}, reduceScatter},
 		{"reduce_scatter direct", collective.Options{}, reduceScatter},
 		{"gather to 0", collective.Options{}, gather(0)},
@@ -276,6 +294,11 @@ func TestMismatchWithDataAhead(t *testing.T) {
 		{"scatter from 1", collective.Options{}, scatter(1)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			if raceDetector && c.name == "all_reduce ring" {
+				// The next op's all-gather lands chunks that this rank's sender read earlier,
+				// ordered through the peers and invisible to the detector (race_on_test.go).
+				t.Skip("cross-engine ordering is invisible to the race detector; `make test` runs this case without -race")
+			}
 			eps := mkEndpoints(t, n, p2p.Options{Credits: 2, CellBytes: 256})
 			var wg sync.WaitGroup
 			errs, again := make([]error, n), make([]error, n)
