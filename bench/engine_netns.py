@@ -4,6 +4,7 @@
     sudo python bench/engine_netns.py                       # 64 KiB, 1 MiB, 16 MiB; write, read
     sudo python bench/engine_netns.py --blocks 1M,64M --rounds 3 --duration 3 --json out.json
     sudo python bench/engine_netns.py --upstream /venv/bin/transfer_engine_bench
+    sudo python bench/engine_netns.py --upstream none --ops write --zerocopy
 
 Two namespaces joined by a veth pair (MTU 1500), as `bench/pgbench.py --netns` builds them: the
 target (`transfer_engine_bench --mode=target`) runs in one, the initiator in the other, so the
@@ -19,6 +20,10 @@ kernel's) moves them, 4 MiB a write (or the block, when larger): the link's capa
 depend on the engine's block size. The bound is measured again in every row, so a machine whose
 speed drifts moves both figures alike. Each figure is the median of its rounds, in GB/s (1 GB = 1e9 B); "%tcp" is
 ours as a share of the bound, "x upstream" ours over upstream's.
+
+--zerocopy also times the bound's sender with MSG_ZEROCOPY (`tcpstream -zerocopy`, columns "TCP
+zc"), counts in the bound when faster, and prints how many of its sends the kernel reported
+copied all the same (between namespaces of one host it copies at delivery).
 
 Flags passed to both engines' initiators: --batch_size (default 16), --threads (default 1),
 --buffer_size (default 256 MiB). Needs root and iproute2.
@@ -159,7 +164,8 @@ class Engine:
         os.unlink(self.log.name)
 
 
-def bound(net: Netns, stream: str, op: str, block: int, conns: int, seconds: int) -> float:
+def bound(net: Netns, stream: str, op: str, block: int, conns: int, seconds: int,
+          zerocopy: bool = False, copies: list | None = None) -> float:
     # write moves bytes from the initiator's namespace (1) to the target's (0); read the other way
     recv_side, send_side = (0, 1) if op == "write" else (1, 0)
     port = 17000 + conns
@@ -169,12 +175,16 @@ def bound(net: Netns, stream: str, op: str, block: int, conns: int, seconds: int
         r.stdout.readline()  # LISTENING
         out = net.run(send_side, [stream, "-send", f"-addr={NS_ADDR[recv_side]}:{port}",
                                   f"-conns={conns}", f"-seconds={seconds}",
-                                  f"-chunk={max(block, 4 << 20)}"], timeout=seconds * 4 + 30)
+                                  f"-chunk={max(block, 4 << 20)}"] + (["-zerocopy"] if zerocopy else []),
+                    timeout=seconds * 4 + 30)
     finally:
         r.wait(30)
     m = re.search(r"BOUND ([0-9.]+)", out)
     if not m:
         raise SystemExit(f"engine_netns: the bound's sender failed:\n{out[-2000:]}")
+    z = re.search(r"ZEROCOPY ([0-9]+) ([0-9]+)", out)
+    if z and copies is not None:
+        copies.append((int(z.group(1)), int(z.group(2))))
     return float(m.group(1))
 
 
@@ -192,6 +202,8 @@ def main() -> int:
                    help="upstream's transfer_engine_bench (default: %s if present; 'none' "
                         "leaves it out)" % UPSTREAM_DEFAULT)
     p.add_argument("--json", help="write the rows (every round) to this file")
+    p.add_argument("--zerocopy", action="store_true",
+                   help="also time the bound with MSG_ZEROCOPY sends (columns 'TCP zc')")
     args = p.parse_args()
     if os.geteuid() != 0 or shutil.which("ip") is None:
         raise SystemExit("engine_netns: needs root and iproute2 (ip)")
@@ -213,6 +225,7 @@ def main() -> int:
     upstream = args.upstream if args.upstream is not None else (
         UPSTREAM_DEFAULT if os.access(UPSTREAM_DEFAULT, os.X_OK) else "none")
     rows = []
+    copies: list = []  # (completions, copied) of every zerocopy bound run
     with Netns() as net:
         engines = [Engine("ours", ours, dict(os.environ, MC_FORCE_TCP="1"), net, args, False)]
         if upstream != "none":
@@ -230,10 +243,14 @@ def main() -> int:
                         r = {e.name: e.measure(op, block) for e in engines}
                         r["tcp1"] = bound(net, stream, op, block, 1, args.duration)
                         r["tcp4"] = bound(net, stream, op, block, 4, args.duration)
+                        if args.zerocopy:
+                            r["tcp1zc"] = bound(net, stream, op, block, 1, args.duration, True, copies)
+                            r["tcp4zc"] = bound(net, stream, op, block, 4, args.duration, True, copies)
                         rounds.append(r)
                     med = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
                     row = {"op": op, "block": block, **med,
-                           "bound": max(med["tcp1"], med["tcp4"]), "rounds": rounds}
+                           "bound": max(v for k, v in med.items() if k.startswith("tcp")),
+                           "rounds": rounds}
                     rows.append(row)
                     print(f"{op} {human(block)}: " + ", ".join(f"{k} {v:.2f}" for k, v in med.items()),
                           file=sys.stderr, flush=True)
@@ -246,21 +263,29 @@ def main() -> int:
           f"{args.batch_size}, {args.threads} thread(s), {args.duration} s per figure, median "
           f"of {args.rounds} alternated rounds; GB/s\n")
     head = "| op | block | ours |" + (" upstream |" if have_up else "") + \
-        " TCP 1 conn | TCP 4 conns | ours %tcp |" + (" ours / upstream |" if have_up else "")
+        " TCP 1 conn | TCP 4 conns |" + (" TCP zc 1 / 4 conns |" if args.zerocopy else "") + \
+        " ours %tcp |" + (" ours / upstream |" if have_up else "")
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     for r in rows:
         line = f"| {r['op']} | {human(r['block'])} | {r['ours']:.2f} |"
         if have_up:
             line += f" {r['upstream']:.2f} |"
-        line += f" {r['tcp1']:.2f} | {r['tcp4']:.2f} | {100 * r['ours'] / r['bound']:.0f} % |"
+        line += f" {r['tcp1']:.2f} | {r['tcp4']:.2f} |"
+        if args.zerocopy:
+            line += f" {r['tcp1zc']:.2f} / {r['tcp4zc']:.2f} |"
+        line += f" {100 * r['ours'] / r['bound']:.0f} % |"
         if have_up:
             line += f" {r['ours'] / r['upstream']:.2f}x |" if r["upstream"] > 0 else " - |"
         print(line)
+    if copies:
+        done, copied = sum(c[0] for c in copies), sum(c[1] for c in copies)
+        print(f"\nMSG_ZEROCOPY: the kernel reported {done} sends complete, {copied} of them copied "
+              f"all the same (SO_EE_CODE_ZEROCOPY_COPIED)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": {k: v for k, v in vars(args).items() if not k.startswith("stream")},
-                       "rows": rows}, f, indent=1)
+                       "rows": rows, "zerocopy_sends": copies}, f, indent=1)
     return 0
 
 
