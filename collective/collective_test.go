@@ -477,6 +477,20 @@ func TestMismatchFailsEverywhere(t *testing.T) {
 		})
 		sameError(t, errs, "all_to_all: rank 0 sends 4 bytes to rank 2, which expects 8 bytes from it")
 	})
+	t.Run("root-outside", func(t *testing.T) {
+		// A root that is not a member fails gather and scatter with the same error on every
+		// rank, a group of one included (its outs and ins are nil: it is not the root).
+		for _, n := range []int{1, 3} {
+			errs := runGroups(t, n, Options{}, 5*time.Second, func(ctx context.Context, g *Group) error {
+				return g.Gather(ctx, make([]byte, 8), nil, n)
+			})
+			sameError(t, errs, "gather: root rank is not an active member of the group")
+			errs = runGroups(t, n, Options{}, 5*time.Second, func(ctx context.Context, g *Group) error {
+				return g.Scatter(ctx, nil, make([]byte, 8), n)
+			})
+			sameError(t, errs, "scatter: root rank is not an active member of the group")
+		}
+	})
 	t.Run("then-works", func(t *testing.T) {
 		// After a failed op the group goes on with the next one.
 		net := NewMemNetwork(3)

@@ -19,10 +19,6 @@ func (g *Group) Gather(ctx context.Context, in []byte, outs [][]byte, root int) 
 	if err != nil {
 		return err
 	}
-	if o.n == 1 {
-		copy(outs[g.rank], in)
-		return nil
-	}
 	if o.indexOf(root) < 0 {
 		// Every member sees it (the root is not among the members all of them checked), so
 		// no data was sent; the headers are still exchanged, as by every op.
@@ -30,6 +26,10 @@ func (g *Group) Gather(ctx context.Context, in []byte, outs [][]byte, root int) 
 			return o.finish(err)
 		}
 		return o.finish(&MismatchError{Msg: "gather: root rank is not an active member of the group"})
+	}
+	if o.n == 1 {
+		copy(outs[g.rank], in)
+		return nil
 	}
 	if g.rank != root {
 		if len(in) > 0 {

@@ -22,15 +22,15 @@ func (g *Group) Scatter(ctx context.Context, ins [][]byte, out []byte, root int)
 	if err != nil {
 		return err
 	}
-	if o.n == 1 {
-		copy(out, ins[root])
-		return nil
-	}
 	if o.indexOf(root) < 0 {
 		if err := o.collect(nil); err != nil {
 			return o.finish(err)
 		}
 		return o.finish(&MismatchError{Msg: "scatter: root rank is not an active member of the group"})
+	}
+	if o.n == 1 {
+		copy(out, ins[root])
+		return nil
 	}
 	if g.rank != root {
 		var qs recvEach
