@@ -14,6 +14,10 @@
 // when the socket is not ready, exactly as package net does; deadlines, Close from another
 // goroutine and the poller's wake-ups work as for the connection itself.
 //
+// [Conn.ReadFull] reads a large payload with a receive low-water mark (SO_RCVLOWAT), so that the
+// reading goroutine is woken once per 256 KiB rather than at every few segments (the engine's
+// tcp server reads WRITE payloads so; [Detached.ReadFull] does the same in poll(2)).
+//
 // [WriteBuffers] writes a list of buffers with one raw writev(2) as far as the socket takes
 // them: the engine's tcp client sends its frames that way. A long system call made through the
 // syscall path has a second cost: once it has run across two of the monitor's ticks (20 µs or

@@ -64,6 +64,62 @@ func (c *Conn) Read(b []byte) (int, error) {
 	return n, nil
 }
 
+// ReadFull reads exactly len(b) bytes, as io.ReadFull would, waiting on the runtime's poller
+// while the socket holds nothing. While more than lowatFrom bytes are still to come it asks the
+// kernel (SO_RCVLOWAT) to report the socket readable only once min(left, lowatMax) bytes are
+// there, as [Detached.ReadFull] does: a payload arriving a few segments at a time wakes the
+// reading goroutine once per lowatMax rather than at every segment. The mark never exceeds the
+// bytes this call still expects, and it is back at 1 byte when ReadFull returns, so the
+// frame header read next is not held back. (The poller is edge-triggered: an arrival before the
+// mark is raised is remembered by the poller, and the next arrival is reported only once the
+// socket holds the mark's bytes.)
+func (c *Conn) ReadFull(b []byte) (int, error) {
+	done := 0
+	lowat := 1
+	var errno syscall.Errno
+	var eof bool
+	err := c.rc.Read(func(fd uintptr) bool {
+		for done < len(b) {
+			n, e := read(fd, b[done:])
+			switch {
+			case e == unix.EINTR:
+				continue
+			case e == unix.EAGAIN:
+				want := 1
+				if left := len(b) - done; left > lowatFrom {
+					want = min(left, lowatMax)
+				}
+				if want != lowat && unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, want) == nil {
+					lowat = want
+				}
+				return false
+			case e != 0:
+				errno = e
+				return true
+			case n == 0:
+				eof = true
+				return true
+			}
+			done += n
+		}
+		return true
+	})
+	if lowat != 1 {
+		c.rc.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, 1) })
+	}
+	switch {
+	case err != nil:
+		return done, err
+	case errno != 0:
+		return done, os.NewSyscallError("read", errno)
+	case eof && done == 0:
+		return 0, io.EOF
+	case eof:
+		return done, io.ErrUnexpectedEOF
+	}
+	return done, nil
+}
+
 // Write writes all of b, waiting on the runtime's poller while the socket's send buffer is
 // full; on an error it returns how many bytes were written before it.
 func (c *Conn) Write(b []byte) (int, error) {

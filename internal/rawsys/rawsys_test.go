@@ -9,6 +9,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // pair returns the two ends of a loopback TCP connection, both wrapped.
@@ -223,5 +225,75 @@ func TestWriteBuffersDeadline(t *testing.T) {
 	}
 	if n <= 0 || n >= 64<<20 {
 		t.Fatalf("WriteBuffers wrote %d bytes before its deadline; want some, not all", n)
+	}
+}
+
+// ReadFull of a large payload sent in pieces with pauses between them (so that it waits on the
+// poller with a low-water mark raised, down to exactly the bytes still to come) gets every
+// byte; the mark is back at 1 byte afterwards, so a small Read is answered at once; a peer that
+// closes mid-payload ends it with io.ErrUnexpectedEOF, not a hang.
+func TestConnReadFull(t *testing.T) {
+	a, b := pair(t)
+	want := make([]byte, 3<<20+5000)
+	for i := range want {
+		want[i] = byte(i * 7)
+	}
+	next := make(chan struct{})
+	go func() {
+		for off := 0; off < len(want); off += 100 << 10 {
+			a.Write(want[off:min(off+100<<10, len(want))])
+			time.Sleep(time.Millisecond)
+		}
+		<-next
+		a.Write([]byte{42})
+		<-next
+		a.Write(want[:300<<10]) // of the 1 MiB the reader waits for
+		a.Close()
+	}()
+	b.SetReadDeadline(time.Now().Add(20 * time.Second)) // a lost wake-up fails, never hangs
+	got := make([]byte, len(want))
+	n, err := b.(*Conn).ReadFull(got)
+	if err != nil || n != len(want) || !bytes.Equal(got, want) {
+		t.Fatalf("ReadFull = %d, %v (equal: %v)", n, err, bytes.Equal(got, want))
+	}
+	var lowat int
+	b.(*Conn).rc.Control(func(fd uintptr) { lowat, err = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT) })
+	if err != nil || lowat != 1 {
+		t.Fatalf("SO_RCVLOWAT after ReadFull = %d, %v; want 1", lowat, err)
+	}
+	next <- struct{}{}
+	b.SetReadDeadline(time.Now().Add(5 * time.Second))
+	one := make([]byte, 64<<10)
+	if n, err := b.Read(one); err != nil || n != 1 || one[0] != 42 {
+		t.Fatalf("small Read after ReadFull = %d, %v", n, err)
+	}
+	b.SetReadDeadline(time.Now().Add(20 * time.Second))
+	next <- struct{}{}
+	n, err = b.(*Conn).ReadFull(make([]byte, 1<<20))
+	if !errors.Is(err, io.ErrUnexpectedEOF) || n != 300<<10 {
+		t.Fatalf("ReadFull cut short = %d, %v; want %d, io.ErrUnexpectedEOF", n, err, 300<<10)
+	}
+}
+
+// A deadline ends a ReadFull that waits with a low-water mark raised, and so does one moved
+// into the past from another goroutine (the engine's tcp server interrupts a landing read so).
+func TestConnReadFullDeadline(t *testing.T) {
+	a, b := pair(t)
+	a.Write(make([]byte, 100<<10))
+	b.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	n, err := b.(*Conn).ReadFull(make([]byte, 1<<20))
+	if !errors.Is(err, os.ErrDeadlineExceeded) || n > 100<<10 {
+		t.Fatalf("ReadFull = %d, %v; want at most %d bytes and the deadline's error", n, err, 100<<10)
+	}
+	b.SetReadDeadline(time.Time{})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := b.(*Conn).ReadFull(make([]byte, 1<<20))
+		errc <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	b.SetReadDeadline(time.Now())
+	if err := <-errc; !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("interrupted ReadFull = %v; want the deadline's error", err)
 	}
 }

@@ -204,7 +204,11 @@ func readInto(br *bufio.Reader, c net.Conn, dst []byte) error {
 	if b := br.Buffered(); b > 0 {
 		n, _ = br.Read(dst[:min(b, len(dst))])
 	}
-	if d, ok := c.(*rawsys.Detached); ok {
+	switch d := c.(type) {
+	case *rawsys.Detached:
+		_, err := d.ReadFull(dst[n:])
+		return err
+	case *rawsys.Conn:
 		_, err := d.ReadFull(dst[n:])
 		return err
 	}
