@@ -128,21 +128,11 @@ func TestDetachedRefused(t *testing.T) {
 // small Read after it is answered at once (the low-water mark is back at 1 byte); a peer that
 // stops sending and closes mid-payload ends it with io.ErrUnexpectedEOF, not a hang.
 func TestDetachedReadFull(t *testing.T) {
-	want := make([]byte, 3<<20)
-	for i := range want {
-		want[i] = byte(i * 7)
-	}
+	want := readFullPattern(3 << 20)
 	next := make(chan struct{})
 	addr := echoServer(t, func(c net.Conn) {
 		defer c.Close()
-		for off := 0; off < len(want); off += 100 << 10 {
-			c.Write(want[off:min(off+100<<10, len(want))])
-			time.Sleep(time.Millisecond)
-		}
-		<-next
-		c.Write([]byte{42})
-		<-next
-		c.Write(want[:300<<10]) // of the 1 MiB the client waits for
+		sendForReadFull(c, want, next)
 	})
 	c, err := DialDetached(context.Background(), addr)
 	if err != nil {
@@ -165,6 +155,29 @@ func TestDetachedReadFull(t *testing.T) {
 	if !errors.Is(err, io.ErrUnexpectedEOF) || n != 300<<10 {
 		t.Fatalf("ReadFull cut short = %d, %v; want %d, io.ErrUnexpectedEOF", n, err, 300<<10)
 	}
+}
+
+// readFullPattern returns n bytes of the ReadFull tests' pattern.
+func readFullPattern(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i * 7)
+	}
+	return b
+}
+
+// sendForReadFull plays the peer of the ReadFull tests on c: want in pieces of 100 KiB with
+// pauses between them; after next, one byte (42); after next again, 300 KiB of want (of the
+// 1 MiB the reader waits for).
+func sendForReadFull(c net.Conn, want []byte, next <-chan struct{}) {
+	for off := 0; off < len(want); off += 100 << 10 {
+		c.Write(want[off:min(off+100<<10, len(want))])
+		time.Sleep(time.Millisecond)
+	}
+	<-next
+	c.Write([]byte{42})
+	<-next
+	c.Write(want[:300<<10])
 }
 
 // A deadline ends a ReadFull that waits with a low-water mark set.

@@ -234,20 +234,10 @@ func TestWriteBuffersDeadline(t *testing.T) {
 // closes mid-payload ends it with io.ErrUnexpectedEOF, not a hang.
 func TestConnReadFull(t *testing.T) {
 	a, b := pair(t)
-	want := make([]byte, 3<<20+5000)
-	for i := range want {
-		want[i] = byte(i * 7)
-	}
+	want := readFullPattern(3<<20 + 5000)
 	next := make(chan struct{})
 	go func() {
-		for off := 0; off < len(want); off += 100 << 10 {
-			a.Write(want[off:min(off+100<<10, len(want))])
-			time.Sleep(time.Millisecond)
-		}
-		<-next
-		a.Write([]byte{42})
-		<-next
-		a.Write(want[:300<<10]) // of the 1 MiB the reader waits for
+		sendForReadFull(a, want, next)
 		a.Close()
 	}()
 	b.SetReadDeadline(time.Now().Add(20 * time.Second)) // a lost wake-up fails, never hangs
