@@ -36,17 +36,18 @@
 //
 // The server reads and writes its connections with raw system calls (package rawsys): serving
 // a request does not wake the runtime's monitor thread, which slept while the process was idle.
-// It reads a large payload with the low-water mark too (rawsys.Conn.ReadFull), so that the
-// server goroutine is woken once per 256 KiB of a WRITE rather than at every few segments:
-// across two network namespaces (2026-12-07, alternated with the build before, three runs)
-// all_reduce went from 1.00-1.12x gloo to 1.06-1.22x at 16 and 64 MiB, at 68-82 % of the TCP
-// bound instead of 59-76 %, and all_to_all from 0.94-1.05x to 1.02-1.12x, with about a quarter
-// fewer context switches per op (docs/performance.md).
 // The client does the same for its frames (one raw writev per flush): a write of a 256 KiB
 // chunk takes longer than the monitor's 20 µs tick, and made through the scheduler's syscall
 // path it had its P handed to another thread, woken for it, while the caller copied (across two
 // network namespaces, a 64 MiB all_reduce's context switches per op and rank went from about
 // 880 to about 760 with the raw writes; docs/performance.md).
+//
+// The server reads a large WRITE payload with a receive low-water mark too
+// (rawsys.Conn.ReadFull), so that its goroutine is woken once per 256 KiB rather than at every
+// few segments. Across two network namespaces (2026-12-07, alternated with the build before,
+// three runs each): all_reduce at 16 and 64 MiB went from 1.00-1.24x gloo to 1.06-1.33x, at
+// 68-85 % of the TCP bound instead of 59-76 %, and all_to_all from 0.94-1.05x to 1.02-1.12x,
+// with about a quarter fewer context switches per op (docs/performance.md).
 //
 // The server (Server) checks every range against the Handler (the engine's registered
 // buffers) and answers an error for a range outside them; a malformed frame (bad magic,
