@@ -204,12 +204,9 @@ func readInto(br *bufio.Reader, c net.Conn, dst []byte) error {
 	if b := br.Buffered(); b > 0 {
 		n, _ = br.Read(dst[:min(b, len(dst))])
 	}
-	switch d := c.(type) {
-	case *rawsys.Detached:
-		_, err := d.ReadFull(dst[n:])
-		return err
-	case *rawsys.Conn:
-		_, err := d.ReadFull(dst[n:])
+	if r, ok := c.(interface{ ReadFull([]byte) (int, error) }); ok {
+		// rawsys's connections (Detached, Conn): woken once per low-water mark of bytes.
+		_, err := r.ReadFull(dst[n:])
 		return err
 	}
 	_, err := io.ReadFull(c, dst[n:])
