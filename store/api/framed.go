@@ -462,10 +462,25 @@ func (l *FramedConn) Invoke(ctx context.Context, method string, args, reply any,
 	return status.Errorf(codes.Internal, "master %s sent a reply of unknown kind %d", l.addr, frame[0])
 }
 
-// call sends one request (the method name, then parts) and reads its reply frame.
+type onSentKey struct{}
+
+// OnSent returns ctx carrying f: a framed-RPC call made with it runs f on the calling thread
+// once its request is sent and before it waits for the reply, so that the caller's own work
+// overlaps the master's. f may run more than once (a call retried) or not at all (a request
+// that could not be sent, or a gRPC connection): callers make it idempotent and run it again
+// after the call.
+func OnSent(ctx context.Context, f func()) context.Context {
+	return context.WithValue(ctx, onSentKey{}, f)
+}
+
+// call sends one request (the method name, then parts), runs ctx's OnSent function, and reads
+// its reply frame.
 func (s *framedSock) call(ctx context.Context, method string, parts ...[]byte) ([]byte, error) {
 	if err := writeFrame(s.w, append([][]byte{{byte(len(method))}, []byte(method)}, parts...)...); err != nil {
 		return nil, err
+	}
+	if f, ok := ctx.Value(onSentKey{}).(func()); ok {
+		f()
 	}
 	s.awaitReply(ctx)
 	return readFrame(s.r)

@@ -23,6 +23,9 @@ type MasterServer interface {
 	// PutEndReserved is PutEnd of a value written into the reservation KeyRequest.Reserved (a
 	// put the client started ahead under a name of its own): the master renames it to Key.
 	PutEndReserved(context.Context, *KeyRequest) (*Status, error)
+	// ConfirmPuts makes the replicas of the client's unconfirmed puts among Keys readable: their
+	// writes completed (KeyRequest.Unconfirmed).
+	ConfirmPuts(context.Context, *BatchKeysRequest) (*Status, error)
 	PutRevoke(context.Context, *KeyRequest) (*Status, error)
 	GetReplicaList(context.Context, *KeyRequest) (*GetReplicaListResponse, error)
 	ExistKey(context.Context, *KeyRequest) (*ExistKeyResponse, error)
@@ -76,6 +79,7 @@ var ServiceDesc = grpc.ServiceDesc{
 		method("PutStart", MasterServer.PutStart),
 		method("PutEnd", MasterServer.PutEnd),
 		method("PutEndReserved", MasterServer.PutEndReserved),
+		method("ConfirmPuts", MasterServer.ConfirmPuts),
 		method("PutRevoke", MasterServer.PutRevoke),
 		method("GetReplicaList", MasterServer.GetReplicaList),
 		method("ExistKey", MasterServer.ExistKey),
@@ -154,6 +158,9 @@ func (c *MasterClient) BatchPutStart(ctx context.Context, r *BatchPutStartReques
 }
 func (c *MasterClient) PutEndReserved(ctx context.Context, r *KeyRequest) (*Status, error) {
 	return invoke[Status](ctx, c, "PutEndReserved", r)
+}
+func (c *MasterClient) ConfirmPuts(ctx context.Context, r *BatchKeysRequest) (*Status, error) {
+	return invoke[Status](ctx, c, "ConfirmPuts", r)
 }
 func (c *MasterClient) BatchPutEnd(ctx context.Context, r *BatchKeysRequest) (*BatchStatusResponse, error) {
 	return invoke[BatchStatusResponse](ctx, c, "BatchPutEnd", r)

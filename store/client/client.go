@@ -109,6 +109,7 @@ type Client struct {
 	ends        coalescer[struct{}]                    // concurrent single puts' PutEnd calls
 	cachedReads atomic.Uint64                          // gets served from the master's value cache (smallvalue.go)
 	resv        reservations                           // puts started ahead (reserve.go)
+	confirms    confirmQueue                           // unconfirmed puts' completed writes (unconfirmed.go)
 
 	segMu    sync.Mutex
 	segIDs   map[string]engine.SegmentID
@@ -247,7 +248,8 @@ func NewWithEngine(ctx context.Context, eng Engine, cfg Config) (*Client, error)
 		return fail(api.Errorf(api.CodeOf(err), "cannot reach mooncake_master at %s: %v", cfg.MasterServerAddress, err))
 	}
 	c.rootFS = ss.RootFSDir
-	c.cc.follow(ctx, ss) // a plain address of an HA master: follow its cluster's leader
+	c.confirms.on.Store(ss.UnconfirmedPuts) // unconfirmed.go
+	c.cc.follow(ctx, ss)                    // a plain address of an HA master: follow its cluster's leader
 	c.stageSize = cfg.LocalBufferSize
 	if c.stageAddr, err = eng.AllocateShared(c.stageSize); err != nil {
 		return fail(api.Errorf(api.INTERNAL_ERROR, "allocate %d-byte local buffer: %v", c.stageSize, err))

@@ -10,7 +10,10 @@
 //     chunks, through which values that are not in registered memory travel to and from remote
 //     segments over tcp;
 //   - puts in two phases (PutStart on the master, write every replica through the engine,
-//     PutEnd — or PutRevoke on any failure, so a failed or interrupted put is never visible) and
+//     PutEnd — or PutRevoke on any failure, so a failed or interrupted put is never visible;
+//     except that a single small put through a reservation ends while its write is under way,
+//     readable from the value the master holds until the write is confirmed, and revoked if the
+//     write fails: a failed put of that kind may be read for a moment, with its own bytes) and
 //     gets by asking the master for replicas (granting a lease) and reading the best one: the
 //     local segment, then any same-host segment (a memcpy through MapRemote), then tcp;
 //   - upserts the same way (the master swaps versions at PutEnd), reads byte ranges
@@ -41,7 +44,8 @@
 // calls sharing master round trips), put.go, get.go and
 // read.go (the data requests), smallvalue.go (small values sent with their PutEnd and read back
 // from the master's answer, one round trip), reserve.go (puts started ahead, so that a single
-// small put is the write and one master call), keys.go (exists, removal, tenant keys).
+// small put is the write and one master call), unconfirmed.go (a small put's write and master
+// call overlapped, its write confirmed later), keys.go (exists, removal, tenant keys).
 //
 // The Client uses a transfer engine through the small [Engine] interface that *engine.Engine
 // satisfies; in a process with the C library that is the process-wide engine. Every error is

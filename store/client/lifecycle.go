@@ -98,6 +98,7 @@ func (c *Client) Close() error {
 			<-c.done
 			c.bg.Wait()
 		}
+		c.closeConfirms()     // unconfirmed.go
 		c.closeReservations() // reserve.go
 		if e := c.closeExtra(); e != nil {
 			err = e

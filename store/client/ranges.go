@@ -61,7 +61,7 @@ func (c *Client) GetRanges(ctx context.Context, key string, frags []Range) ([]ui
 		}
 	}
 	for i, f := range frags {
-		errs[i] = c.readRange(ctx, key, g.Size, mem, f)
+		errs[i] = c.readRange(ctx, key, g, mem, f)
 		if errs[i] == nil {
 			got[i] = f.Size
 		}
@@ -77,7 +77,8 @@ func (c *Client) GetRanges(ctx context.Context, key string, frags []Range) ([]ui
 	return got, errs
 }
 
-func (c *Client) readRange(ctx context.Context, key string, size uint64, mem []api.Replica, f Range) error {
+func (c *Client) readRange(ctx context.Context, key string, g *api.GetReplicaListResponse, mem []api.Replica, f Range) error {
+	size := g.Size
 	switch {
 	case f.Size == 0:
 		return api.Errorf(api.INVALID_PARAMS, "get %s: a fragment of 0 bytes", quote(key))
@@ -91,10 +92,14 @@ func (c *Client) readRange(ctx context.Context, key string, size uint64, mem []a
 	if uint64(f.Dst-base)+f.Size > n {
 		return api.Errorf(api.BUFFER_OVERFLOW, "get %s: %d bytes at %#x overflow the %d-byte registered buffer at %#x", quote(key), f.Size, f.Dst, n, base)
 	}
+	dst := buf{b: memview.Bytes(f.Dst, int(f.Size)), registered: true}
+	if uint64(len(g.Value)) == size {
+		copy(dst.b, g.Value[f.Src:]) // the master answered with the bytes (smallvalue.go)
+		return nil
+	}
 	if len(mem) == 0 {
 		return api.Errorf(api.REPLICA_NOT_FOUND, "get %s: ranged reads need a memory replica and the object has none", quote(key))
 	}
-	dst := buf{b: memview.Bytes(f.Dst, int(f.Size)), registered: true}
 	var last error
 	for _, r := range mem {
 		rr := r

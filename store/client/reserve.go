@@ -337,21 +337,25 @@ func (c *Client) putReserved(ctx context.Context, key string, parts []buf, k res
 	if !ok {
 		return false, nil
 	}
-	if err := c.writeReplicas(ctx, parts, res.reps); err != nil {
+	small := c.smallValue(parts)
+	if small != nil && c.confirms.on.Load() {
+		done, fellBack, err := c.putUnconfirmed(ctx, key, parts, small, res, k) // unconfirmed.go
+		if !fellBack {
+			return done, err
+		}
+	} else if err := c.writeReplicas(ctx, parts, res.reps); err != nil {
 		c.revokeLater([]string{res.key}) // its segment may be gone; the plain put may place elsewhere
 		return false, nil
 	}
+	confirmed := c.takeConfirms()
 	rctx, cancel := c.rpcCtx(ctx)
-	st, err := c.master.PutEndReserved(rctx, &api.KeyRequest{ClientID: c.id, Key: key, Reserved: res.key, Value: c.smallValue(parts)})
+	st, err := c.master.PutEndReserved(rctx, &api.KeyRequest{ClientID: c.id, Key: key, Reserved: res.key, Value: small, Confirmed: confirmed})
 	cancel()
+	if err != nil || st.Code != api.OK {
+		c.addConfirms(confirmed, confirmDelay) // unknown whether the master applied them
+	}
 	if err != nil {
-		if status.Code(err) == codes.Unimplemented {
-			// A master that predates reservations: plain puts from now on.
-			c.resv.mu.Lock()
-			c.resv.off = true
-			c.resv.mu.Unlock()
-			c.revokeLater([]string{res.key})
-			c.dropReservations()
+		if c.noReservations(err, res) {
 			return false, nil
 		}
 		// Unknown whether the rename happened: the reservation is not used again (if it was
@@ -359,6 +363,25 @@ func (c *Client) putReserved(ctx context.Context, key string, parts []buf, k res
 		c.revokeLater([]string{res.key})
 		return true, c.rpcErr("put "+quote(key), err)
 	}
+	return c.endStatus(key, st, res, k)
+}
+
+// noReservations reports whether err says that the master predates reservations, and turns
+// them off for good then (plain puts from now on).
+func (c *Client) noReservations(err error, res reservation) bool {
+	if status.Code(err) != codes.Unimplemented {
+		return false
+	}
+	c.resv.mu.Lock()
+	c.resv.off = true
+	c.resv.mu.Unlock()
+	c.revokeLater([]string{res.key})
+	c.dropReservations()
+	return true
+}
+
+// endStatus is putReserved's outcome from the master's answer to its PutEndReserved.
+func (c *Client) endStatus(key string, st *api.Status, res reservation, k reserveKey) (done bool, err error) {
 	switch st.Code {
 	case api.OK:
 		c.resv.puts.Add(1)

@@ -37,7 +37,8 @@ type objectJSON struct {
 	Upsert       bool          `json:"upsert,omitempty"`
 	SoftPinTTL   int64         `json:"soft_pin_ttl,omitempty"`
 	KeepPin      bool          `json:"keep_pin,omitempty"`
-	Value        []byte        `json:"value,omitempty"` // the value cache's copy (valuecache.go)
+	Value        []byte        `json:"value,omitempty"`       // the value cache's copy (valuecache.go)
+	Unconfirmed  bool          `json:"unconfirmed,omitempty"` // read from Value alone, its replicas being written (unconfirmed.go)
 }
 
 type retiredJSON struct {
@@ -136,6 +137,7 @@ func encodeObject(o *object) objectJSON {
 	}
 	oj.Upsert, oj.SoftPinTTL, oj.KeepPin = o.upsert, o.softPinTTL, o.keepPin
 	oj.Value = o.value
+	oj.Unconfirmed = o.unconfirmed
 	return oj
 }
 
@@ -231,6 +233,12 @@ func (s *State) decodeObject(oj objectJSON) (*object, error) {
 		}
 		o.value = oj.Value
 		s.valueBytes += o.size
+	}
+	if oj.Unconfirmed {
+		if o.value == nil || !o.complete {
+			return nil, fmt.Errorf("decode master state: object %q is unconfirmed without its value", oj.Key)
+		}
+		o.unconfirmed = true
 	}
 	return o, nil
 }

@@ -71,7 +71,9 @@
 // object within --small_value_cache_bytes and returns with GetReplicaList, so that such a get
 // is one round trip (valuecache.go). A PutEndReserved completes a put a client started ahead
 // under a reservation name (api.ReservationPrefix) as another key: the rename that makes a
-// single small put two round trips (reserve.go).
+// single small put two round trips (reserve.go). With Unconfirmed, that end comes while the
+// client's write is under way: the key is read from its value alone until the client confirms
+// the write (OpPutConfirm), so the write and the master call overlap (unconfirmed.go).
 //
 // This package must not import the store client or the transfer engine: the master moves no
 // data (the value cache's bytes come and go inside the RPC messages).

@@ -16,12 +16,15 @@ const (
 	// OpPutEndReserved completes a put written into a reservation: a pending put the client
 	// started ahead under a name of its own (Reserved) becomes Key's value (reserve.go).
 	OpPutEndReserved Op = "put_end_reserved"
-	OpGrantLease     Op = "grant_lease" // GetReplicaList: lease + LRU touch
-	OpRemove         Op = "remove"
-	OpRemoveByRegex  Op = "remove_by_regex"
-	OpRemoveAll      Op = "remove_all"
-	OpTick           Op = "tick"  // reclaim stale put-starts, watermark eviction
-	OpBatch          Op = "batch" // Batch applied in order, all at Now
+	// OpPutConfirm makes the replicas of a client's unconfirmed puts readable (Keys):
+	// their writes completed (unconfirmed.go).
+	OpPutConfirm    Op = "put_confirm"
+	OpGrantLease    Op = "grant_lease" // GetReplicaList: lease + LRU touch
+	OpRemove        Op = "remove"
+	OpRemoveByRegex Op = "remove_by_regex"
+	OpRemoveAll     Op = "remove_all"
+	OpTick          Op = "tick"  // reclaim stale put-starts, watermark eviction
+	OpBatch         Op = "batch" // Batch applied in order, all at Now
 	// OpVerify carries the leader's state digest just before the entry; it changes nothing.
 	// A standby applying it compares its own digest at the same point (verification).
 	OpVerify Op = "verify"
@@ -64,6 +67,12 @@ type Entry struct {
 	Error     string               `json:"error,omitempty"`    // OpOffloadDone/OpPromoteDone: why the move failed
 	Value     []byte               `json:"value,omitempty"`    // OpPutEnd: the value written, for the value cache (valuecache.go)
 	Reserved  string               `json:"reserved,omitempty"` // OpPutEndReserved: the reservation that holds Key's value
+	// OpPutEndReserved: the write to the replicas is still under way; Key is read from Value
+	// until an OpPutConfirm names it (unconfirmed.go).
+	Unconfirmed bool `json:"unconfirmed,omitempty"`
+	// OpPutConfirm, and OpPutEndReserved before its own change: ClientID's unconfirmed puts
+	// whose writes completed.
+	Keys []string `json:"keys,omitempty"`
 
 	// results, on an OpBatch only: room for its results (Result.Batch), when the proposer
 	// reuses it (Server.batch); nil: applying allocates it. Not part of the entry's meaning.

@@ -29,6 +29,9 @@ type HA struct {
 const (
 	entryTypeJSON         uint32 = 1
 	entryTypeJSONReserved uint32 = 2
+	// entryTypeJSONUnconfirmed: an entry that makes or confirms an unconfirmed put
+	// (unconfirmed.go), which a master of the version before cannot apply.
+	entryTypeJSONUnconfirmed uint32 = 3
 )
 
 // ErrNotServing is returned (as UNAVAILABLE_IN_CURRENT_STATUS) by requests reaching a master
@@ -42,14 +45,17 @@ func encodeEntry(seq uint64, e Entry) (ha.Entry, error) {
 		return ha.Entry{}, err
 	}
 	typ := entryTypeJSON
-	if e.Op == OpPutEndReserved {
+	switch {
+	case e.Op == OpPutConfirm || e.Unconfirmed || len(e.Keys) > 0:
+		typ = entryTypeJSONUnconfirmed
+	case e.Op == OpPutEndReserved:
 		typ = entryTypeJSONReserved
 	}
 	return ha.Entry{Seq: seq, Type: typ, Payload: b}, nil
 }
 
 func decodeEntry(he ha.Entry) (Entry, error) {
-	if he.Type != entryTypeJSON && he.Type != entryTypeJSONReserved {
+	if he.Type != entryTypeJSON && he.Type != entryTypeJSONReserved && he.Type != entryTypeJSONUnconfirmed {
 		return Entry{}, fmt.Errorf("oplog entry %d has unknown type %d", he.Seq, he.Type)
 	}
 	var e Entry

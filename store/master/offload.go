@@ -58,6 +58,9 @@ func (s *State) localTarget(o *object) (replicaRec, *segment) {
 // canOffload reports whether an eviction victim without a file can move down instead of
 // being dropped: to G3, or to its client's local disk when that has room or can make it.
 func (s *State) canOffload(o *object) bool {
+	if o.unconfirmed {
+		return false // its replicas may not hold it yet (unconfirmed.go): evicted as it is
+	}
 	if s.cfg.RootFSDir != "" {
 		return true
 	}

@@ -24,6 +24,9 @@ import (
 )
 
 func (s *State) putEndReserved(e Entry) Result {
+	if len(e.Keys) > 0 && e.ClientID != "" {
+		s.confirmKeys(e.ClientID, e.Keys, e.Now) // confirmations sent along (unconfirmed.go)
+	}
 	if r, bad := keyFail(e.Key); bad {
 		return r
 	}
@@ -59,6 +62,11 @@ func (s *State) putEndReserved(e Entry) Result {
 	if _, ok := s.pending[e.Key]; ok {
 		return fail(api.OBJECT_REPLICA_BUSY, fmt.Sprintf("key %q is being written by another put", e.Key))
 	}
+	if e.Unconfirmed {
+		if r, bad := s.unconfirmedRefused(o, e.Value); bad {
+			return r
+		}
+	}
 	// Rename: out of the indexes kept by name, then back in under the new one.
 	s.noteReservation(o, -1)
 	s.dropResident(o)
@@ -71,7 +79,7 @@ func (s *State) putEndReserved(e Entry) Result {
 	s.noteResident(o)
 	s.pending[o.key] = o
 	end := e
-	end.Op, end.Reserved = OpPutEnd, ""
+	end.Op, end.Reserved, end.Keys = OpPutEnd, "", nil
 	return s.putEnd(end)
 }
 

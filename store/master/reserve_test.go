@@ -198,7 +198,7 @@ func TestReservedEntriesHaveTheirOwnLogType(t *testing.T) {
 			t.Fatalf("%s decoded as %+v (%v)", e.Op, back, err)
 		}
 	}
-	if _, err := decodeEntry(ha.Entry{Seq: 3, Type: 3, Payload: []byte("{}")}); err == nil {
+	if _, err := decodeEntry(ha.Entry{Seq: 3, Type: 4, Payload: []byte("{}")}); err == nil {
 		t.Fatal("an entry of an unknown type decoded")
 	}
 }

@@ -562,7 +562,16 @@ func (s *Server) PutEndReserved(ctx context.Context, r *api.KeyRequest) (*api.St
 	if r.Reserved == "" {
 		return &api.Status{Code: api.INVALID_PARAMS, Message: "PutEndReserved without a reservation"}, nil
 	}
-	return statusOf(s.do(ctx, Entry{Op: OpPutEndReserved, ClientID: r.ClientID, Key: r.Key, Reserved: r.Reserved, Value: r.Value})), nil
+	return statusOf(s.do(ctx, Entry{Op: OpPutEndReserved, ClientID: r.ClientID, Key: r.Key, Reserved: r.Reserved, Value: r.Value,
+		Unconfirmed: r.Unconfirmed, Keys: r.Confirmed})), nil
+}
+
+// ConfirmPuts confirms the writes of the client's unconfirmed puts among r.Keys (unconfirmed.go).
+func (s *Server) ConfirmPuts(ctx context.Context, r *api.BatchKeysRequest) (*api.Status, error) {
+	if len(r.Keys) == 0 {
+		return &api.Status{}, nil
+	}
+	return statusOf(s.do(ctx, Entry{Op: OpPutConfirm, ClientID: r.ClientID, Keys: r.Keys})), nil
 }
 
 func (s *Server) PutRevoke(ctx context.Context, r *api.KeyRequest) (*api.Status, error) {
@@ -778,5 +787,5 @@ func (s *Server) ServiceStatus(ctx context.Context, r *api.ServiceStatusRequest)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return &api.ServiceStatusResponse{Role: s.role, ClusterID: s.cfg.ClusterID, RootFSDir: s.cfg.RootFSDir,
-		HABackend: s.haBackend, HAEndpoints: s.haEndpoints}, nil
+		HABackend: s.haBackend, HAEndpoints: s.haEndpoints, UnconfirmedPuts: s.cfg.SmallValueCacheBytes > 0}, nil
 }

@@ -50,6 +50,9 @@ type object struct {
 	value                  []byte  // a small value's bytes (valuecache.go); nil: none
 	valuePrev, valueNext   *object // its place in State.values while value is set (valuecache.go)
 	reservedBytes          uint64  // a put reservation's bytes counted in State.reserved (reserve.go)
+	// unconfirmed: complete and read from value alone, its replicas still being written
+	// (unconfirmed.go); value is then out of State.values and counted in State.pinnedBytes.
+	unconfirmed bool
 }
 
 type segment struct {
@@ -116,11 +119,14 @@ type State struct {
 	retired    []retiredRec
 	capacity   uint64
 	used       uint64
-	reserved   uint64    // of used: the bytes of put reservations in progress (reserve.go; derived)
-	valueBytes uint64    // bytes in the value cache (valuecache.go)
-	values     valueList // the objects whose bytes it holds, least recently used first (derived)
-	applied    uint64
-	counters   Counters
+	reserved   uint64 // of used: the bytes of put reservations in progress (reserve.go; derived)
+	valueBytes uint64 // bytes in the value cache (valuecache.go)
+	// of valueBytes: the values of unconfirmed puts, which the cache cannot drop (unconfirmed.go; derived)
+	pinnedBytes uint64
+	unconfirmed map[string]*object // the unconfirmed puts by key (unconfirmed.go; derived)
+	values      valueList          // the objects whose bytes it holds, least recently used first (derived)
+	applied     uint64
+	counters    Counters
 	// verifiedAt is the applied count right after the last OpVerify entry: the leader
 	// proposes a new one only when something changed since (an idle cluster's log stays put).
 	verifiedAt uint64
@@ -148,16 +154,17 @@ type State struct {
 // NewState returns an empty state using cfg's store policy (leases, pins, eviction, allocation).
 func NewState(cfg Config) *State {
 	s := &State{
-		cfg:       cfg,
-		segments:  map[string]*segment{},
-		clients:   map[string][]string{},
-		objects:   map[string]*object{},
-		pending:   map[string]*object{},
-		resident:  map[*object]struct{}{},
-		stats:     newDerivedStats(),
-		moving:    map[string]*object{},
-		fileRefs:  map[string]int{},
-		diskOrder: map[string]*diskQueue{},
+		cfg:         cfg,
+		segments:    map[string]*segment{},
+		clients:     map[string][]string{},
+		objects:     map[string]*object{},
+		pending:     map[string]*object{},
+		unconfirmed: map[string]*object{},
+		resident:    map[*object]struct{}{},
+		stats:       newDerivedStats(),
+		moving:      map[string]*object{},
+		fileRefs:    map[string]int{},
+		diskOrder:   map[string]*diskQueue{},
 	}
 	if cfg.EvictionPolicy == EvictionPrefix {
 		s.chains = map[string]*chainNode{}
@@ -204,6 +211,7 @@ var entryOps = map[Op]func(*State, Entry) Result{
 	OpPutEnd:           (*State).putEnd,
 	OpPutRevoke:        (*State).putRevoke,
 	OpPutEndReserved:   (*State).putEndReserved,
+	OpPutConfirm:       (*State).putConfirm,
 	OpGrantLease:       (*State).grantLease,
 	OpRemove:           (*State).remove,
 	OpRemoveByRegex:    (*State).removeByRegex,
@@ -372,7 +380,7 @@ func (s *State) dropSegment(seg *segment) {
 	for _, h := range hit {
 		o := h.o
 		idx := slices.IndexFunc(o.replicas, onSeg)
-		if !o.complete {
+		if !o.complete || o.unconfirmed { // unconfirmed.go: its write there may not have landed
 			s.deleteObject(o)
 			continue
 		}
@@ -411,6 +419,7 @@ func (s *State) expireClient(e Entry) Result {
 			s.deleteObject(o)
 		}
 	}
+	s.dropUnconfirmed(e.ClientID) // unconfirmed.go
 	s.counters.ExpiredClients++
 	return Result{}
 }
@@ -619,11 +628,17 @@ func (s *State) putEnd(e Entry) Result {
 	s.noteResident(o)
 	o.complete = true
 	o.upsert, o.keepPin, o.softPinTTL = false, false, 0
+	s.accessed(o, e.Now)
+	delete(s.pending, e.Key)
+	if e.Unconfirmed {
+		s.pin(o, e.Value) // unconfirmed.go: its replicas stay unreadable until confirmed
+		s.restat(o)
+		s.noteTimed(o, e.Now)
+		return Result{}
+	}
 	for i := range o.replicas {
 		o.replicas[i].status = api.ReplicaComplete
 	}
-	s.accessed(o, e.Now)
-	delete(s.pending, e.Key)
 	s.cacheValue(o, e.Value) // valuecache.go
 	s.offloadAfterPut(o, e.Now)
 	s.restat(o)
@@ -637,6 +652,10 @@ func (s *State) putRevoke(e Entry) Result {
 	}
 	o, ok := s.pending[e.Key]
 	if !ok {
+		if cur, ok := s.objects[e.Key]; ok && cur.unconfirmed && cur.putClient == e.ClientID {
+			s.deleteObject(cur) // its write failed (unconfirmed.go): readers had its value only
+			return Result{}
+		}
 		if cur, ok := s.objects[e.Key]; ok && cur.complete {
 			return fail(api.INVALID_WRITE, fmt.Sprintf("key %q is already complete; remove it instead", e.Key))
 		}
@@ -745,6 +764,9 @@ func (s *State) removeAll(e Entry) Result {
 // put in progress, or both (an upsert's new version is in pending only, beside the old one).
 func (s *State) deleteObject(o *object) {
 	s.dropValue(o)
+	if o.unconfirmed && s.unconfirmed[o.key] == o {
+		delete(s.unconfirmed, o.key)
+	}
 	for _, r := range o.replicas {
 		if seg, ok := s.segments[r.segID]; ok {
 			seg.alloc.release(r.addr-seg.Base, o.size)

@@ -56,7 +56,7 @@ type promoteRec struct {
 
 // inMemory reports whether o has a readable memory copy.
 func (s *State) inMemory(o *object) bool {
-	return slices.ContainsFunc(o.replicas, func(r replicaRec) bool { return r.status == api.ReplicaComplete })
+	return o.unconfirmed || slices.ContainsFunc(o.replicas, func(r replicaRec) bool { return r.status == api.ReplicaComplete })
 }
 
 func (s *State) offloading() int { return s.downN }

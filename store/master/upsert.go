@@ -104,7 +104,7 @@ func (s *State) replicaClear(e Entry) Result {
 		return r
 	}
 	switch {
-	case !o.complete:
+	case !o.complete || o.unconfirmed:
 		return fail(api.REPLICA_IS_NOT_READY, fmt.Sprintf("key %q is still being written", e.Key))
 	case e.ClientID != "" && o.putClient != e.ClientID:
 		return fail(api.ILLEGAL_CLIENT, fmt.Sprintf("key %q was written by another client", e.Key))

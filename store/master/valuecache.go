@@ -93,7 +93,7 @@ func (s *State) cacheValue(o *object, v []byte) {
 // if any, to the most recently used end.
 func (s *State) accessed(o *object, now int64) {
 	o.lastAccess = now
-	if o.value != nil {
+	if o.value != nil && !o.unconfirmed {
 		s.values.unlink(o)
 		s.values.insert(o)
 	}
@@ -101,7 +101,11 @@ func (s *State) accessed(o *object, now int64) {
 
 // dropValue forgets o's cached bytes.
 func (s *State) dropValue(o *object) {
-	if o.value != nil {
+	if o.value != nil && o.unconfirmed {
+		s.valueBytes -= o.size
+		s.pinnedBytes -= o.size
+		o.value = nil
+	} else if o.value != nil {
 		s.values.unlink(o)
 		s.valueBytes -= o.size
 		o.value = nil
@@ -113,7 +117,10 @@ func (s *State) dropValue(o *object) {
 func (s *State) linkValues() {
 	var held []*object
 	for _, o := range s.objects {
-		if o.value != nil {
+		if o.unconfirmed {
+			s.unconfirmed[o.key] = o
+			s.pinnedBytes += o.size
+		} else if o.value != nil {
 			held = append(held, o)
 		}
 	}

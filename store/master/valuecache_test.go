@@ -51,14 +51,23 @@ func checkValues(t *testing.T, s *State) {
 	if s.values.tail != prev {
 		t.Fatal("value list: tail is not the last object")
 	}
-	var held uint64
+	var held, pinned uint64
 	for _, o := range s.objects {
-		if o.value != nil {
+		switch {
+		case o.unconfirmed:
+			if o.value == nil || s.unconfirmed[o.key] != o {
+				t.Fatalf("unconfirmed %q: value %v, indexed %v", o.key, o.value != nil, s.unconfirmed[o.key] == o)
+			}
+			pinned += o.size
+		case o.value != nil:
 			held++
 		}
 	}
-	if n != held || sum != s.CachedValueBytes() {
-		t.Fatalf("value list: %d objects, %d bytes; the state: %d objects with bytes, %d bytes", n, sum, held, s.CachedValueBytes())
+	if pinned != s.pinnedBytes || len(s.unconfirmed) != s.UnconfirmedPuts() {
+		t.Fatalf("pinned values: %d bytes counted, %d held", s.pinnedBytes, pinned)
+	}
+	if n != held || sum+pinned != s.CachedValueBytes() {
+		t.Fatalf("value list: %d objects, %d bytes; the state: %d objects with bytes, %d bytes (%d pinned)", n, sum, held, s.CachedValueBytes(), pinned)
 	}
 }
 
