@@ -965,6 +965,7 @@ type ObjectInfo struct {
 	SoftPinned   bool          `json:"soft_pinned"`
 	SoftPinUntil time.Time     `json:"soft_pin_until,omitzero"`
 	HardPinned   bool          `json:"hard_pinned"`
+	Unconfirmed  bool          `json:"unconfirmed,omitempty"` // read from the master's copy of its value until its write is confirmed (unconfirmed.go)
 }
 
 // Query describes key (ok=false when unknown).
@@ -973,8 +974,15 @@ func (s *State) Query(key string) (ObjectInfo, bool) {
 	if !ok {
 		return ObjectInfo{}, false
 	}
+	reps := s.describe(o)
+	if o.unconfirmed { // unconfirmed.go: its copies, still ReplicaProcessing, are listed all the same
+		reps = reps[:0]
+		for _, r := range o.replicas {
+			reps = append(reps, api.Replica{SegmentID: r.segID, SegmentName: s.segments[r.segID].Name, Addr: r.addr, Size: o.size, Status: r.status})
+		}
+	}
 	info := ObjectInfo{
-		Key: o.key, Size: o.size, Complete: o.complete, Replicas: s.describe(o),
+		Key: o.key, Size: o.size, Complete: o.complete, Replicas: reps, Unconfirmed: o.unconfirmed,
 		LeaseUntil: time.Unix(0, o.leaseUntil), LastAccess: time.Unix(0, o.lastAccess),
 		SoftPinned: o.softPin, HardPinned: o.hardPin,
 	}

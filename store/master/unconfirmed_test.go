@@ -44,6 +44,9 @@ func TestUnconfirmedPutIsReadFromItsValueUntilConfirmed(t *testing.T) {
 	if len(got) != 0 || !bytes.Equal(value, v) {
 		t.Fatalf("reading k unconfirmed: %d replicas, %d bytes; want none and its value", len(got), len(value))
 	}
+	if info, _ := h.s.Query("k"); !info.Unconfirmed || len(info.Replicas) != 1 || info.Replicas[0].Status != api.ReplicaProcessing || info.Replicas[0].Addr != reps[0].Addr {
+		t.Fatalf("the admin view of k unconfirmed: %+v", info)
+	}
 	b := h.apply(Entry{Op: OpBatch, Batch: []Entry{{Op: OpGrantLease, Key: "k"}}})
 	if len(b.Batch[0].Replicas) != 0 || !bytes.Equal(b.Batch[0].Value, v) {
 		t.Fatalf("a batch read of k unconfirmed: %d replicas, %d bytes", len(b.Batch[0].Replicas), len(b.Batch[0].Value))
