@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"log"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,7 +24,9 @@ import (
 // What the put returns is what it did before: success once both the write and the end
 // succeeded. A write that fails after the master made the key readable revokes the key before
 // the put goes on the plain way (readers meanwhile got exactly the bytes being put, never a
-// replica's), so a failed put may be briefly readable, with its own value. A master that refuses
+// replica's), so a failed put may be briefly readable, with its own value (and, when the
+// master's answer was lost too, readable so until removed, evicted or this client expires: a
+// revoke sent later could undo a retry of the same put). A master that refuses
 // the unconfirmed end (its cache is full of them, REPLICA_IS_NOT_READY) changed nothing: the put
 // is ended the plain way after its write. Keys whose confirmation could not be sent are sent
 // again, to whichever master leads then; a confirmation of a key the master no longer holds
@@ -138,14 +139,6 @@ func (c *Client) closeConfirms() {
 	}
 }
 
-// queuedConfirm reports whether key waits for its confirmation.
-func (c *Client) queuedConfirm(key string) bool {
-	q := &c.confirms
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return slices.Contains(q.keys, key)
-}
-
 // putUnconfirmed ends the put of key into reservation res while writing it (parts): the
 // overlapped path of putReserved, for a value small (the bytes the end carries). done and err
 // are putReserved's; fellBack: the master refused the unconfirmed end and the write succeeded,
@@ -168,15 +161,16 @@ func (c *Client) putUnconfirmed(ctx context.Context, key string, parts []buf, sm
 	}
 	if err != nil {
 		// Unknown whether the end (and the confirmations) happened: confirming again changes
-		// nothing, and a reservation that was renamed answers its revoke with an error.
+		// nothing, and a reservation that was renamed answers its revoke with an error. The key
+		// itself is not revoked when its write failed: a revoke in the background could come
+		// after a retry of this put had succeeded (and find that put unconfirmed). If the end
+		// happened, the key stays readable from its own bytes until removed, evicted or this
+		// client expires, as a put whose outcome is unknown may.
 		c.addConfirms(confirmed, confirmDelay)
-		keys := []string{res.key}
 		if werr == nil {
 			c.addConfirms([]string{key}, confirmDelay)
-		} else if !c.queuedConfirm(key) {
-			keys = append(keys, key) // renamed or not, its write failed
 		}
-		c.revokeLater(keys)
+		c.revokeLater([]string{res.key})
 		return true, false, c.rpcErr("put "+quote(key), err)
 	}
 	switch {
