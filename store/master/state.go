@@ -930,11 +930,15 @@ func (s *State) eachResident(f func(o *object)) {
 
 // ---- reads ----
 
-func (s *State) describe(o *object) []api.Replica {
+func (s *State) describe(o *object) []api.Replica { return s.replicaList(o, true) }
+
+// replicaList lists o's copies; readable: not those of a complete object that are still being
+// written (a promotion's, an unconfirmed put's: unconfirmed.go).
+func (s *State) replicaList(o *object, readable bool) []api.Replica {
 	out := make([]api.Replica, 0, len(o.replicas)+1)
 	for _, r := range o.replicas {
-		if o.complete && r.status != api.ReplicaComplete {
-			continue // a promotion being written: not readable yet
+		if readable && o.complete && r.status != api.ReplicaComplete {
+			continue
 		}
 		seg := s.segments[r.segID]
 		out = append(out, api.Replica{SegmentID: r.segID, SegmentName: seg.Name, Addr: r.addr, Size: o.size, Status: r.status})
@@ -974,15 +978,9 @@ func (s *State) Query(key string) (ObjectInfo, bool) {
 	if !ok {
 		return ObjectInfo{}, false
 	}
-	reps := s.describe(o)
-	if o.unconfirmed { // unconfirmed.go: its copies, still ReplicaProcessing, are listed all the same
-		reps = reps[:0]
-		for _, r := range o.replicas {
-			reps = append(reps, api.Replica{SegmentID: r.segID, SegmentName: s.segments[r.segID].Name, Addr: r.addr, Size: o.size, Status: r.status})
-		}
-	}
 	info := ObjectInfo{
-		Key: o.key, Size: o.size, Complete: o.complete, Replicas: reps, Unconfirmed: o.unconfirmed,
+		// An unconfirmed put's copies, still ReplicaProcessing, are listed all the same.
+		Key: o.key, Size: o.size, Complete: o.complete, Replicas: s.replicaList(o, !o.unconfirmed), Unconfirmed: o.unconfirmed,
 		LeaseUntil: time.Unix(0, o.leaseUntil), LastAccess: time.Unix(0, o.lastAccess),
 		SoftPinned: o.softPin, HardPinned: o.hardPin,
 	}

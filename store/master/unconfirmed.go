@@ -59,9 +59,9 @@ func (s *State) unconfirmedRefused(o *object, v []byte) (Result, bool) {
 	return Result{}, false
 }
 
-// pin makes the complete object o unconfirmed, read from v (checked by unconfirmedRefused).
+// pin makes the object o, just completed (so holding no value yet), unconfirmed, read from v
+// (checked by unconfirmedRefused).
 func (s *State) pin(o *object, v []byte) {
-	s.dropValue(o)
 	budget := s.cfg.SmallValueCacheBytes
 	for s.valueBytes+o.size > budget && s.values.head != nil {
 		s.dropValue(s.values.head) // pinned values come first; the cache keeps fewer others
