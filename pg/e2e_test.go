@@ -160,6 +160,16 @@ func child() error {
 			return errors.New("all_reduce with a dead rank succeeded")
 		}
 		fmt.Printf("RESULT %v\n", err)
+		// Stay alive until every survivor has its own result: a survivor that exited at once
+		// would be a second dead peer, and a slower one could rightly blame it instead.
+		if err := st.set(fmt.Sprintf("reported-%d", rank), nil); err != nil {
+			return err
+		}
+		for r := 0; r < n-1; r++ {
+			if _, err := st.get(fmt.Sprintf("reported-%d", r), 10*time.Second); err != nil {
+				return err
+			}
+		}
 		return nil
 	case "bench":
 		if rank == 0 {
