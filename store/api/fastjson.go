@@ -207,10 +207,6 @@ func (r *KeyRequest) appendJSON(b []byte) ([]byte, bool) {
 		b = appendField(b, "reserved")
 		b = appendStr(b, r.Reserved)
 	}
-	if r.Unconfirmed {
-		b = appendField(b, "unconfirmed")
-		b = appendBool(b, true)
-	}
 	if len(r.Confirmed) > 0 {
 		b = appendField(b, "confirmed")
 		b = appendStrings(b, r.Confirmed)
@@ -640,8 +636,6 @@ func (r *KeyRequest) decode(d *jdec) {
 			r.Value = d.bytes()
 		case "reserved":
 			r.Reserved = d.str()
-		case "unconfirmed":
-			r.Unconfirmed = d.bool()
 		case "confirmed":
 			r.Confirmed = d.strings()
 		default:

@@ -18,7 +18,7 @@ func hotSamples() []any {
 	return []any{
 		&KeyRequest{}, &KeyRequest{ClientID: "c1", Key: "key/1"}, &KeyRequest{ClientID: odd, Key: odd},
 		&KeyRequest{ClientID: "c", Key: "k", Value: []byte("\x00\xffvalue bytes+/=")}, &KeyRequest{Key: "k", Value: []byte{1}},
-		&KeyRequest{ClientID: "c", Key: "k", Reserved: "r", Value: []byte{1}, Unconfirmed: true, Confirmed: []string{"a", odd}},
+		&KeyRequest{ClientID: "c", Key: "k", Reserved: "r", Value: []byte{1}, Confirmed: []string{"a", odd}},
 		&BatchKeysRequest{Keys: []string{"a", "b", "c"}, Values: [][]byte{[]byte("one"), nil, {}}},
 		&BatchKeysRequest{Keys: []string{"a"}, Values: [][]byte{[]byte("xy")}},
 		&BatchKeysRequest{}, &BatchKeysRequest{ClientID: "c", Keys: []string{}},

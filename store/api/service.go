@@ -23,8 +23,17 @@ type MasterServer interface {
 	// PutEndReserved is PutEnd of a value written into the reservation KeyRequest.Reserved (a
 	// put the client started ahead under a name of its own): the master renames it to Key.
 	PutEndReserved(context.Context, *KeyRequest) (*Status, error)
+	// PutEndUnconfirmed is PutEndReserved sent while the client's write to the reservation's
+	// replicas is still under way, with the whole value in KeyRequest.Value. The master makes
+	// Key readable from Value at once and its replicas readable only when ConfirmPuts (or
+	// Confirmed of a later end) names Key; a client whose write failed revokes Key (PutRevoke).
+	// Refused with REPLICA_IS_NOT_READY, changing nothing, when the master cannot hold the value
+	// (then end the put after the write). A method of its own, not a flag of PutEndReserved,
+	// so that a master that predates it refuses it (Unimplemented) rather than take it for an
+	// end after the write and hand out replicas still being written.
+	PutEndUnconfirmed(context.Context, *KeyRequest) (*Status, error)
 	// ConfirmPuts makes the replicas of the client's unconfirmed puts among Keys readable: their
-	// writes completed (KeyRequest.Unconfirmed).
+	// writes completed (PutEndUnconfirmed).
 	ConfirmPuts(context.Context, *BatchKeysRequest) (*Status, error)
 	PutRevoke(context.Context, *KeyRequest) (*Status, error)
 	GetReplicaList(context.Context, *KeyRequest) (*GetReplicaListResponse, error)
@@ -79,6 +88,7 @@ var ServiceDesc = grpc.ServiceDesc{
 		method("PutStart", MasterServer.PutStart),
 		method("PutEnd", MasterServer.PutEnd),
 		method("PutEndReserved", MasterServer.PutEndReserved),
+		method("PutEndUnconfirmed", MasterServer.PutEndUnconfirmed),
 		method("ConfirmPuts", MasterServer.ConfirmPuts),
 		method("PutRevoke", MasterServer.PutRevoke),
 		method("GetReplicaList", MasterServer.GetReplicaList),
@@ -159,6 +169,10 @@ func (c *MasterClient) BatchPutStart(ctx context.Context, r *BatchPutStartReques
 func (c *MasterClient) PutEndReserved(ctx context.Context, r *KeyRequest) (*Status, error) {
 	return invoke[Status](ctx, c, "PutEndReserved", r)
 }
+func (c *MasterClient) PutEndUnconfirmed(ctx context.Context, r *KeyRequest) (*Status, error) {
+	return invoke[Status](ctx, c, "PutEndUnconfirmed", r)
+}
+
 func (c *MasterClient) ConfirmPuts(ctx context.Context, r *BatchKeysRequest) (*Status, error) {
 	return invoke[Status](ctx, c, "ConfirmPuts", r)
 }

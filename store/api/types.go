@@ -210,16 +210,9 @@ type KeyRequest struct {
 	// Reserved, on a PutEndReserved only: the reservation (a put of this client in progress)
 	// whose replicas hold Key's value.
 	Reserved string `json:"reserved,omitempty"`
-	// Unconfirmed, on a PutEndReserved only: sent while the client's write to the reservation's
-	// replicas is still under way, with the whole value in Value. The master makes Key
-	// readable from Value at once and its replicas readable only when ConfirmPuts (or Confirmed
-	// of a later PutEndReserved) names Key; a client whose write failed revokes Key (PutRevoke).
-	// Refused with REPLICA_IS_NOT_READY, changing nothing, when the master cannot hold the value
-	// (then end the put after the write). Only for a master whose ServiceStatus says
-	// UnconfirmedPuts.
-	Unconfirmed bool `json:"unconfirmed,omitempty"`
-	// Confirmed, on a PutEndReserved only: keys of this client's earlier unconfirmed puts whose
-	// writes completed, confirmed before the put itself is applied (as ConfirmPuts would).
+	// Confirmed, on a PutEndReserved or PutEndUnconfirmed only: keys of this client's earlier
+	// unconfirmed puts whose writes completed, confirmed before the put itself is applied (as
+	// ConfirmPuts would). A master that predates unconfirmed puts ignores it: it holds none.
 	Confirmed []string `json:"confirmed,omitempty"`
 }
 
@@ -319,7 +312,8 @@ type ServiceStatusResponse struct {
 	// leader of ClusterID there, as one given the etcd:// address would.
 	HABackend   string `json:"ha_backend,omitempty"`
 	HAEndpoints string `json:"ha_endpoints,omitempty"`
-	// UnconfirmedPuts: this master takes KeyRequest.Unconfirmed (its value cache is on).
+	// UnconfirmedPuts: this master takes PutEndUnconfirmed (its value cache is on). A hint
+	// only: a master that predates them answers the call Unimplemented, changing nothing.
 	UnconfirmedPuts bool `json:"unconfirmed_puts,omitempty"`
 }
 

@@ -132,11 +132,41 @@ func TestPutsThroughReservations(t *testing.T) {
 	}
 }
 
-// oldMaster is a master that predates reservations: PutEndReserved is an unknown method.
+// oldMaster is a master that predates reservations: PutEndReserved (and what came after it,
+// PutEndUnconfirmed and ConfirmPuts) are unknown methods.
 type oldMaster struct{ *master.Server }
 
 func (oldMaster) PutEndReserved(context.Context, *api.KeyRequest) (*api.Status, error) {
-	return nil, status.Error(codes.Unimplemented, `unknown method "/mooncake.store.MasterService/PutEndReserved"`)
+	return nil, unknownMethod("PutEndReserved")
+}
+
+func (oldMaster) PutEndUnconfirmed(context.Context, *api.KeyRequest) (*api.Status, error) {
+	return nil, unknownMethod("PutEndUnconfirmed")
+}
+
+func (oldMaster) ConfirmPuts(context.Context, *api.BatchKeysRequest) (*api.Status, error) {
+	return nil, unknownMethod("ConfirmPuts")
+}
+
+// unknownMethod is a master's answer to a method it does not have.
+func unknownMethod(name string) error {
+	return status.Errorf(codes.Unimplemented, "unknown method %q", "/mooncake.store.MasterService/"+name)
+}
+
+// serveAs serves srv's state through the master service implemented by as (srv with some
+// methods replaced) over framed RPC; the address.
+func serveAs(t *testing.T, srv *master.Server, as api.MasterServer) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	framed := api.NewFramedServer(&api.ServiceDesc, as, nil)
+	fl := api.NewFramedListener(lis, framed)
+	ctx, cancel := context.WithCancel(context.Background())
+	go srv.Run(ctx)
+	t.Cleanup(func() { cancel(); framed.Close(); fl.Close() })
+	return lis.Addr().String()
 }
 
 // TestReservationsWithAnOlderMaster: against a master without PutEndReserved, puts fall back to
@@ -145,16 +175,8 @@ func TestReservationsWithAnOlderMaster(t *testing.T) {
 	cfg := master.DefaultConfig()
 	cfg.EnableMetricReporting = false
 	srv := master.NewServer(cfg)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	framed := api.NewFramedServer(&api.ServiceDesc, oldMaster{srv}, nil)
-	fl := api.NewFramedListener(lis, framed)
-	ctx, cancel := context.WithCancel(context.Background())
-	go srv.Run(ctx)
-	t.Cleanup(func() { cancel(); framed.Close(); fl.Close() })
-	addr := lis.Addr().String()
+	addr := serveAs(t, srv, oldMaster{srv})
+	ctx := context.Background()
 	newClient(t, addr, 64<<20)
 	c := newClient(t, addr, 0)
 	for i := range 40 {

@@ -2,12 +2,15 @@ package client
 
 import (
 	"context"
+	"errors"
 	"log"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/mooncake-go/mooncake/store/api"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Unconfirmed puts: a single small put in one round trip (store/master/unconfirmed.go).
@@ -33,8 +36,11 @@ import (
 // as unconfirmed changes nothing. A client that dies before confirming loses those puts when
 // the master expires it (client_ttl).
 //
-// Only a master whose ServiceStatus says UnconfirmedPuts gets unconfirmed ends (an older one
-// would make the replicas readable before they were written).
+// Only a master whose ServiceStatus says UnconfirmedPuts gets unconfirmed ends, and they go in
+// a method of their own (PutEndUnconfirmed): a master that predates them, such as an older one
+// that took over after this client connected, refuses the call unknown, changing nothing,
+// where a flag on PutEndReserved would have been ignored and the replicas made readable before
+// they were written. The client then ends its small puts after their writes, for good.
 
 const (
 	confirmDelay = 2 * time.Millisecond   // how long a completed write waits for a PutEndReserved to carry its confirmation
@@ -102,15 +108,27 @@ func (c *Client) confirmDue() {
 	q.keys = nil
 	q.mu.Unlock()
 	if err := c.sendConfirms(keys); err != nil {
+		if errors.Is(err, errNoUnconfirmed) {
+			// The master predates unconfirmed puts, so it holds none of these: nothing to confirm.
+			log.Printf("mooncake store client: master %s does not know unconfirmed puts: %d confirmation(s) dropped", c.cc.describe(), len(keys))
+			c.confirms.on.Store(false)
+			return
+		}
 		log.Printf("mooncake store client: confirming %d put(s) failed, retrying in %v: %v", len(keys), confirmRetry, err)
 		c.addConfirms(keys, confirmRetry)
 	}
 }
 
+// errNoUnconfirmed: the master answered ConfirmPuts as an unknown method.
+var errNoUnconfirmed = errors.New("the master predates unconfirmed puts")
+
 func (c *Client) sendConfirms(keys []string) error {
 	ctx, cancel := c.rpcCtx(context.Background())
 	defer cancel()
 	st, err := c.master.ConfirmPuts(ctx, &api.BatchKeysRequest{ClientID: c.id, Keys: keys})
+	if status.Code(err) == codes.Unimplemented {
+		return errNoUnconfirmed
+	}
 	if err == nil {
 		err = st.Err()
 	}
@@ -149,15 +167,26 @@ func (c *Client) putUnconfirmed(ctx context.Context, key string, parts []buf, sm
 	write := func() { once.Do(func() { werr = c.writeReplicas(ctx, parts, res.reps) }) }
 	confirmed := c.takeConfirms()
 	rctx, cancel := c.rpcCtx(ctx)
-	st, err := c.master.PutEndReserved(api.OnSent(rctx, write),
-		&api.KeyRequest{ClientID: c.id, Key: key, Reserved: res.key, Value: small, Unconfirmed: true, Confirmed: confirmed})
+	st, err := c.master.PutEndUnconfirmed(api.OnSent(rctx, write),
+		&api.KeyRequest{ClientID: c.id, Key: key, Reserved: res.key, Value: small, Confirmed: confirmed})
 	cancel()
 	write()
 	if err == nil && st.Code != api.OK {
 		c.addConfirms(confirmed, confirmDelay) // a master that did not apply the entry (not the leader) applied none
 	}
-	if err != nil && c.noReservations(err, res) {
-		return false, false, nil
+	if err != nil && status.Code(err) == codes.Unimplemented {
+		// A master that predates unconfirmed ends (one that took over from a newer one, say)
+		// changed nothing: end this put and every later one after its write.
+		if c.confirms.on.Swap(false) {
+			log.Printf("mooncake store client: master %s does not take unconfirmed ends: small puts end after their writes from now on", c.cc.describe())
+		}
+		// confirmed is dropped: a master that predates unconfirmed puts holds none (a standby
+		// of that version stops on their log entries rather than lead without them).
+		if werr != nil {
+			c.revokeLater([]string{res.key}) // its segment may be gone; the plain put may place elsewhere
+			return false, false, nil
+		}
+		return false, true, nil
 	}
 	if err != nil {
 		// Unknown whether the end (and the confirmations) happened: confirming again changes

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -124,4 +125,90 @@ func TestUnconfirmedPutWhoseWriteFailsIsTakenBack(t *testing.T) {
 		t.Fatal("the failed put's key is readable after the put returned its error")
 	}
 	waitConfirmed(t, srv) // the puts before it were confirmed
+}
+
+// takenOver serves one unconfirmed end, then answers as a master of the version before
+// unconfirmed puts, as one that took over after the client connected would (the client learned
+// UnconfirmedPuts from the master it connected to).
+type takenOver struct {
+	*master.Server
+	ends atomic.Int32 // PutEndUnconfirmed calls
+}
+
+func (m *takenOver) PutEndUnconfirmed(ctx context.Context, r *api.KeyRequest) (*api.Status, error) {
+	if m.ends.Add(1) == 1 {
+		return m.Server.PutEndUnconfirmed(ctx, r)
+	}
+	return nil, unknownMethod("PutEndUnconfirmed")
+}
+
+func (m *takenOver) ConfirmPuts(ctx context.Context, r *api.BatchKeysRequest) (*api.Status, error) {
+	if m.ends.Load() <= 1 {
+		return m.Server.ConfirmPuts(ctx, r)
+	}
+	return nil, unknownMethod("ConfirmPuts")
+}
+
+// TestUnconfirmedPutsWithAMasterThatPredatesThem: a master that does not know
+// PutEndUnconfirmed, though the client was told it did, refuses the end as an unknown method and
+// changes nothing; the client ends that put and every later one after its write (through its
+// reservations still), drops the confirmations it held, and every value reads back exact, each
+// replica complete and holding its bytes.
+func TestUnconfirmedPutsWithAMasterThatPredatesThem(t *testing.T) {
+	cfg := master.DefaultConfig()
+	cfg.EnableMetricReporting = false
+	srv := master.NewServer(cfg)
+	m := &takenOver{Server: srv}
+	addr := serveAs(t, srv, m)
+	ctx := context.Background()
+	newClient(t, addr, 64<<20)
+	reader := newClient(t, addr, 0)
+	w := newClientWith(t, addr, 0, Config{Engine: engine.Config{ForceTCP: true}})
+	if !w.confirms.on.Load() {
+		t.Fatal("the master's ServiceStatus did not offer unconfirmed ends")
+	}
+	const n = 60
+	for i := range n {
+		key := fmt.Sprintf("k%d", i)
+		v := pattern(4096, byte(i))
+		if err := w.PutValue(ctx, key, v, PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := reader.GetValue(ctx, key)
+		if err != nil || !bytes.Equal(got, v) {
+			t.Fatalf("%s read right after its put: %d bytes (%v), want %d", key, len(got), err, len(v))
+		}
+	}
+	if w.confirms.on.Load() {
+		t.Fatal("the client still sends unconfirmed ends to a master that refused them")
+	}
+	if got := m.ends.Load(); got < 1 || got > 2 {
+		// the first served, then at most one refused (a refused ConfirmPuts may come first)
+		t.Fatalf("%d PutEndUnconfirmed calls, want 1 or 2", got)
+	}
+	if got := w.UnconfirmedPuts(); got != 1 {
+		t.Fatalf("%d puts ended unconfirmed, want the one the master served", got)
+	}
+	w.resv.mu.Lock()
+	off := w.resv.off
+	w.resv.mu.Unlock()
+	if off || w.ReservedPuts() < 2 {
+		t.Fatalf("reservations off %v, %d puts through them: the refusal turned them off", off, w.ReservedPuts())
+	}
+	unconfirmed := 0
+	for i := range n {
+		key := fmt.Sprintf("k%d", i)
+		var info master.ObjectInfo
+		srv.View(func(s *master.State) { info, _ = s.Query(key) })
+		if info.Unconfirmed && unconfirmed == 0 {
+			unconfirmed++ // the one served: its confirmation went to the "older" master, dropped
+			continue
+		}
+		if info.Unconfirmed || len(info.Replicas) != 1 || info.Replicas[0].Status != api.ReplicaComplete {
+			t.Fatalf("%s: unconfirmed %v, replicas %+v", key, info.Unconfirmed, info.Replicas)
+		}
+		if got := memview.Bytes(uintptr(info.Replicas[0].Addr), 4096); !bytes.Equal(got, pattern(4096, byte(i))) {
+			t.Fatalf("%s: its replica holds other bytes than its value", key)
+		}
+	}
 }

@@ -563,7 +563,17 @@ func (s *Server) PutEndReserved(ctx context.Context, r *api.KeyRequest) (*api.St
 		return &api.Status{Code: api.INVALID_PARAMS, Message: "PutEndReserved without a reservation"}, nil
 	}
 	return statusOf(s.do(ctx, Entry{Op: OpPutEndReserved, ClientID: r.ClientID, Key: r.Key, Reserved: r.Reserved, Value: r.Value,
-		Unconfirmed: r.Unconfirmed, Keys: r.Confirmed})), nil
+		Keys: r.Confirmed})), nil
+}
+
+// PutEndUnconfirmed completes a put into the reservation r.Reserved whose write is still under
+// way, readable from r.Value until the client confirms it (unconfirmed.go).
+func (s *Server) PutEndUnconfirmed(ctx context.Context, r *api.KeyRequest) (*api.Status, error) {
+	if r.Reserved == "" {
+		return &api.Status{Code: api.INVALID_PARAMS, Message: "PutEndUnconfirmed without a reservation"}, nil
+	}
+	return statusOf(s.do(ctx, Entry{Op: OpPutEndReserved, ClientID: r.ClientID, Key: r.Key, Reserved: r.Reserved, Value: r.Value,
+		Unconfirmed: true, Keys: r.Confirmed})), nil
 }
 
 // ConfirmPuts confirms the writes of the client's unconfirmed puts among r.Keys (unconfirmed.go).

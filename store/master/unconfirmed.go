@@ -10,9 +10,9 @@ import (
 // Unconfirmed puts: a single small put in one round trip.
 //
 // A put written into a reservation (reserve.go) is the write to its replicas and then one
-// PutEndReserved. For a value the value cache can hold, a client may send the PutEndReserved
-// with Unconfirmed while its write is still under way, and wait for both answers together.
-// Applying it completes the key as PutEnd would, but:
+// PutEndReserved. For a value the value cache can hold, a client may send the end while its
+// write is still under way (PutEndUnconfirmed: an OpPutEndReserved entry with Unconfirmed), and
+// wait for both answers together. Applying it completes the key as PutEnd would, but:
 //
 //   - the replicas stay ReplicaProcessing, so describe lists none of them: no reader, single,
 //     batch, range or session, is ever sent to memory that may not hold the value yet;
@@ -24,7 +24,7 @@ import (
 //     replica_clear, and a segment unmounted under it takes the whole object.
 //
 // The client then names the key in an OpPutConfirm (ConfirmPuts, or Keys sent along with its
-// next PutEndReserved) once its write completed: the replicas become ReplicaComplete, the value
+// next end) once its write completed: the replicas become ReplicaComplete, the value
 // joins the cache's least-recently-used list like any other, and the object is offloaded as
 // a put would have been. A write that failed is revoked instead (PutRevoke of the key): the
 // object goes, as it would have never been readable before (readers had the value only,
