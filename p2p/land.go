@@ -76,8 +76,8 @@ func (r *Request) endLanding(l *landing) {
 // earlyLanded only on its own mark, so a reset of the peer's receive side (which clears the
 // word) in the meantime leaves no flag for a later incarnation's chunk in that cell.
 const (
-	earlyStarted uint64 = 1 << iota // the message's first chunk: matched to its receive
-	earlyLanded                     // the payload is in the receive's buffer
+	earlyStarted   uint64 = 1 << iota // the message's first chunk: matched to its receive
+	earlyLanded                       // the payload is in the receive's buffer
 	earlyMarkShift = iota
 )
 
