@@ -26,6 +26,12 @@ they read); --peer-env NAME:VAR=VALUE,... adds a peer NAME: ours again, its mast
 workers with those environment variables (MOONCAKE_GC_HEAP_FLOOR=0, say, for the Go runtime's
 own pacing of garbage collection). With K > 1, --write-doc writes the smallops_clients table.
 
+--cpus pins the processes: `same` puts every process of the run on CPU 0, `split` the servers
+(masters, holders, redis-server) on CPU 0 and the op workers on CPU 1. Unpinned (the default),
+where the kernel places a worker against its server decides much of a single op's time on a VM:
+a wake-up across virtual CPUs costs tens of microseconds, one on the same CPU a few, and the
+kernel places peers with fewer threads (redis) beside their server more often than ours.
+
 Everything runs in a network namespace of its own (the bench re-executes itself under
 `unshare -n`) with loopback and a veth pair up (upstream's release needs a non-loopback
 interface); every peer listens on 127.0.0.1. Each peer's ops run in a worker process of its own
@@ -65,6 +71,18 @@ BATCH = 64
 # (bytes, label, single ops per round, batches per round)
 SIZES = [(4 << 10, "4 KiB", 2000, 40), (64 << 10, "64 KiB", 500, 10)]
 THREADS = 4
+# --cpus: the CPUs each kind of process runs on ("server": masters, holders, redis-server;
+# "worker": the processes doing the ops); empty: wherever the kernel places them.
+CPUS_MODES = {"": {}, "same": {"server": {0}, "worker": {0}}, "split": {"server": {0}, "worker": {1}}}
+AFFINITY: dict = {}
+
+
+def pinned(role: str):
+    """A preexec_fn that pins the child to --cpus's CPUs for role (None: not pinned)."""
+    cpus = AFFINITY.get(role)
+    return (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+
+
 OPS = ["put", "get", "put_mt", "get_mt", "batch_put_from", "batch_get_into", "put_batch", "get_batch", "batch_is_exist"]
 PEERS = ["ours", "baseline", "redis", "upstream"]
 SINGLE = ("put", "get", "put_mt", "get_mt")
@@ -282,7 +300,7 @@ class Worker:
         # upstream's library logs every setup step to stderr: quiet drops it
         self.p = subprocess.Popen([python, "-c", WORKER, json.dumps(spec)], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL if quiet else None,
-                                  text=True, env=env)
+                                  text=True, env=env, preexec_fn=pinned("worker"))
         got = self.read()
         if not got.get("ready"):
             raise RuntimeError(f"{spec['kind']} worker: {got}")
@@ -333,7 +351,8 @@ class Group:
 
 
 def start(cmd, ready: str | None, env=None, port: int = 0):
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+                         preexec_fn=pinned("server"))
     if ready:
         wait_line(p, ready)
     elif port:
@@ -371,6 +390,7 @@ def server_cpu(pid: int) -> float:
 def bench(args) -> dict:
     """Runs in the namespace: starts the servers and the workers, runs the rounds; returns
     {"rows": [...], "peers": [...]}."""
+    AFFINITY.update(CPUS_MODES[args.cpus])
     procs, workers, servers = [], {}, {}  # servers: peer -> the pid whose CPU each op is charged
     py = os.path.join(ROOT, ".venv", "bin", "python")
     if not os.path.exists(py):
@@ -468,7 +488,8 @@ def bench(args) -> dict:
                     row[peer + "_server_cpu_us"] = statistics.median(cpu[(op, label, peer)])
                 rows.append(row)
         return {"rows": rows, "peers": peers, "rounds": args.rounds, "scale": args.scale, "clients": args.clients,
-                "peer_env": args.peer_env, "read_reps": args.read_reps, "ops": args.ops, "preload": args.preload}
+                "peer_env": args.peer_env, "read_reps": args.read_reps, "ops": args.ops, "preload": args.preload,
+                "cpus": args.cpus}
     finally:
         for w in workers.values():
             w.close()
@@ -524,6 +545,7 @@ def doc_section(res: dict) -> str:
         (f" --read-reps {res['read_reps']}" if res.get("read_reps", 1) != 1 else "") + \
         (f" --ops {res['ops']}" if res.get("ops") else "") + \
         (f" --preload {res['preload']}" if res.get("preload") else "") + \
+        (f" --cpus {res['cpus']}" if res.get("cpus") else "") + \
         "".join(f" --peer-env {p}" for p in res.get("peer_env", []))
     up = "upstream = mooncake-transfer-engine-non-cuda 0.3.13.post1 (its own master and client, tcp)" \
         if "upstream" in res["peers"] else "upstream's release was not installed: left out"
@@ -532,6 +554,10 @@ def doc_section(res: dict) -> str:
     conns = "one connection" if k == 1 else f"{k} connections, one per process"
     extra = "".join(f"; `{p.split(':', 1)[0]}`: ours with `{p.split(':', 1)[1]}` on master, holder and clients"
                     for p in res.get("peer_env", []))
+    if res.get("cpus") == "same":
+        extra += "; every process pinned to one CPU (`--cpus same`)"
+    elif res.get("cpus") == "split":
+        extra += "; masters, holders and redis-server pinned to one CPU, the op workers to the other (`--cpus split`)"
     if res.get("preload"):
         extra += (f"; every peer holds {res['preload']:,} more keys of 4 KiB through the rounds (put before "
                   "the first; between rounds only the rounds' keys are removed)")
@@ -574,6 +600,9 @@ def main():
     ap.add_argument("--ops", default="", help="comma-separated ops to run (default: all)")
     ap.add_argument("--peer-env", action="append", default=[], metavar="NAME:VAR=VALUE[,VAR=VALUE]",
                     help="also run ours with these environment variables (master, holder and workers) as peer NAME")
+    ap.add_argument("--cpus", default="", choices=sorted(CPUS_MODES),
+                    help="pin every process to CPU 0 (same), or the servers to CPU 0 and the op workers to "
+                         "CPU 1 (split); default: the kernel places them")
     ap.add_argument("--json", default="", metavar="FILE", help="write the results as JSON")
     ap.add_argument("--write-doc", action="store_true", help="replace the smallops table of docs/performance.md")
     ap.add_argument("--in-ns", action="store_true", help=argparse.SUPPRESS)
@@ -590,7 +619,7 @@ def main():
     peer_envs(args.peer_env)  # checked before the run
     cmd = ["unshare", "-n", sys.executable, os.path.abspath(__file__), "--in-ns", f"--rounds={args.rounds}",
            f"--scale={args.scale}", f"--upstream-venv={args.upstream_venv}", f"--baseline={args.baseline}",
-           f"--clients={args.clients}", f"--ops={args.ops}", f"--read-reps={args.read_reps}", f"--preload={args.preload}"] + [f"--peer-env={p}" for p in args.peer_env]
+           f"--clients={args.clients}", f"--ops={args.ops}", f"--read-reps={args.read_reps}", f"--preload={args.preload}", f"--cpus={args.cpus}"] + [f"--peer-env={p}" for p in args.peer_env]
     out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
     res = None
     for line in out.stdout.splitlines():
