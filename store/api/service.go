@@ -172,7 +172,6 @@ func (c *MasterClient) PutEndReserved(ctx context.Context, r *KeyRequest) (*Stat
 func (c *MasterClient) PutEndUnconfirmed(ctx context.Context, r *KeyRequest) (*Status, error) {
 	return invoke[Status](ctx, c, "PutEndUnconfirmed", r)
 }
-
 func (c *MasterClient) ConfirmPuts(ctx context.Context, r *BatchKeysRequest) (*Status, error) {
 	return invoke[Status](ctx, c, "ConfirmPuts", r)
 }
