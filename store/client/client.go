@@ -105,8 +105,8 @@ type Client struct {
 	chunk     uint64
 	chunks    chan uint64 // free staging chunk offsets
 
-	lookups     coalescer[*api.GetReplicaListResponse] // concurrent single gets' master calls (coalesce.go)
-	ends        coalescer[struct{}]                    // concurrent single puts' PutEnd calls
+	lookups     coalescer[struct{}, *api.GetReplicaListResponse] // concurrent single gets' master calls (coalesce.go)
+	ends        coalescer[[]byte, struct{}]                      // concurrent single puts' PutEnd calls, each with its small value
 	cachedReads atomic.Uint64                          // gets served from the master's value cache (smallvalue.go)
 	resv        reservations                           // puts started ahead (reserve.go)
 	confirms    confirmQueue                           // unconfirmed puts' completed writes (unconfirmed.go)

@@ -25,38 +25,42 @@ import (
 // ForeignThreadCalls is Config.SingleCallsInFlight for callers that are threads of their own.
 const ForeignThreadCalls = 4
 
-// coalescer runs the calls of one kind; the zero value is ready (one call in flight at most).
-type coalescer[R any] struct {
+// coalescer runs the calls of one kind, each for a key and an argument of type A (what the
+// call carries for that key besides its name); the zero value is ready (one call in flight at
+// most).
+type coalescer[A, R any] struct {
 	parallel int // single calls in flight at most (0: 1)
 
 	mu     sync.Mutex
 	flying int // calls of this kind in flight
-	queue  []*waiter[R]
+	queue  []*waiter[A, R]
 }
 
-type waiter[R any] struct {
+type waiter[A, R any] struct {
 	key  string
-	lead chan []*waiter[R] // the batch this waiter is to send, when it is its turn
-	done chan struct{}     // closed once res and err are set
+	arg  A
+	lead chan []*waiter[A, R] // the batch this waiter is to send, when it is its turn
+	done chan struct{}        // closed once res and err are set
 	res  R
 	err  error
 }
 
-// do returns key's result: one(ctx, key) when fewer than parallel calls of this kind are in flight, else the
-// key's part of a batch call many(keys) (len(keys) > 1) or one call, made by whichever waiter
-// leads the next batch. Waiting is bounded by the in-flight call and the batch call, both bounded
-// by the RPC timeout; a batch call runs without its leader's cancellation, for the others.
-func (co *coalescer[R]) do(ctx context.Context, key string, one func(context.Context, string) (R, error),
-	many func(context.Context, []string) ([]R, []error)) (R, error) {
+// do returns key's result: one(ctx, key, arg) when fewer than parallel calls of this kind are
+// in flight, else the key's part of a batch call many(keys, args) (len(keys) > 1) or one call,
+// made by whichever waiter leads the next batch. Waiting is bounded by the in-flight call and
+// the batch call, both bounded by the RPC timeout; a batch call runs without its leader's
+// cancellation, for the others.
+func (co *coalescer[A, R]) do(ctx context.Context, key string, arg A, one func(context.Context, string, A) (R, error),
+	many func(context.Context, []string, []A) ([]R, []error)) (R, error) {
 	co.mu.Lock()
 	if co.flying < max(co.parallel, 1) {
 		co.flying++
 		co.mu.Unlock()
-		res, err := one(ctx, key)
+		res, err := one(ctx, key, arg)
 		co.handOff()
 		return res, err
 	}
-	w := &waiter[R]{key: key, lead: make(chan []*waiter[R], 1), done: make(chan struct{})}
+	w := &waiter[A, R]{key: key, arg: arg, lead: make(chan []*waiter[A, R], 1), done: make(chan struct{})}
 	co.queue = append(co.queue, w)
 	co.mu.Unlock()
 	select {
@@ -70,7 +74,7 @@ func (co *coalescer[R]) do(ctx context.Context, key string, one func(context.Con
 
 // handOff ends a call: the waiters queued meanwhile become the next batch, led by the first
 // (which takes the ended call's place in flight).
-func (co *coalescer[R]) handOff() {
+func (co *coalescer[A, R]) handOff() {
 	co.mu.Lock()
 	batch := co.queue
 	co.queue = nil
@@ -84,18 +88,19 @@ func (co *coalescer[R]) handOff() {
 }
 
 // run makes the call for batch and gives every waiter its result.
-func (co *coalescer[R]) run(ctx context.Context, batch []*waiter[R], one func(context.Context, string) (R, error),
-	many func(context.Context, []string) ([]R, []error)) {
+func (co *coalescer[A, R]) run(ctx context.Context, batch []*waiter[A, R], one func(context.Context, string, A) (R, error),
+	many func(context.Context, []string, []A) ([]R, []error)) {
 	if len(batch) == 1 {
-		batch[0].res, batch[0].err = one(ctx, batch[0].key)
+		batch[0].res, batch[0].err = one(ctx, batch[0].key, batch[0].arg)
 		close(batch[0].done)
 		return
 	}
 	keys := make([]string, len(batch))
+	args := make([]A, len(batch))
 	for i, w := range batch {
-		keys[i] = w.key
+		keys[i], args[i] = w.key, w.arg
 	}
-	res, errs := many(ctx, keys)
+	res, errs := many(ctx, keys, args)
 	for i, w := range batch {
 		w.res, w.err = res[i], errs[i]
 		close(w.done)

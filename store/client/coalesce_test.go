@@ -8,16 +8,19 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/mooncake-go/mooncake/engine"
 	"github.com/mooncake-go/mooncake/store/api"
+	"github.com/mooncake-go/mooncake/store/master"
 )
 
 // TestCoalescerBatchesWaiters: with parallel calls in flight (1, and 2 as a client allows
 // more), calls arriving meanwhile wait and go as one batch call, led by one of them; each gets
-// its own key's result and error; a lone call after that takes the single path again.
+// its own key's result and error, computed from its own argument; a lone call after that takes
+// the single path again.
 func TestCoalescerBatchesWaiters(t *testing.T) {
 	for _, parallel := range []int{0, 2} {
 		t.Run(fmt.Sprint("parallel=", parallel), func(t *testing.T) { coalescerBatchesWaiters(t, parallel) })
@@ -25,12 +28,15 @@ func TestCoalescerBatchesWaiters(t *testing.T) {
 }
 
 func coalescerBatchesWaiters(t *testing.T, parallel int) {
-	co := coalescer[string]{parallel: parallel}
+	co := coalescer[string, string]{parallel: parallel}
 	release := make(chan struct{})
 	var mu sync.Mutex
 	var batches [][]string
 	var singles []string
-	one := func(_ context.Context, k string) (string, error) {
+	one := func(_ context.Context, k, arg string) (string, error) {
+		if arg != "arg:"+k {
+			return "", fmt.Errorf("%s came with the argument %q", k, arg)
+		}
 		mu.Lock()
 		singles = append(singles, k)
 		mu.Unlock()
@@ -39,7 +45,7 @@ func coalescerBatchesWaiters(t *testing.T, parallel int) {
 		}
 		return "one:" + k, nil
 	}
-	many := func(_ context.Context, ks []string) ([]string, []error) {
+	many := func(_ context.Context, ks, args []string) ([]string, []error) {
 		mu.Lock()
 		batches = append(batches, slices.Clone(ks))
 		mu.Unlock()
@@ -47,6 +53,10 @@ func coalescerBatchesWaiters(t *testing.T, parallel int) {
 		for i, k := range ks {
 			if k == "bad" {
 				errs[i] = errors.New("bad key")
+				continue
+			}
+			if args[i] != "arg:"+k {
+				errs[i] = fmt.Errorf("%s came with the argument %q", k, args[i])
 				continue
 			}
 			res[i] = "many:" + k
@@ -62,7 +72,7 @@ func coalescerBatchesWaiters(t *testing.T, parallel int) {
 	var wg sync.WaitGroup
 	call := func(k string) {
 		defer wg.Done()
-		r, err := co.do(context.Background(), k, one, many)
+		r, err := co.do(context.Background(), k, "arg:"+k, one, many)
 		gmu.Lock()
 		got[k] = out{r, err}
 		gmu.Unlock()
@@ -113,7 +123,7 @@ func coalescerBatchesWaiters(t *testing.T, parallel int) {
 	if got["first0"] != (out{"one:first0", nil}) || got["bad"].err == nil || got["bad"].err.Error() != "bad key" {
 		t.Fatalf("first %+v bad %+v", got["first0"], got["bad"])
 	}
-	if r, err := co.do(context.Background(), "alone", one, many); r != "one:alone" || err != nil || co.flying != 0 {
+	if r, err := co.do(context.Background(), "alone", "arg:alone", one, many); r != "one:alone" || err != nil || co.flying != 0 {
 		t.Fatalf("alone: %q %v in flight %d", r, err, co.flying)
 	}
 }
@@ -156,5 +166,75 @@ func TestConcurrentSingleOps(t *testing.T) {
 	close(errc)
 	for err := range errc {
 		t.Fatal(err)
+	}
+}
+
+// endCounter counts the BatchPutEnd calls of more than one key that carried values.
+type endCounter struct {
+	*master.Server
+	batches atomic.Int32
+}
+
+func (m *endCounter) BatchPutEnd(ctx context.Context, r *api.BatchKeysRequest) (*api.BatchStatusResponse, error) {
+	if len(r.Keys) > 1 && len(r.Values) == len(r.Keys) {
+		m.batches.Add(1)
+	}
+	return m.Server.BatchPutEnd(ctx, r)
+}
+
+// TestCoalescedPutEndsCarryValues: plain single puts of small values from many goroutines
+// (no reservations), whose PutEnds go together as BatchPutEnd calls, each with its key's bytes:
+// every value is then answered from the master's cache, exact, reading no replica.
+func TestCoalescedPutEndsCarryValues(t *testing.T) {
+	cfg := master.DefaultConfig()
+	cfg.EnableMetricReporting = false
+	srv := master.NewServer(cfg)
+	m := &endCounter{Server: srv}
+	addr := serveAs(t, srv, m)
+	newClient(t, addr, 64<<20)
+	w := newClientWith(t, addr, 0, Config{PutReservations: -1})
+	reader := newClient(t, addr, 0)
+	ctx := context.Background()
+	want := map[string][]byte{}
+	var mu sync.Mutex
+	// Rounds until ends have met in a batch (the first round nearly always).
+	for round := 0; m.batches.Load() == 0; round++ {
+		if round == 20 {
+			t.Fatal("20 rounds of 16 goroutines' puts and no PutEnd was batched")
+		}
+		var wg sync.WaitGroup
+		errc := make(chan error, 16)
+		for g := range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 10 {
+					key := fmt.Sprintf("r%d/g%d/%d", round, g, i)
+					v := pattern(100+37*i, byte(g*10+i))
+					if err := w.PutValue(ctx, key, v, PutOptions{}); err != nil {
+						errc <- err
+						return
+					}
+					mu.Lock()
+					want[key] = v
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		close(errc)
+		for err := range errc {
+			t.Fatal(err)
+		}
+	}
+	before := reader.CachedReads()
+	for key, v := range want {
+		got, err := reader.GetValue(ctx, key)
+		if err != nil || !bytes.Equal(got, v) {
+			t.Fatalf("get %s: %d bytes (want %d), %v", key, len(got), len(v), err)
+		}
+	}
+	if n := reader.CachedReads() - before; n != uint64(len(want)) {
+		t.Fatalf("%d of %d gets answered from the master's cache, want all (%d batched ends)", n, len(want), m.batches.Load())
 	}
 }

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/mooncake-go/mooncake/internal/memview"
@@ -99,18 +100,13 @@ func (c *Client) putKey(ctx context.Context, key string, parts []buf, cfg api.Re
 		return fmt.Errorf("put %s: %w", quote(key), err)
 	}
 	value := c.smallValue(parts) // for the master's value cache (smallvalue.go)
-	_, err = c.ends.do(ctx, key, func(ctx context.Context, k string) (struct{}, error) {
-		if k != key {
-			return c.putEnd(ctx, k, nil)
-		}
-		return c.putEnd(ctx, k, value)
-	}, c.putEnds)
+	_, err = c.ends.do(ctx, key, value, c.putEnd, c.putEnds)
 	return err
 }
 
 // putEnd makes key's value readable (PutEnd, carrying a small value's bytes); putEnds does it
-// for several keys with one BatchPutEnd (other goroutines' single puts, coalesce.go; their
-// values go without their bytes).
+// for several keys with one BatchPutEnd (other goroutines' single puts, coalesce.go), each
+// with its small value's bytes.
 func (c *Client) putEnd(ctx context.Context, key string, value []byte) (struct{}, error) {
 	rctx, cancel := c.rpcCtx(ctx)
 	st, err := c.master.PutEnd(rctx, &api.KeyRequest{ClientID: c.id, Key: key, Value: value})
@@ -124,10 +120,13 @@ func (c *Client) putEnd(ctx context.Context, key string, value []byte) (struct{}
 	return struct{}{}, nil
 }
 
-func (c *Client) putEnds(ctx context.Context, keys []string) ([]struct{}, []error) {
+func (c *Client) putEnds(ctx context.Context, keys []string, values [][]byte) ([]struct{}, []error) {
 	out := make([]struct{}, len(keys))
+	if !slices.ContainsFunc(values, func(v []byte) bool { return len(v) > 0 }) {
+		values = nil
+	}
 	rctx, cancel := c.rpcCtx(ctx)
-	resp, err := c.master.BatchPutEnd(rctx, &api.BatchKeysRequest{ClientID: c.id, Keys: keys})
+	resp, err := c.master.BatchPutEnd(rctx, &api.BatchKeysRequest{ClientID: c.id, Keys: keys, Values: values})
 	cancel()
 	errs := make([]error, len(keys))
 	if err != nil {

@@ -87,11 +87,11 @@ func (c *Client) readInto(ctx context.Context, key string, g *api.GetReplicaList
 // (coalesce.go).
 func (c *Client) replicas(ctx context.Context, key string) (*api.GetReplicaListResponse, time.Time, error) {
 	start := time.Now()
-	g, err := c.lookups.do(ctx, key, c.replicaList, c.replicaLists)
+	g, err := c.lookups.do(ctx, key, struct{}{}, c.replicaList, c.replicaLists)
 	return g, start, err
 }
 
-func (c *Client) replicaList(ctx context.Context, key string) (*api.GetReplicaListResponse, error) {
+func (c *Client) replicaList(ctx context.Context, key string, _ struct{}) (*api.GetReplicaListResponse, error) {
 	rctx, cancel := c.rpcCtx(ctx)
 	g, err := c.master.GetReplicaList(rctx, &api.KeyRequest{ClientID: c.id, Key: key})
 	cancel()
@@ -105,7 +105,7 @@ func (c *Client) replicaList(ctx context.Context, key string) (*api.GetReplicaLi
 }
 
 // replicaLists is replicaList for several keys with one BatchGetReplicaList.
-func (c *Client) replicaLists(ctx context.Context, keys []string) ([]*api.GetReplicaListResponse, []error) {
+func (c *Client) replicaLists(ctx context.Context, keys []string, _ []struct{}) ([]*api.GetReplicaListResponse, []error) {
 	out := make([]*api.GetReplicaListResponse, len(keys))
 	rctx, cancel := c.rpcCtx(ctx)
 	resp, err := c.master.BatchGetReplicaList(rctx, &api.BatchKeysRequest{ClientID: c.id, Keys: keys})
