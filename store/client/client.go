@@ -107,9 +107,9 @@ type Client struct {
 
 	lookups     coalescer[struct{}, *api.GetReplicaListResponse] // concurrent single gets' master calls (coalesce.go)
 	ends        coalescer[[]byte, struct{}]                      // concurrent single puts' PutEnd calls, each with its small value
-	cachedReads atomic.Uint64                          // gets served from the master's value cache (smallvalue.go)
-	resv        reservations                           // puts started ahead (reserve.go)
-	confirms    confirmQueue                           // unconfirmed puts' completed writes (unconfirmed.go)
+	cachedReads atomic.Uint64                                    // gets served from the master's value cache (smallvalue.go)
+	resv        reservations                                     // puts started ahead (reserve.go)
+	confirms    confirmQueue                                     // unconfirmed puts' completed writes (unconfirmed.go)
 
 	segMu    sync.Mutex
 	segIDs   map[string]engine.SegmentID
