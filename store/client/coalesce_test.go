@@ -186,11 +186,8 @@ func (m *endCounter) BatchPutEnd(ctx context.Context, r *api.BatchKeysRequest) (
 // (no reservations), whose PutEnds go together as BatchPutEnd calls, each with its key's bytes:
 // every value is then answered from the master's cache, exact, reading no replica.
 func TestCoalescedPutEndsCarryValues(t *testing.T) {
-	cfg := master.DefaultConfig()
-	cfg.EnableMetricReporting = false
-	srv := master.NewServer(cfg)
-	m := &endCounter{Server: srv}
-	addr := serveAs(t, srv, m)
+	var m *endCounter
+	_, addr := serveAs(t, func(s *master.Server) api.MasterServer { m = &endCounter{Server: s}; return m })
 	newClient(t, addr, 64<<20)
 	w := newClientWith(t, addr, 0, Config{PutReservations: -1})
 	reader := newClient(t, addr, 0)

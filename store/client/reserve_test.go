@@ -153,29 +153,29 @@ func unknownMethod(name string) error {
 	return status.Errorf(codes.Unimplemented, "unknown method %q", "/mooncake.store.MasterService/"+name)
 }
 
-// serveAs serves srv's state through the master service implemented by as (srv with some
-// methods replaced) over framed RPC; the address.
-func serveAs(t *testing.T, srv *master.Server, as api.MasterServer) string {
+// serveAs starts a master whose service is wrap(its server), the server with some methods
+// replaced, over framed RPC; the server and its address.
+func serveAs(t *testing.T, wrap func(*master.Server) api.MasterServer) (*master.Server, string) {
 	t.Helper()
+	cfg := master.DefaultConfig()
+	cfg.EnableMetricReporting = false
+	srv := master.NewServer(cfg)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	framed := api.NewFramedServer(&api.ServiceDesc, as, nil)
+	framed := api.NewFramedServer(&api.ServiceDesc, wrap(srv), nil)
 	fl := api.NewFramedListener(lis, framed)
 	ctx, cancel := context.WithCancel(context.Background())
 	go srv.Run(ctx)
 	t.Cleanup(func() { cancel(); framed.Close(); fl.Close() })
-	return lis.Addr().String()
+	return srv, lis.Addr().String()
 }
 
 // TestReservationsWithAnOlderMaster: against a master without PutEndReserved, puts fall back to
 // the plain path for good, every value is stored, and no reservation stays open.
 func TestReservationsWithAnOlderMaster(t *testing.T) {
-	cfg := master.DefaultConfig()
-	cfg.EnableMetricReporting = false
-	srv := master.NewServer(cfg)
-	addr := serveAs(t, srv, oldMaster{srv})
+	srv, addr := serveAs(t, func(s *master.Server) api.MasterServer { return oldMaster{s} })
 	ctx := context.Background()
 	newClient(t, addr, 64<<20)
 	c := newClient(t, addr, 0)

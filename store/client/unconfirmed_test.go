@@ -155,11 +155,8 @@ func (m *takenOver) ConfirmPuts(ctx context.Context, r *api.BatchKeysRequest) (*
 // reservations still), drops the confirmations it held, and every value reads back exact, each
 // replica complete and holding its bytes.
 func TestUnconfirmedPutsWithAMasterThatPredatesThem(t *testing.T) {
-	cfg := master.DefaultConfig()
-	cfg.EnableMetricReporting = false
-	srv := master.NewServer(cfg)
-	m := &takenOver{Server: srv}
-	addr := serveAs(t, srv, m)
+	var m *takenOver
+	srv, addr := serveAs(t, func(s *master.Server) api.MasterServer { m = &takenOver{Server: s}; return m })
 	ctx := context.Background()
 	newClient(t, addr, 64<<20)
 	reader := newClient(t, addr, 0)
