@@ -28,13 +28,14 @@ import (
 // succeeded. A write that fails after the master made the key readable revokes the key before
 // the put goes on the plain way (readers meanwhile got exactly the bytes being put, never a
 // replica's), so a failed put may be briefly readable, with its own value (and, when the
-// master's answer was lost too, readable so until removed, evicted or this client expires: a
-// revoke sent later could undo a retry of the same put). A master that refuses
+// master's answer was lost too, readable so until removed or evicted: a revoke sent later
+// could undo a retry of the same put). A master that refuses
 // the unconfirmed end (its cache is full of them, REPLICA_IS_NOT_READY) changed nothing: the put
 // is ended the plain way after its write. Keys whose confirmation could not be sent are sent
 // again, to whichever master leads then; a confirmation of a key the master no longer holds
-// as unconfirmed changes nothing. A client that dies before confirming loses those puts when
-// the master expires it (client_ttl).
+// as unconfirmed changes nothing. A client that dies before confirming leaves those puts
+// readable from their values (the master keeps them when it expires the client; their replicas
+// are never handed out).
 //
 // Only a master whose ServiceStatus says UnconfirmedPuts gets unconfirmed ends, and they go in
 // a method of their own (PutEndUnconfirmed): a master that predates them, such as an older one
@@ -193,8 +194,8 @@ func (c *Client) putUnconfirmed(ctx context.Context, key string, parts []buf, sm
 		// nothing, and a reservation that was renamed answers its revoke with an error. The key
 		// itself is not revoked when its write failed: a revoke in the background could come
 		// after a retry of this put had succeeded (and find that put unconfirmed). If the end
-		// happened, the key stays readable from its own bytes until removed, evicted or this
-		// client expires, as a put whose outcome is unknown may.
+		// happened, the key stays readable from its own bytes until removed or evicted, as a
+		// put whose outcome is unknown may.
 		c.addConfirms(confirmed, confirmDelay)
 		if werr == nil {
 			c.addConfirms([]string{key}, confirmDelay)

@@ -419,7 +419,7 @@ func (s *State) expireClient(e Entry) Result {
 			s.deleteObject(o)
 		}
 	}
-	s.dropUnconfirmed(e.ClientID) // unconfirmed.go
+	// Its unconfirmed puts stay, readable from their values (unconfirmed.go).
 	s.counters.ExpiredClients++
 	return Result{}
 }

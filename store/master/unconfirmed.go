@@ -2,7 +2,6 @@ package master
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/mooncake-go/mooncake/store/api"
 )
@@ -28,9 +27,13 @@ import (
 // joins the cache's least-recently-used list like any other, and the object is offloaded as
 // a put would have been. A write that failed is revoked instead (PutRevoke of the key): the
 // object goes, as it would have never been readable before (readers had the value only,
-// exactly the bytes the client put). A client that expires (client_ttl) before confirming loses
-// its unconfirmed puts: whether their writes completed is then unknown. Eviction and removal
-// treat an unconfirmed object like any other.
+// exactly the bytes the client put). A client that expires (client_ttl) before confirming
+// leaves its unconfirmed puts as they are: readable from their values, which are exactly what
+// was put, with their replicas never handed out, since whether their writes completed is
+// unknown. So a put acknowledged just before its client died is kept, as a plain put would be
+// (the values stay pinned until the objects are removed or evicted; a client that comes back
+// under the same id may still confirm them). Eviction and removal treat an unconfirmed object
+// like any other.
 //
 // An unconfirmed end is refused (REPLICA_IS_NOT_READY, before any change) when the value is
 // not the object's size, is larger than maxCachedValue, or would take the pinned values past
@@ -104,20 +107,6 @@ func (s *State) putConfirm(e Entry) Result {
 	}
 	s.confirmKeys(e.ClientID, e.Keys, e.Now)
 	return Result{}
-}
-
-// dropUnconfirmed removes the unconfirmed puts of an expired client.
-func (s *State) dropUnconfirmed(client string) {
-	var keys []string
-	for k, o := range s.unconfirmed {
-		if o.putClient == client {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		s.deleteObject(s.unconfirmed[k])
-	}
 }
 
 // UnconfirmedPuts is how many puts are readable from their values alone, their replicas' writes

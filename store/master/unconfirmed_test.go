@@ -130,10 +130,11 @@ func TestUnconfirmedEndRefusalsChangeNothing(t *testing.T) {
 	}
 }
 
-// TestUnconfirmedPutsGoWithARevokeOrTheirClient: a put whose write failed is revoked by its
-// client alone (its space freed, leased or not), an expired client's unconfirmed puts go, and
-// removal and eviction take unconfirmed puts like any other.
-func TestUnconfirmedPutsGoWithARevokeOrTheirClient(t *testing.T) {
+// TestUnconfirmedPutsGoWithARevokeNotWithTheirClient: a put whose write failed is revoked by
+// its client alone (its space freed, leased or not); an expired client's unconfirmed puts stay
+// readable from their values, their replicas still never handed out, while its reservations
+// go; removal takes unconfirmed puts like any other.
+func TestUnconfirmedPutsGoWithARevokeNotWithTheirClient(t *testing.T) {
 	h := newHarness(t)
 	h.mount("holder", "s1", "h:1", 1<<20, 16<<20)
 	for i := 1; i <= 4; i++ {
@@ -152,8 +153,24 @@ func TestUnconfirmedPutsGoWithARevokeOrTheirClient(t *testing.T) {
 	expectCode(t, "remove b", h.apply(Entry{Op: OpRemove, Key: "b"}), api.OK)
 	expectCode(t, "confirm a removed key", h.apply(Entry{Op: OpPutConfirm, ClientID: "c1", Keys: []string{"a", "b"}}), api.OK)
 	expectCode(t, "expire c1", h.apply(Entry{Op: OpExpireClient, ClientID: "c1"}), api.OK)
-	if ok, _ := h.s.Exists("c"); ok || h.s.UnconfirmedPuts() != 0 || h.s.pinnedBytes != 0 || h.s.used != 0 { // its last reservation went too
+	if ok, _ := h.s.Exists("c"); !ok || h.s.UnconfirmedPuts() != 1 || h.s.pinnedBytes != 4096 || h.s.used != alignUp(4096) { // its last reservation went
 		t.Fatalf("after c1 expired: c exists %v, %d unconfirmed, %d pinned bytes, %d used", ok, h.s.UnconfirmedPuts(), h.s.pinnedBytes, h.s.used)
+	}
+	if reps, v := h.readable("c"); len(reps) != 0 || !bytes.Equal(v, val('c', 4096)) {
+		t.Fatalf("c after its client expired: %d replicas handed out, %d bytes answered", len(reps), len(v))
+	}
+	checkValues(t, h.s)
+	if h.replayed().Digest() != h.s.Digest() {
+		t.Fatal("a replay differs")
+	}
+	// The client back under its id, confirming: c's replicas become readable.
+	expectCode(t, "confirm c", h.apply(Entry{Op: OpPutConfirm, ClientID: "c1", Keys: []string{"c"}}), api.OK)
+	if reps, _ := h.readable("c"); len(reps) != 1 || h.s.UnconfirmedPuts() != 0 || h.s.pinnedBytes != 0 {
+		t.Fatalf("c confirmed after the expiry: %d replicas, %d unconfirmed, %d pinned bytes", len(reps), h.s.UnconfirmedPuts(), h.s.pinnedBytes)
+	}
+	expectCode(t, "remove c", h.apply(Entry{Op: OpRemove, Key: "c", Force: true}), api.OK) // leased by the reads above
+	if h.s.used != 0 {
+		t.Fatalf("%d bytes used after every key went", h.s.used)
 	}
 	checkValues(t, h.s)
 	if h.replayed().Digest() != h.s.Digest() {
