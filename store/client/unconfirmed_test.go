@@ -209,3 +209,49 @@ func TestUnconfirmedPutsWithAMasterThatPredatesThem(t *testing.T) {
 		}
 	}
 }
+
+// unheard takes no confirmation: ConfirmPuts answers OK and applies nothing, and the keys an end
+// carries for confirmation are dropped, as if the client had died right after its puts.
+type unheard struct{ *master.Server }
+
+func (m unheard) ConfirmPuts(context.Context, *api.BatchKeysRequest) (*api.Status, error) {
+	return &api.Status{}, nil
+}
+
+func (m unheard) PutEndUnconfirmed(ctx context.Context, r *api.KeyRequest) (*api.Status, error) {
+	r.Confirmed = nil
+	return m.Server.PutEndUnconfirmed(ctx, r)
+}
+
+// TestUnconfirmedPutsOutliveTheirClient: puts acknowledged but never confirmed (the client
+// gone before its confirmations reached the master) stay readable, exact, after the master
+// expires their client, from their values alone.
+func TestUnconfirmedPutsOutliveTheirClient(t *testing.T) {
+	srv, addr := serveAs(t, func(s *master.Server) api.MasterServer { return unheard{s} })
+	ctx := context.Background()
+	newClient(t, addr, 64<<20)
+	w := newClientWith(t, addr, 0, Config{Engine: engine.Config{ForceTCP: true}})
+	want := map[string][]byte{}
+	for i := range 30 {
+		key := fmt.Sprintf("k%d", i)
+		want[key] = pattern(4096, byte(i))
+		if err := w.PutValue(ctx, key, want[key], PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var n int
+	srv.View(func(s *master.State) { n = s.UnconfirmedPuts() })
+	if n == 0 || uint64(n) != w.UnconfirmedPuts() {
+		t.Fatalf("%d puts unconfirmed on the master, %d ended so by the client", n, w.UnconfirmedPuts())
+	}
+	if _, err := srv.Propose(ctx, master.Entry{Op: master.OpExpireClient, ClientID: w.ID()}); err != nil {
+		t.Fatal(err)
+	}
+	reader := newClient(t, addr, 0)
+	for key, v := range want {
+		got, err := reader.GetValue(ctx, key)
+		if err != nil || !bytes.Equal(got, v) {
+			t.Fatalf("%s after its client expired: %d bytes (%v), want %d", key, len(got), err, len(v))
+		}
+	}
+}
