@@ -617,6 +617,8 @@ def main():
     if args.baseline:
         build_baseline(args.baseline)
     peer_envs(args.peer_env)  # checked before the run
+    if args.cpus == "split" and 1 not in os.sched_getaffinity(0):
+        raise SystemExit("smallops_bench: --cpus split needs CPUs 0 and 1")
     cmd = ["unshare", "-n", sys.executable, os.path.abspath(__file__), "--in-ns", f"--rounds={args.rounds}",
            f"--scale={args.scale}", f"--upstream-venv={args.upstream_venv}", f"--baseline={args.baseline}",
            f"--clients={args.clients}", f"--ops={args.ops}", f"--read-reps={args.read_reps}", f"--preload={args.preload}", f"--cpus={args.cpus}"] + [f"--peer-env={p}" for p in args.peer_env]
