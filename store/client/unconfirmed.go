@@ -172,22 +172,18 @@ func (c *Client) putUnconfirmed(ctx context.Context, key string, parts []buf, sm
 		&api.KeyRequest{ClientID: c.id, Key: key, Reserved: res.key, Value: small, Confirmed: confirmed})
 	cancel()
 	write()
-	if err == nil && st.Code != api.OK {
-		c.addConfirms(confirmed, confirmDelay) // a master that did not apply the entry (not the leader) applied none
-	}
-	if err != nil && status.Code(err) == codes.Unimplemented {
+	if status.Code(err) == codes.Unimplemented {
 		// A master that predates unconfirmed ends (one that took over from a newer one, say)
-		// changed nothing: end this put and every later one after its write.
+		// changed nothing, as a refusal would: end this put and every later one after its
+		// write. confirmed is dropped: such a master holds no unconfirmed put (a standby of
+		// that version stops on their log entries rather than lead without them).
 		if c.confirms.on.Swap(false) {
 			log.Printf("mooncake store client: master %s does not take unconfirmed ends: small puts end after their writes from now on", c.cc.describe())
 		}
-		// confirmed is dropped: a master that predates unconfirmed puts holds none (a standby
-		// of that version stops on their log entries rather than lead without them).
-		if werr != nil {
-			c.revokeLater([]string{res.key}) // its segment may be gone; the plain put may place elsewhere
-			return false, false, nil
-		}
-		return false, true, nil
+		st, err, confirmed = &api.Status{Code: api.REPLICA_IS_NOT_READY}, nil, nil
+	}
+	if err == nil && st.Code != api.OK {
+		c.addConfirms(confirmed, confirmDelay) // a master that did not apply the entry (not the leader) applied none
 	}
 	if err != nil {
 		// Unknown whether the end (and the confirmations) happened: confirming again changes
