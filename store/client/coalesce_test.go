@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -193,36 +194,14 @@ func TestCoalescedPutEndsCarryValues(t *testing.T) {
 	reader := newClient(t, addr, 0)
 	ctx := context.Background()
 	want := map[string][]byte{}
-	var mu sync.Mutex
 	// Rounds until ends have met in a batch (the first round nearly always).
 	for round := 0; m.batches.Load() == 0; round++ {
 		if round == 20 {
 			t.Fatal("20 rounds of 16 goroutines' puts and no PutEnd was batched")
 		}
-		var wg sync.WaitGroup
-		errc := make(chan error, 16)
-		for g := range 16 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := range 10 {
-					key := fmt.Sprintf("r%d/g%d/%d", round, g, i)
-					v := pattern(100+37*i, byte(g*10+i))
-					if err := w.PutValue(ctx, key, v, PutOptions{}); err != nil {
-						errc <- err
-						return
-					}
-					mu.Lock()
-					want[key] = v
-					mu.Unlock()
-				}
-			}()
-		}
-		wg.Wait()
-		close(errc)
-		for err := range errc {
-			t.Fatal(err)
-		}
+		maps.Copy(want, putConcurrently(t, w, 16, 10, func(g, i int) (string, []byte) {
+			return fmt.Sprintf("r%d/g%d/%d", round, g, i), pattern(100+37*i, byte(g*10+i))
+		}))
 	}
 	before := reader.CachedReads()
 	for key, v := range want {

@@ -36,33 +36,10 @@ func TestPutsThroughReservations(t *testing.T) {
 		t.Run(fmt.Sprintf("small_value_bytes=%d", small), func(t *testing.T) {
 			c := newClientWith(t, addr, 0, Config{SmallValueBytes: small})
 			ctx := context.Background()
-			want := map[string][]byte{}
-			var mu sync.Mutex
-			var wg sync.WaitGroup
-			errs := make(chan error, 4)
-			for g := range 4 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for i := range 150 {
-						size := []int{4096, 100, 64 << 10, 4096}[i%4]
-						key := fmt.Sprintf("s%d/g%d/%d", small, g, i)
-						v := pattern(size, byte(g*31+i))
-						if err := c.PutValue(ctx, key, v, PutOptions{}); err != nil {
-							errs <- err
-							return
-						}
-						mu.Lock()
-						want[key] = v
-						mu.Unlock()
-					}
-				}()
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				t.Fatal(err)
-			}
+			want := putConcurrently(t, c, 4, 150, func(g, i int) (string, []byte) {
+				size := []int{4096, 100, 64 << 10, 4096}[i%4]
+				return fmt.Sprintf("s%d/g%d/%d", small, g, i), pattern(size, byte(g*31+i))
+			})
 			if n := c.ReservedPuts(); n < 400 {
 				t.Fatalf("%d of 600 puts went through reservations, want most", n)
 			}
@@ -130,6 +107,38 @@ func TestPutsThroughReservations(t *testing.T) {
 			}
 		})
 	}
+}
+
+// putConcurrently puts through c from goroutines at once, each making each puts: the key and
+// value kv(g, i) for goroutine g's i-th put. Returns what was put.
+func putConcurrently(t *testing.T, c *Client, goroutines, each int, kv func(g, i int) (string, []byte)) map[string][]byte {
+	t.Helper()
+	want := map[string][]byte{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines)
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				key, v := kv(g, i)
+				if err := c.PutValue(context.Background(), key, v, PutOptions{}); err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				want[key] = v
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	return want
 }
 
 // oldMaster is a master that predates reservations: PutEndReserved (and what came after it,
