@@ -44,6 +44,7 @@ type object struct {
 	promote  *promoteRec // a copy back into memory in progress
 	diskHits int         // reads served from disk since the last promotion
 	stat     statFlags   // what it adds to the counts of Stats (stats.go)
+	indexed  timedSets   // the indexes of pinned and leased objects it is in (stats.go)
 	// Under the prefix policy, while in the resident index: the chain nodes of its own name
 	// and of its parent's (chains.go).
 	chainSelf, chainParent *chainNode
@@ -1055,8 +1056,8 @@ func (s *State) Stats(now int64) Stats {
 		Capacity: s.capacity, Used: s.used, Counters: s.counters,
 		DFSUsed: s.dfsUsed, DFSReserved: s.dfsReserved, Moving: len(s.moving), LocalDiskUsed: s.localUsed,
 		Objects: s.stats.complete, HardPinned: s.stats.hardPinned, DiskOnly: s.stats.diskOnly,
-		SoftPinned: countLive(s.stats.softPinned, func(o *object) bool { return o.complete && s.softPinned(o, now) }),
-		Leased:     countLive(s.stats.leased, func(o *object) bool { return o.complete && o.leaseUntil > now }),
+		SoftPinned: countLive(s.stats.softPinned, inSoftPinned, func(o *object) bool { return o.complete && s.softPinned(o, now) }),
+		Leased:     countLive(s.stats.leased, inLeased, func(o *object) bool { return o.complete && o.leaseUntil > now }),
 	}
 }
 

@@ -15,6 +15,16 @@ const (
 	statDiskOnly // a file on a disk tier and no complete memory copy
 )
 
+// timedSets names the indexes of derivedStats that hold an object (object.indexed), so that
+// a read of an object leased already costs no map assignment (7 % of the master's CPU in a
+// run of 64-key batch gets, 2026-12-08).
+type timedSets uint8
+
+const (
+	inSoftPinned timedSets = 1 << iota
+	inLeased
+)
+
 // derivedStats are the counts and indexes behind Stats.
 type derivedStats struct {
 	complete, hardPinned, diskOnly int
@@ -80,44 +90,48 @@ func (s *State) forgetStat(o *object) {
 	s.setStat(o, 0)
 	delete(s.stats.softPinned, o)
 	delete(s.stats.leased, o)
+	o.indexed = 0
 }
 
 // noteTimed adds o to the indexes of pinned and leased objects where it is one of them at now.
 func (s *State) noteTimed(o *object, now int64) {
-	if s.softPinned(o, now) {
+	if s.softPinned(o, now) && o.indexed&inSoftPinned == 0 {
 		s.stats.softPinned[o] = struct{}{}
-		bound(s.stats.softPinned, &s.stats.softPinnedBound, func(o *object) bool { return s.softPinned(o, now) })
+		o.indexed |= inSoftPinned
+		bound(s.stats.softPinned, inSoftPinned, &s.stats.softPinnedBound, func(o *object) bool { return s.softPinned(o, now) })
 	}
-	if o.leaseUntil > now {
+	if o.leaseUntil > now && o.indexed&inLeased == 0 {
 		s.stats.leased[o] = struct{}{}
-		bound(s.stats.leased, &s.stats.leasedBound, func(o *object) bool { return o.leaseUntil > now })
+		o.indexed |= inLeased
+		bound(s.stats.leased, inLeased, &s.stats.leasedBound, func(o *object) bool { return o.leaseUntil > now })
 	}
 }
 
 // bound prunes set once it holds more than *limit objects, and sets the next limit to twice
 // what is left.
-func bound(set map[*object]struct{}, limit *int, live func(o *object) bool) {
+func bound(set map[*object]struct{}, which timedSets, limit *int, live func(o *object) bool) {
 	if len(set) > *limit {
-		*limit = max(minTimedBound, 2*countLive(set, live))
+		*limit = max(minTimedBound, 2*countLive(set, which, live))
 	}
 }
 
-// countLive counts the objects of set whose pin or lease (live) still holds at now, dropping
-// the others from it: a pin or a lease that is over does not come back without a new PutEnd or
-// read, which adds the object again.
-func countLive(set map[*object]struct{}, live func(o *object) bool) int {
+// countLive counts the objects of set (the index which) whose pin or lease (live) still holds
+// at now, dropping the others from it: a pin or a lease that is over does not come back without
+// a new PutEnd or read, which adds the object again.
+func countLive(set map[*object]struct{}, which timedSets, live func(o *object) bool) int {
 	n := 0
-	sweep(set, live, func(*object) { n++ })
+	sweep(set, which, live, func(*object) { n++ })
 	return n
 }
 
-// sweep calls f for every object of set that keep accepts and drops the others from set: the
-// indexes of objects here are supersets kept up where objects join them, pruned as they are
-// walked.
-func sweep(set map[*object]struct{}, keep func(o *object) bool, f func(o *object)) {
+// sweep calls f for every object of set (the index which) that keep accepts and drops the
+// others from set: the indexes of objects here are supersets kept up where objects join them,
+// pruned as they are walked.
+func sweep(set map[*object]struct{}, which timedSets, keep func(o *object) bool, f func(o *object)) {
 	for o := range set {
 		if !keep(o) {
 			delete(set, o)
+			o.indexed &^= which
 			continue
 		}
 		f(o)
