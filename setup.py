@@ -7,7 +7,9 @@ python/mooncake/bin/mooncake (cmd/mooncake; the console scripts mooncake_master,
 transfer_engine_bench and mooncake_http_metadata_server exec it under their own names), and,
 when torch is importable, the c10d shim `mooncake._pg_ext` against that torch (no second torch
 download, hence --no-build-isolation), and the small C extension `mooncake._fast_copy`
-(python/mooncake/_fast_copy.c: upstream's concat_arrays_into; needs only Python's headers).
+(python/mooncake/_fast_copy.c: upstream's concat_arrays_into; needs only Python's headers), and
+`mooncake._bytes_alloc` (python/mooncake/_bytes_alloc.c: the C allocator through which get and
+get_batch read values into new bytes objects).
 
 Go builds are stripped (-ldflags="-s -w": no symbol table, no DWARF) and the shim is compiled
 without debug info, so a wheel (`pip wheel --no-build-isolation --no-deps .`) stays small. Set
@@ -96,8 +98,14 @@ def fast_copy_extension():
                      extra_compile_args=["-O2"] + ([] if DEBUG else ["-g0"]))
 
 
+def bytes_alloc_extension():
+    """mooncake._bytes_alloc: the C allocator of get and get_batch (new bytes objects)."""
+    return Extension("mooncake._bytes_alloc", sources=["python/mooncake/_bytes_alloc.c"],
+                     extra_compile_args=["-O2"] + ([] if DEBUG else ["-g0"]))
+
+
 ext_modules, cmdclass = torch_extension()
-ext_modules = [fast_copy_extension()] + list(ext_modules)
+ext_modules = [fast_copy_extension(), bytes_alloc_extension()] + list(ext_modules)
 cmdclass = dict(cmdclass)
 cmdclass["build_py"] = BuildPy
 

@@ -189,6 +189,35 @@ def test_batches(store):
     assert store.get_batch([]) == []
 
 
+@pytest.mark.parametrize("allocator", ["c", "ctypes"])
+def test_gets_into_new_bytes(store, monkeypatch, allocator):
+    """get and get_batch read values straight into new bytes objects through an allocator the
+    library calls per value: the C one of mooncake._bytes_alloc (built by setup.py) or, where it
+    was not built, a ctypes callback. Both give exact values, b"" for a missing key, and bytes
+    that only the returned list holds (a reference too many would leak every value)."""
+    from mooncake import _store_abi
+    if allocator == "c":
+        if "site-packages" in _store_abi.__file__:
+            assert _store_abi._C_BYTES_ALLOC, "the installed package has no mooncake._bytes_alloc"
+        elif not _store_abi._C_BYTES_ALLOC:
+            pytest.skip("a source tree without the built extension (pip install . builds it)")
+    else:
+        monkeypatch.setattr(_store_abi, "_C_BYTES_ALLOC", 0)
+    keys = [f"nb-{allocator}-{i}" for i in range(70)]
+    vals = [os.urandom(1 + i * 977) for i in range(70)]
+    assert store.put_batch(keys, vals) == 0
+    for _ in range(3):
+        got = store.get_batch(keys[:30] + ["nope"] + keys[30:])
+        assert got == vals[:30] + [b""] + vals[30:]
+        # held by the list, the loop's name and getrefcount's argument: 3
+        assert [sys.getrefcount(v) for v in got if v] == [3] * 70
+        del got
+    assert store.get(keys[5]) == vals[5]
+    assert store.get("nope") == b""
+    one = store.get(keys[69])
+    assert one == vals[69] and sys.getrefcount(one) == 2
+
+
 def test_put_parts(store):
     assert store.put_parts("p", b"ab", bytearray(b"cd"), memoryview(b"ef")) == 0
     assert store.get("p") == b"abcdef"

@@ -96,6 +96,7 @@ def test_wheel_is_small_and_ships_the_commands_once(wheel):
         assert "mooncake/libmooncake.so" in names
         assert any(n.startswith("mooncake/_pg_ext") and n.endswith(".so") for n in names), names
         assert any(n.startswith("mooncake/_fast_copy") and n.endswith(".so") for n in names), names
+        assert any(n.startswith("mooncake/_bytes_alloc") and n.endswith(".so") for n in names), names
         eps = z.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
     for cmd in COMMANDS:
         assert f"{cmd} = mooncake._cli:{cmd}" in eps, eps
