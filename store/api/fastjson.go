@@ -18,9 +18,11 @@ import (
 //   - the writers produce exactly encoding/json's bytes (field order, omitempty, escaping: a
 //     string with any byte that encoding/json would escape is written by encoding/json
 //     itself), which fastjson_test.go checks;
-//   - the readers accept a strict subset: the fields of the type, plain strings (no
-//     backslash, ASCII only), integers, true, false and null for slices. Anything else (an
-//     unknown or differently cased field, an escape, a float) makes the reader give up, and
+//   - the readers accept a strict subset: the fields of the type, ASCII strings (whose
+//     escapes, if any, are the two-character ones and \u escapes of ASCII characters: the
+//     reservation names of reserved puts hold 0x1f), integers, true, false and null for
+//     slices. Anything else (an unknown or differently cased field, a non-ASCII byte or \u
+//     escape, a float) makes the reader give up, and
 //     the codec decodes the message with encoding/json instead, so every input decodes to what
 //     encoding/json makes of it. A reader fills its value only once the whole message is read.
 
@@ -413,7 +415,8 @@ func (d *jdec) expect(c byte) {
 
 func (d *jdec) str() string { return string(d.raw()) }
 
-// raw reads a plain string and returns its bytes (aliasing the message; nil when not ok).
+// raw reads a string and returns its bytes (nil when not ok): aliasing the message when the
+// string holds no escape, else a copy with its escapes undone (unescape).
 func (d *jdec) raw() []byte {
 	if !d.ok || d.peek() != '"' {
 		d.ok = false
@@ -428,7 +431,9 @@ func (d *jdec) raw() []byte {
 			b := d.b[start:d.i]
 			d.i++
 			return b
-		case c == '\\' || c < 0x20 || c >= 0x80:
+		case c == '\\':
+			return d.unescape(start)
+		case c < 0x20 || c >= 0x80:
 			d.ok = false
 			return nil
 		}
@@ -436,6 +441,84 @@ func (d *jdec) raw() []byte {
 	}
 	d.ok = false
 	return nil
+}
+
+// unescape reads the rest of a string that started at start and has an escape at d.i. Within
+// the subset are the two-character escapes and \u escapes of ASCII characters (the store's
+// reservation names hold 0x1f, which every writer sends as \u001f): each is one byte, the one
+// encoding/json makes of it. A \u escape of anything else (its UTF-8, surrogate pairs and their
+// replacement characters) is not.
+func (d *jdec) unescape(start int) []byte {
+	out := append(make([]byte, 0, d.i-start+16), d.b[start:d.i]...)
+	for d.i < len(d.b) {
+		c := d.b[d.i]
+		switch {
+		case c == '"':
+			d.i++
+			return out
+		case c < 0x20 || c >= 0x80:
+			d.ok = false
+			return nil
+		case c != '\\':
+			out = append(out, c)
+			d.i++
+			continue
+		}
+		if d.i+1 >= len(d.b) {
+			break
+		}
+		n := 2
+		switch e := d.b[d.i+1]; e {
+		case '"', '\\', '/':
+			out = append(out, e)
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		case 'u':
+			v, ok := hex4(d.b[d.i+2:])
+			if !ok || v >= 0x80 {
+				d.ok = false
+				return nil
+			}
+			out = append(out, byte(v))
+			n = 6
+		default:
+			d.ok = false
+			return nil
+		}
+		d.i += n
+	}
+	d.ok = false
+	return nil
+}
+
+// hex4 reads the four hex digits that begin b.
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	var v rune
+	for _, c := range b[:4] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		case 'A' <= c && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		v = v<<4 | rune(c)
+	}
+	return v, true
 }
 
 // shared reads a string that the message may repeat: the copy made at its first reading is
