@@ -151,8 +151,52 @@ func appendStr(b []byte, s string) []byte {
 		b = append(b, s...)
 		return append(b, '"')
 	}
-	q, _ := json.Marshal(s) // a string always encodes
+	if isASCII(s) {
+		return appendEscaped(b, s)
+	}
+	q, _ := json.Marshal(s) // a string always encodes (UTF-8 and its checks are encoding/json's)
 	return append(b, q...)
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+// appendEscaped writes an ASCII string as encoding/json does: the short escapes of '"', '\\',
+// \b, \f, \n, \r and \t, \u00XX for the other control bytes and for '<', '>' and '&' (its HTML
+// escaping), everything else as it is. A reserved put's reservation name holds 0x1f: every
+// such PutEnd went through json.Marshal for it.
+func appendEscaped(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '"', '\\':
+			b = append(b, '\\', c)
+		case '\b':
+			b = append(b, '\\', 'b')
+		case '\f':
+			b = append(b, '\\', 'f')
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\r':
+			b = append(b, '\\', 'r')
+		case '\t':
+			b = append(b, '\\', 't')
+		default:
+			if c < 0x20 || c == '<' || c == '>' || c == '&' {
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			} else {
+				b = append(b, c)
+			}
+		}
+	}
+	return append(b, '"')
 }
 
 func appendField(b []byte, name string) []byte {

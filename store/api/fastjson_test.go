@@ -165,15 +165,6 @@ func TestFastJSONReadsWhatEncodingJSONReads(t *testing.T) {
 	}
 }
 
-func isASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] >= 0x80 {
-			return false
-		}
-	}
-	return true
-}
-
 // asciiEscapes reports whether every \u escape of s is of an ASCII character.
 func asciiEscapes(s string) bool {
 	for i := 0; i+1 < len(s); i++ {
@@ -275,4 +266,23 @@ func FuzzFastJSONAgreesWithEncodingJSON(f *testing.F) {
 		decodeBoth(t, &KeyRequest{}, data)
 		decodeBoth(t, &BatchKeysRequest{}, data)
 	})
+}
+
+// TestStringsAreWrittenAsEncodingJSONWritesThem: every ASCII byte, alone and among others, and
+// strings beyond ASCII.
+func TestStringsAreWrittenAsEncodingJSONWritesThem(t *testing.T) {
+	var all []byte
+	for c := range 0x80 {
+		all = append(all, byte(c))
+	}
+	cases := []string{"", "plain", string(all), "\x1fput-reservation\x1fc/1", "é", "a\u2028b", "\xff", "<é>"}
+	for c := range 0x80 {
+		cases = append(cases, string(rune(c)), "a"+string(rune(c))+"b")
+	}
+	for _, s := range cases {
+		want, _ := json.Marshal(s)
+		if got := appendStr([]byte("x"), s); string(got) != "x"+string(want) {
+			t.Fatalf("%q written as %s, encoding/json writes %s", s, got[1:], want)
+		}
+	}
 }
