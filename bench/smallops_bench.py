@@ -16,7 +16,9 @@ op, alternated within each round (--rounds, median reported):
   - baseline (with --baseline DIR): another checkout of this project (a `git worktree` of an
     older commit, say), its master, client and library built by the bench from DIR's sources
     into DIR/build/baseline/ and run exactly as ours: the same ops before and after a change,
-    alternated in one run. Its Python package is this tree's.
+    alternated in one run. Its Python package is this tree's. Compare builds with --cpus same:
+    unpinned, where the kernel places each peer's worker against its master decides its single
+    ops' rate for the whole run (the same commit as its own baseline: 0.55x on 4 KiB gets).
 
 With --clients K, each peer's ops run in K worker processes at once (one master, one holder;
 redis: K connections; each worker its own keys): an op's rate is the keys of all K over the span
