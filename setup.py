@@ -92,20 +92,16 @@ def torch_extension():
     return torchext_build.ext_modules(), torchext_build.cmdclass()
 
 
-def fast_copy_extension():
-    """mooncake._fast_copy: copies lists of arrays into one address without the GIL."""
-    return Extension("mooncake._fast_copy", sources=["python/mooncake/_fast_copy.c"],
-                     extra_compile_args=["-O2"] + ([] if DEBUG else ["-g0"]))
-
-
-def bytes_alloc_extension():
-    """mooncake._bytes_alloc: the C allocator of get and get_batch (new bytes objects)."""
-    return Extension("mooncake._bytes_alloc", sources=["python/mooncake/_bytes_alloc.c"],
-                     extra_compile_args=["-O2"] + ([] if DEBUG else ["-g0"]))
+def c_extension(module, source):
+    """A small C extension of the package (needs only Python's headers)."""
+    return Extension(module, sources=[source], extra_compile_args=["-O2"] + ([] if DEBUG else ["-g0"]))
 
 
 ext_modules, cmdclass = torch_extension()
-ext_modules = [fast_copy_extension(), bytes_alloc_extension()] + list(ext_modules)
+ext_modules = [
+    c_extension("mooncake._fast_copy", "python/mooncake/_fast_copy.c"),  # lists of arrays into one address
+    c_extension("mooncake._bytes_alloc", "python/mooncake/_bytes_alloc.c"),  # get's new bytes objects
+] + list(ext_modules)
 cmdclass = dict(cmdclass)
 cmdclass["build_py"] = BuildPy
 
