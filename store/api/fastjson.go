@@ -15,9 +15,9 @@ import (
 // encoding/json's reflection was a third of a client's CPU per batch_is_exist of 64 keys and a
 // fifth of the master's (perf, 2026-12-06). The types below write and read their own JSON:
 //
-//   - the writers produce exactly encoding/json's bytes (field order, omitempty, escaping: a
-//     string with any byte that encoding/json would escape is written by encoding/json
-//     itself), which fastjson_test.go checks;
+//   - the writers produce exactly encoding/json's bytes (field order, omitempty, escaping:
+//     ASCII strings are escaped here as encoding/json escapes them, others with a byte it would
+//     escape are written by encoding/json itself), which fastjson_test.go checks;
 //   - the readers accept a strict subset: the fields of the type, ASCII strings (whose
 //     escapes, if any, are the two-character ones and \u escapes of ASCII characters: the
 //     reservation names of reserved puts hold 0x1f), integers, true, false and null for
