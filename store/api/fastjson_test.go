@@ -179,17 +179,6 @@ func asciiEscapes(s string) bool {
 	return true
 }
 
-func containsAny(s, chars string) bool {
-	for i := 0; i < len(s); i++ {
-		for j := 0; j < len(chars); j++ {
-			if s[i] == chars[j] {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // hasEmptyVsNil: encoding/json writes an empty Replicas as absent (omitempty), which reads back
 // as nil: such a sample does not round-trip through any JSON reader.
 func hasEmptyVsNil(v any) bool {
